@@ -1,0 +1,127 @@
+//! Per-port counters. Each worker keeps its own set, adds to it once per
+//! batch, and readers sum the sets: no cache line is shared between workers
+//! on the forwarding path.
+
+use std::ops::AddAssign;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::decision::DropReason;
+
+/// One port's totals at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Frames received.
+    pub rx_frames: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Frames sent.
+    pub tx_frames: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Received frames not forwarded, by [`DropReason::index`].
+    pub drops: [u64; DropReason::ALL.len()],
+    /// Frames received too large for a buffer, dropped.
+    pub rx_oversize: u64,
+    /// Receive calls that failed.
+    pub rx_errors: u64,
+    /// Frames to send that the port's queue had no room for.
+    pub tx_dropped: u64,
+    /// Frames whose send failed.
+    pub tx_errors: u64,
+}
+
+impl PortStats {
+    /// Received frames dropped for `reason`.
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.drops[reason.index()]
+    }
+
+    /// Received frames dropped for any reason.
+    pub fn dropped_total(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+}
+
+impl AddAssign for PortStats {
+    fn add_assign(&mut self, other: PortStats) {
+        self.rx_frames += other.rx_frames;
+        self.rx_bytes += other.rx_bytes;
+        self.tx_frames += other.tx_frames;
+        self.tx_bytes += other.tx_bytes;
+        for (mine, theirs) in self.drops.iter_mut().zip(other.drops) {
+            *mine += theirs;
+        }
+        self.rx_oversize += other.rx_oversize;
+        self.rx_errors += other.rx_errors;
+        self.tx_dropped += other.tx_dropped;
+        self.tx_errors += other.tx_errors;
+    }
+}
+
+/// One port's counters as one worker keeps them.
+#[derive(Debug, Default)]
+pub struct PortCounters {
+    rx_frames: AtomicU64,
+    rx_bytes: AtomicU64,
+    tx_frames: AtomicU64,
+    tx_bytes: AtomicU64,
+    drops: [AtomicU64; DropReason::ALL.len()],
+    rx_oversize: AtomicU64,
+    rx_errors: AtomicU64,
+    tx_dropped: AtomicU64,
+    tx_errors: AtomicU64,
+}
+
+// Relaxed throughout: counters are totals read for display; they order no
+// other memory, and a reader may see one batch's additions partly applied.
+impl PortCounters {
+    /// Adds one batch's worth.
+    pub fn add(&self, stats: &PortStats) {
+        let add = |counter: &AtomicU64, value: u64| {
+            if value != 0 {
+                counter.fetch_add(value, Ordering::Relaxed);
+            }
+        };
+        add(&self.rx_frames, stats.rx_frames);
+        add(&self.rx_bytes, stats.rx_bytes);
+        add(&self.tx_frames, stats.tx_frames);
+        add(&self.tx_bytes, stats.tx_bytes);
+        for (counter, value) in self.drops.iter().zip(stats.drops) {
+            add(counter, value);
+        }
+        add(&self.rx_oversize, stats.rx_oversize);
+        add(&self.rx_errors, stats.rx_errors);
+        add(&self.tx_dropped, stats.tx_dropped);
+        add(&self.tx_errors, stats.tx_errors);
+    }
+
+    /// The totals now.
+    pub fn snapshot(&self) -> PortStats {
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        PortStats {
+            rx_frames: get(&self.rx_frames),
+            rx_bytes: get(&self.rx_bytes),
+            tx_frames: get(&self.tx_frames),
+            tx_bytes: get(&self.tx_bytes),
+            drops: std::array::from_fn(|i| get(&self.drops[i])),
+            rx_oversize: get(&self.rx_oversize),
+            rx_errors: get(&self.rx_errors),
+            tx_dropped: get(&self.tx_dropped),
+            tx_errors: get(&self.tx_errors),
+        }
+    }
+}
+
+/// Sums per-worker counter sets into one [`PortStats`] per port.
+pub fn sum<'a>(sets: impl IntoIterator<Item = &'a [PortCounters]>) -> Vec<PortStats> {
+    let mut totals: Vec<PortStats> = Vec::new();
+    for set in sets {
+        if totals.len() < set.len() {
+            totals.resize(set.len(), PortStats::default());
+        }
+        for (total, counters) in totals.iter_mut().zip(set) {
+            *total += counters.snapshot();
+        }
+    }
+    totals
+}

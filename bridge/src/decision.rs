@@ -1,0 +1,95 @@
+//! The forwarding decision: a pure function of the ingress port, the frame
+//! and a read section of the MAC table.
+
+use crate::fdb::{FdbKey, FdbLookup, PortId};
+use crate::wire::{EthernetFrame, MacKind};
+
+/// Why a frame is not forwarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// Shorter than its Ethernet header (14 bytes, 18 when tagged).
+    Runt,
+    /// The source is a group (multicast, broadcast) or all-zero address.
+    BadSource,
+    /// The destination is an IEEE 802.1D link-local address
+    /// (01:80:C2:00:00:00 to 0F), which bridges never forward.
+    Reserved,
+    /// The destination was learned on the port the frame came in on: the
+    /// stations share a segment and already heard each other.
+    SamePort,
+}
+
+impl DropReason {
+    /// Every reason, in counter order.
+    pub const ALL: [DropReason; 4] = [
+        DropReason::Runt,
+        DropReason::BadSource,
+        DropReason::Reserved,
+        DropReason::SamePort,
+    ];
+
+    /// A short name for counters and logs.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DropReason::Runt => "runt",
+            DropReason::BadSource => "bad_source",
+            DropReason::Reserved => "reserved",
+            DropReason::SamePort => "same_port",
+        }
+    }
+
+    /// The reason's position in [`DropReason::ALL`].
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// What to do with one frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Do not forward it.
+    Drop(DropReason),
+    /// Send it out of this port only.
+    Unicast(PortId),
+    /// Send it out of every port but the ingress one.
+    Flood,
+}
+
+/// The table keys of a frame's destination and source, or why the frame
+/// cannot be forwarded at all. Learning uses the source key of any frame
+/// that passes this check, including frames to reserved addresses.
+#[inline]
+pub fn classify(frame: &[u8]) -> Result<(FdbKey, FdbKey), DropReason> {
+    let frame = EthernetFrame::new_checked(frame).map_err(|_| DropReason::Runt)?;
+    let src = frame.src_addr();
+    if !src.is_valid_source() {
+        return Err(DropReason::BadSource);
+    }
+    let vlan = frame.vlan_id();
+    Ok((FdbKey::new(vlan, frame.dst_addr()), FdbKey::new(vlan, src)))
+}
+
+/// Decides where `frame`, received on `ingress`, goes.
+///
+/// Rules, in order: drop runts and frames from invalid sources; drop frames
+/// to reserved link-local addresses; flood broadcast, multicast and unknown
+/// unicast; send known unicast to its port, unless that is the ingress port.
+/// A tagged frame is looked up within its VLAN and passes unchanged.
+#[inline]
+pub fn decide(ingress: PortId, frame: &[u8], fdb: &impl FdbLookup) -> Decision {
+    let (dst, _) = match classify(frame) {
+        Ok(keys) => keys,
+        Err(reason) => return Decision::Drop(reason),
+    };
+    match dst.mac.kind() {
+        MacKind::Reserved => Decision::Drop(DropReason::Reserved),
+        MacKind::Broadcast | MacKind::Multicast => Decision::Flood,
+        // A zero destination is not a station anyone can learn: flooding it
+        // is what an unknown unicast gets.
+        MacKind::Unicast | MacKind::Zero => match fdb.lookup(&dst) {
+            Some(port) if port == ingress => Decision::Drop(DropReason::SamePort),
+            Some(port) => Decision::Unicast(port),
+            None => Decision::Flood,
+        },
+    }
+}

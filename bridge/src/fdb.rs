@@ -1,0 +1,491 @@
+//! The MAC learning table (forwarding database), generic over a lock
+//! strategy.
+//!
+//! Keys are (VLAN id, MAC address); values say which port the station was
+//! last seen on, when, and whether the entry is static. The hot path follows
+//! the Linux bridge (`br_fdb.c`): a frame from a known station on the same
+//! port only refreshes the entry's last-seen second, with a relaxed atomic
+//! store and only when the second changed, inside a read section. New
+//! stations and stations that moved go through the write path, which callers
+//! batch ([`MacTable::learn_batch`]).
+
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
+
+use locks::{LockedMap, ReadSection, Strategy, Update, WriteSection};
+
+use crate::wire::{MacAddr, VlanId};
+
+/// A bridge port's index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PortId(pub u16);
+
+impl PortId {
+    /// The index as a `usize`, for indexing per-port arrays.
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for PortId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Seconds on the table's coarse clock.
+pub type Seconds = u32;
+
+/// What the table is keyed by: a station within a VLAN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FdbKey {
+    /// The VLAN (0 for untagged frames).
+    pub vlan: VlanId,
+    /// The station's address.
+    pub mac: MacAddr,
+}
+
+impl FdbKey {
+    /// A key for `mac` in `vlan`.
+    pub const fn new(vlan: VlanId, mac: MacAddr) -> FdbKey {
+        FdbKey { vlan, mac }
+    }
+}
+
+impl Hash for FdbKey {
+    /// One 64-bit write instead of eight small ones: the key packs into a
+    /// word, and hashing it is on every lookup.
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.mac.to_u64() | (u64::from(self.vlan) << 48));
+    }
+}
+
+/// One table entry.
+#[derive(Debug)]
+pub struct FdbEntry {
+    port: PortId,
+    is_static: bool,
+    /// Written by readers in place (relaxed: a timestamp that orders no other
+    /// memory; a reader that sees a slightly old value ages an entry at most
+    /// one refresh late).
+    last_seen: AtomicU32,
+}
+
+impl FdbEntry {
+    fn learned(port: PortId, now: Seconds) -> FdbEntry {
+        FdbEntry {
+            port,
+            is_static: false,
+            last_seen: AtomicU32::new(now),
+        }
+    }
+
+    /// The port the station is reached through.
+    pub fn port(&self) -> PortId {
+        self.port
+    }
+
+    /// Whether the entry was configured rather than learned.
+    pub fn is_static(&self) -> bool {
+        self.is_static
+    }
+
+    /// When a frame from the station was last seen.
+    pub fn last_seen(&self) -> Seconds {
+        self.last_seen.load(Ordering::Relaxed)
+    }
+}
+
+/// Table settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FdbConfig {
+    /// The most learned entries; 0 means no limit. Static entries do not
+    /// count. Beyond the limit new stations are not learned (their frames are
+    /// still forwarded, flooded), and [`FdbStats::refused`] counts them.
+    pub max_entries: usize,
+    /// Seconds after which an entry not refreshed is removed by [`MacTable::age`].
+    pub age_secs: Seconds,
+}
+
+impl FdbConfig {
+    /// The default learning limit; docs/design.md says why this number.
+    pub const DEFAULT_MAX_ENTRIES: usize = 8192;
+    /// The default ageing time, as in IEEE 802.1D and every kernel bridge.
+    pub const DEFAULT_AGE_SECS: Seconds = 300;
+}
+
+impl Default for FdbConfig {
+    fn default() -> Self {
+        FdbConfig {
+            max_entries: Self::DEFAULT_MAX_ENTRIES,
+            age_secs: Self::DEFAULT_AGE_SECS,
+        }
+    }
+}
+
+/// What learning a source did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Learned {
+    /// A new station was added.
+    New,
+    /// A known station moved to another port.
+    Moved,
+    /// A known station on the same port; only its time was refreshed.
+    Refreshed,
+    /// The station has a static entry, which learning never changes.
+    Static,
+    /// A new station beyond the learning limit; nothing was added.
+    Refused,
+}
+
+/// Running totals of the table's write path.
+#[derive(Debug, Default)]
+pub struct FdbStats {
+    learned: AtomicU64,
+    moved: AtomicU64,
+    refused: AtomicU64,
+    aged: AtomicU64,
+}
+
+/// A copy of [`FdbStats`] at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FdbStatsSnapshot {
+    /// Stations learned.
+    pub learned: u64,
+    /// Station moves.
+    pub moved: u64,
+    /// New stations not learned because the table was full.
+    pub refused: u64,
+    /// Entries removed by ageing.
+    pub aged: u64,
+}
+
+/// One entry as shown to a user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FdbRecord {
+    /// VLAN and address.
+    pub key: FdbKey,
+    /// The port.
+    pub port: PortId,
+    /// Whether the entry is static.
+    pub is_static: bool,
+    /// Seconds since the station was last seen (0 for static entries).
+    pub idle_secs: Seconds,
+}
+
+/// The table's coarse clock: whole seconds since the table was made.
+#[derive(Debug, Clone, Copy)]
+pub struct CoarseClock {
+    start: Instant,
+}
+
+impl CoarseClock {
+    /// A clock that reads 0 now.
+    pub fn new() -> CoarseClock {
+        CoarseClock {
+            start: Instant::now(),
+        }
+    }
+
+    /// Whole seconds since the clock was made.
+    pub fn now(&self) -> Seconds {
+        Seconds::try_from(self.start.elapsed().as_secs()).unwrap_or(Seconds::MAX)
+    }
+}
+
+impl Default for CoarseClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The map a [`MacTable`] keeps under strategy `S`.
+pub type FdbMap<S> = <S as Strategy>::Map<FdbKey, FdbEntry>;
+
+/// The read section of [`FdbMap<S>`].
+pub type FdbSection<'a, S> = <FdbMap<S> as LockedMap<FdbKey, FdbEntry>>::Reader<'a>;
+
+/// The MAC learning table over strategy `S`.
+pub struct MacTable<S: Strategy> {
+    map: FdbMap<S>,
+    config: FdbConfig,
+    /// Learned (non-static) entries, kept within `config.max_entries` by
+    /// reserving a place before inserting.
+    learned_len: AtomicUsize,
+    stats: FdbStats,
+    clock: CoarseClock,
+}
+
+/// A read section of a [`MacTable`]: lookups, and the in-place refresh of
+/// known stations.
+pub struct FdbReader<'r, R> {
+    section: &'r R,
+}
+
+/// Where a destination lookup led.
+pub trait FdbLookup {
+    /// The port `key` was learned on, if it is known.
+    fn lookup(&self, key: &FdbKey) -> Option<PortId>;
+}
+
+impl<R: ReadSection<FdbKey, FdbEntry>> FdbLookup for FdbReader<'_, R> {
+    #[inline]
+    fn lookup(&self, key: &FdbKey) -> Option<PortId> {
+        self.section.get_with(key, |entry| entry.port)
+    }
+}
+
+impl<R: ReadSection<FdbKey, FdbEntry>> FdbReader<'_, R> {
+    /// The whole entry for `key`, copied out.
+    pub fn entry(&self, key: &FdbKey) -> Option<(PortId, bool, Seconds)> {
+        self.section
+            .get_with(key, |e| (e.port, e.is_static, e.last_seen()))
+    }
+
+    /// Handles a frame's source on the fast path. A known station on the
+    /// same port (or a static one) gets its last-seen time refreshed, if the
+    /// second moved, and `true` comes back. `false` means the source is new
+    /// or moved and must go through [`MacTable::learn`].
+    #[inline]
+    pub fn refresh_source(&self, key: &FdbKey, port: PortId, now: Seconds) -> bool {
+        self.section
+            .get_with(key, |entry| {
+                if entry.is_static {
+                    return true;
+                }
+                if entry.port != port {
+                    return false;
+                }
+                // Only a changed second is written, so a busy station dirties
+                // the entry's cache line once a second, not once a frame.
+                if entry.last_seen.load(Ordering::Relaxed) != now {
+                    entry.last_seen.store(now, Ordering::Relaxed);
+                }
+                true
+            })
+            .unwrap_or(false)
+    }
+}
+
+impl<S: Strategy> MacTable<S> {
+    /// An empty table.
+    pub fn new(config: FdbConfig) -> Self {
+        let capacity = match config.max_entries {
+            0 => FdbConfig::DEFAULT_MAX_ENTRIES,
+            n => n,
+        };
+        MacTable {
+            map: LockedMap::with_capacity(capacity),
+            config,
+            learned_len: AtomicUsize::new(0),
+            stats: FdbStats::default(),
+            clock: CoarseClock::new(),
+        }
+    }
+
+    /// The table's settings.
+    pub fn config(&self) -> FdbConfig {
+        self.config
+    }
+
+    /// The table's clock, which workers read once per batch.
+    pub fn clock(&self) -> &CoarseClock {
+        &self.clock
+    }
+
+    /// All entries, static ones included.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Learned entries, the ones the limit applies to.
+    pub fn learned_len(&self) -> usize {
+        self.learned_len.load(Ordering::Relaxed)
+    }
+
+    /// The write path's totals.
+    pub fn stats(&self) -> FdbStatsSnapshot {
+        FdbStatsSnapshot {
+            learned: self.stats.learned.load(Ordering::Relaxed),
+            moved: self.stats.moved.load(Ordering::Relaxed),
+            refused: self.stats.refused.load(Ordering::Relaxed),
+            aged: self.stats.aged.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Runs `f` inside one read section; hold it across a batch of frames.
+    #[inline]
+    pub fn read<T>(&self, f: impl FnOnce(&FdbReader<'_, FdbSection<'_, S>>) -> T) -> T {
+        self.map.read(|section| f(&FdbReader { section }))
+    }
+
+    /// The port `key` is known on, in a read section of its own.
+    pub fn lookup(&self, key: &FdbKey) -> Option<PortId> {
+        self.read(|r| r.lookup(key))
+    }
+
+    /// Learns that `key` was seen on `port` at `now`.
+    pub fn learn(&self, key: FdbKey, port: PortId, now: Seconds) -> Learned {
+        self.map.write(|w| self.learn_in(w, key, port, now))
+    }
+
+    /// Learns a batch of sources in one write section; returns how many were
+    /// refused for lack of room.
+    pub fn learn_batch(&self, sources: &[(FdbKey, PortId)], now: Seconds) -> usize {
+        if sources.is_empty() {
+            return 0;
+        }
+        self.map.write(|w| {
+            sources
+                .iter()
+                .filter(|(key, port)| self.learn_in(w, *key, *port, now) == Learned::Refused)
+                .count()
+        })
+    }
+
+    fn learn_in(
+        &self,
+        w: &mut impl WriteSection<FdbKey, FdbEntry>,
+        key: FdbKey,
+        port: PortId,
+        now: Seconds,
+    ) -> Learned {
+        let outcome = w.update(key, |old| match old {
+            None if self.reserve() => (Update::Put(FdbEntry::learned(port, now)), Learned::New),
+            None => (Update::Keep, Learned::Refused),
+            Some(entry) if entry.is_static => (Update::Keep, Learned::Static),
+            Some(entry) if entry.port == port => {
+                entry.last_seen.store(now, Ordering::Relaxed);
+                (Update::Keep, Learned::Refreshed)
+            }
+            // A move replaces the entry rather than editing it, so that
+            // readers of `rcu` and `epoch` see the old entry or the new one.
+            Some(_) => (Update::Put(FdbEntry::learned(port, now)), Learned::Moved),
+        });
+        let counter = match outcome {
+            Learned::New => &self.stats.learned,
+            Learned::Moved => &self.stats.moved,
+            Learned::Refused => &self.stats.refused,
+            Learned::Refreshed | Learned::Static => return outcome,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        outcome
+    }
+
+    /// Takes a place for one learned entry, if the limit allows.
+    fn reserve(&self) -> bool {
+        let max = self.config.max_entries;
+        // Relaxed: the count bounds memory; it publishes nothing.
+        self.learned_len
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (max == 0 || n < max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    fn release(&self, entries: usize) {
+        self.learned_len.fetch_sub(entries, Ordering::Relaxed);
+    }
+
+    /// Adds or replaces a static entry: it never ages, and learning never
+    /// overwrites it. Returns `true` when it replaced a learned entry.
+    pub fn add_static(&self, key: FdbKey, port: PortId) -> bool {
+        let replaced_learned = self.map.write(|w| {
+            w.update(key, |old| {
+                let entry = FdbEntry {
+                    port,
+                    is_static: true,
+                    last_seen: AtomicU32::new(0),
+                };
+                (Update::Put(entry), old.is_some_and(|e| !e.is_static))
+            })
+        });
+        if replaced_learned {
+            self.release(1);
+        }
+        replaced_learned
+    }
+
+    /// Removes a static entry; learned entries are left alone. Returns
+    /// whether there was one.
+    pub fn remove_static(&self, key: FdbKey) -> bool {
+        self.map.write(|w| {
+            w.update(key, |old| match old {
+                Some(entry) if entry.is_static => (Update::Remove, true),
+                _ => (Update::Keep, false),
+            })
+        })
+    }
+
+    /// Removes a learned entry (the station left); static entries are left
+    /// alone. Returns whether there was one.
+    pub fn forget(&self, key: FdbKey) -> bool {
+        let removed = self.map.write(|w| {
+            w.update(key, |old| match old {
+                Some(entry) if !entry.is_static => (Update::Remove, true),
+                _ => (Update::Keep, false),
+            })
+        });
+        if removed {
+            self.release(1);
+        }
+        removed
+    }
+
+    /// Removes learned entries not refreshed for the ageing time; returns
+    /// how many.
+    pub fn age(&self, now: Seconds) -> usize {
+        let age = self.config.age_secs;
+        let removed = self.map.write(|w| {
+            w.retain(|_, entry| entry.is_static || now.saturating_sub(entry.last_seen()) < age)
+        });
+        self.release(removed);
+        self.stats.aged.fetch_add(removed as u64, Ordering::Relaxed);
+        removed
+    }
+
+    /// Removes the learned entries of one port (its link went down, say);
+    /// static entries stay. Returns how many were removed.
+    pub fn flush_port(&self, port: PortId) -> usize {
+        let removed = self
+            .map
+            .write(|w| w.retain(|_, entry| entry.is_static || entry.port != port));
+        self.release(removed);
+        removed
+    }
+
+    /// Removes every learned entry.
+    pub fn flush(&self) -> usize {
+        let removed = self.map.write(|w| w.retain(|_, entry| entry.is_static));
+        self.release(removed);
+        removed
+    }
+
+    /// Every entry, sorted by VLAN and address, for display.
+    pub fn snapshot(&self, now: Seconds) -> Vec<FdbRecord> {
+        let mut records = Vec::with_capacity(self.len());
+        self.map.read(|r| {
+            r.for_each(|key, entry| {
+                records.push(FdbRecord {
+                    key: *key,
+                    port: entry.port,
+                    is_static: entry.is_static,
+                    idle_secs: if entry.is_static {
+                        0
+                    } else {
+                        now.saturating_sub(entry.last_seen())
+                    },
+                })
+            })
+        });
+        records.sort_unstable();
+        records
+    }
+}

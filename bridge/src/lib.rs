@@ -1,0 +1,22 @@
+//! The bridge core: frames, the MAC learning table, the forwarding decision,
+//! ports and workers.
+//!
+//! - [`wire`]: zero-copy views of Ethernet frames and MAC addresses.
+//! - [`fdb`]: the MAC learning table, generic over a [`locks::Strategy`].
+//! - [`decision`]: where a frame goes, as a pure function.
+//! - [`port`]: the batched port abstraction and the in-memory port.
+//! - [`worker`]: the forwarding loop.
+//! - [`counters`]: per-port counters.
+
+#![deny(unsafe_code)]
+
+pub mod counters;
+pub mod decision;
+pub mod fdb;
+pub mod port;
+pub mod wire;
+pub mod worker;
+
+pub use decision::{decide, Decision, DropReason};
+pub use fdb::{FdbConfig, FdbKey, MacTable, PortId};
+pub use worker::{SectionMode, Worker, WorkerConfig};

@@ -1,0 +1,174 @@
+//! Ports: where frames come from and go to, in batches.
+//!
+//! A worker owns one queue of every port and moves frames between them
+//! through a [`Port`]. Receiving fills a reusable [`RxBatch`], so the
+//! forwarding path allocates nothing per frame.
+
+pub mod memory;
+
+pub use memory::{MemoryPeer, MemoryPort};
+
+/// A fixed set of reusable receive buffers.
+#[derive(Debug)]
+pub struct RxBatch {
+    slab: Box<[u8]>,
+    frame_capacity: usize,
+    lens: Box<[usize]>,
+    count: usize,
+}
+
+/// A frame longer than a batch buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("frame of {len} bytes exceeds the {capacity}-byte buffer")]
+pub struct Oversize {
+    /// The frame's length.
+    pub len: usize,
+    /// The buffer's size.
+    pub capacity: usize,
+}
+
+impl RxBatch {
+    /// Room for `frames` frames of up to `frame_capacity` bytes each.
+    pub fn new(frames: usize, frame_capacity: usize) -> RxBatch {
+        assert!(
+            frames > 0 && frame_capacity > 0,
+            "an empty batch holds nothing"
+        );
+        RxBatch {
+            slab: vec![0; frames * frame_capacity].into_boxed_slice(),
+            frame_capacity,
+            lens: vec![0; frames].into_boxed_slice(),
+            count: 0,
+        }
+    }
+
+    /// How many frames the batch holds when full.
+    pub fn capacity(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// The largest frame a buffer holds.
+    pub fn frame_capacity(&self) -> usize {
+        self.frame_capacity
+    }
+
+    /// How many frames the batch holds now.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether the batch holds no frame.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Whether no more frames fit.
+    pub fn is_full(&self) -> bool {
+        self.count == self.lens.len()
+    }
+
+    /// Forgets every frame, keeping the buffers.
+    pub fn clear(&mut self) {
+        self.count = 0;
+    }
+
+    /// Frame `index`.
+    ///
+    /// # Panics
+    /// When `index >= self.len()`.
+    #[inline]
+    pub fn frame(&self, index: usize) -> &[u8] {
+        assert!(index < self.count, "frame {index} of {}", self.count);
+        let start = index * self.frame_capacity;
+        &self.slab[start..start + self.lens[index]]
+    }
+
+    /// The frames, in order of arrival.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
+        (0..self.count).map(|index| self.frame(index))
+    }
+
+    /// The next free buffer, for a port to receive into; `None` when full.
+    /// Nothing is added until [`commit`](Self::commit).
+    pub fn next_buffer(&mut self) -> Option<&mut [u8]> {
+        if self.is_full() {
+            return None;
+        }
+        let start = self.count * self.frame_capacity;
+        Some(&mut self.slab[start..start + self.frame_capacity])
+    }
+
+    /// Adds the frame of `len` bytes written into [`next_buffer`](Self::next_buffer).
+    ///
+    /// # Panics
+    /// When the batch is full or `len` exceeds the buffer size.
+    pub fn commit(&mut self, len: usize) {
+        assert!(!self.is_full() && len <= self.frame_capacity);
+        self.lens[self.count] = len;
+        self.count += 1;
+    }
+
+    /// Copies `frame` into the next free buffer. Returns `Ok(false)` when the
+    /// batch is full.
+    pub fn push(&mut self, frame: &[u8]) -> Result<bool, Oversize> {
+        let capacity = self.frame_capacity;
+        let Some(buffer) = self.next_buffer() else {
+            return Ok(false);
+        };
+        if frame.len() > capacity {
+            return Err(Oversize {
+                len: frame.len(),
+                capacity,
+            });
+        }
+        buffer[..frame.len()].copy_from_slice(frame);
+        self.commit(frame.len());
+        Ok(true)
+    }
+}
+
+/// What a port reports about one receive call beyond the frames themselves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RxReport {
+    /// Frames added to the batch.
+    pub received: usize,
+    /// Frames dropped because they did not fit a buffer.
+    pub oversize: usize,
+}
+
+/// An I/O failure on a port.
+#[derive(Debug, thiserror::Error)]
+pub enum PortError {
+    /// Receiving failed.
+    #[error("{port}: receive failed: {source}")]
+    Recv {
+        /// The port's name.
+        port: String,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// Sending failed.
+    #[error("{port}: send failed: {source}")]
+    Send {
+        /// The port's name.
+        port: String,
+        /// What the system said.
+        source: std::io::Error,
+    },
+}
+
+/// One queue of a bridge port, owned by one worker.
+pub trait Port: Send {
+    /// The port's name, for counters and logs.
+    fn name(&self) -> &str;
+
+    /// Receives frames into the batch's free buffers without blocking.
+    fn recv_batch(&mut self, batch: &mut RxBatch) -> Result<RxReport, PortError>;
+
+    /// Sends the frames, in order; returns how many were accepted (the rest
+    /// were dropped because the port's queue was full).
+    fn send_batch<'a>(
+        &mut self,
+        frames: impl Iterator<Item = &'a [u8]>,
+    ) -> Result<usize, PortError>;
+}

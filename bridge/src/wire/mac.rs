@@ -1,0 +1,183 @@
+//! MAC addresses and their kinds.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A 48-bit IEEE 802 MAC address.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct MacAddr(pub [u8; 6]);
+
+/// What a destination or source address is, for forwarding purposes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MacKind {
+    /// 00:00:00:00:00:00, never a valid station.
+    Zero,
+    /// An individual station.
+    Unicast,
+    /// ff:ff:ff:ff:ff:ff.
+    Broadcast,
+    /// 01:80:C2:00:00:00 to 0F: IEEE 802.1D link-local protocols (STP, LACP,
+    /// 802.1X, LLDP...), which a bridge consumes and never forwards.
+    Reserved,
+    /// Any other group address.
+    Multicast,
+}
+
+impl MacAddr {
+    /// The broadcast address.
+    pub const BROADCAST: MacAddr = MacAddr([0xff; 6]);
+    /// The all-zero address.
+    pub const ZERO: MacAddr = MacAddr([0; 6]);
+
+    /// The address in the first six bytes of `bytes`.
+    ///
+    /// # Panics
+    /// When `bytes` is shorter than six bytes.
+    pub fn from_bytes(bytes: &[u8]) -> MacAddr {
+        let mut mac = [0; 6];
+        mac.copy_from_slice(&bytes[..6]);
+        MacAddr(mac)
+    }
+
+    /// The address's six bytes.
+    pub const fn as_bytes(&self) -> &[u8; 6] {
+        &self.0
+    }
+
+    /// Whether the group (I/G) bit is set: multicast, broadcast or reserved.
+    pub const fn is_group(&self) -> bool {
+        self.0[0] & 0x01 != 0
+    }
+
+    /// Whether this is ff:ff:ff:ff:ff:ff.
+    pub fn is_broadcast(&self) -> bool {
+        *self == Self::BROADCAST
+    }
+
+    /// Whether this is 00:00:00:00:00:00.
+    pub fn is_zero(&self) -> bool {
+        *self == Self::ZERO
+    }
+
+    /// Whether this is one of 01:80:C2:00:00:00 to 01:80:C2:00:00:0F.
+    pub fn is_reserved(&self) -> bool {
+        self.0[..5] == [0x01, 0x80, 0xc2, 0x00, 0x00] && self.0[5] & 0xf0 == 0
+    }
+
+    /// Whether a frame from this address may be learned and forwarded: an
+    /// individual, non-zero address.
+    pub fn is_valid_source(&self) -> bool {
+        !self.is_group() && !self.is_zero()
+    }
+
+    /// Classifies the address.
+    pub fn kind(&self) -> MacKind {
+        if !self.is_group() {
+            if self.is_zero() {
+                MacKind::Zero
+            } else {
+                MacKind::Unicast
+            }
+        } else if self.is_broadcast() {
+            MacKind::Broadcast
+        } else if self.is_reserved() {
+            MacKind::Reserved
+        } else {
+            MacKind::Multicast
+        }
+    }
+
+    /// The address as one integer, for packing into hash keys.
+    pub const fn to_u64(&self) -> u64 {
+        let b = self.0;
+        u64::from_be_bytes([0, 0, b[0], b[1], b[2], b[3], b[4], b[5]])
+    }
+}
+
+impl fmt::Display for MacAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = self.0;
+        write!(
+            f,
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            b[0], b[1], b[2], b[3], b[4], b[5]
+        )
+    }
+}
+
+impl fmt::Debug for MacAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// A string that is not six colon-separated hexadecimal bytes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid MAC address '{0}' (expected six hex bytes like 02:00:00:00:00:01)")]
+pub struct ParseMacError(pub String);
+
+impl FromStr for MacAddr {
+    type Err = ParseMacError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = || ParseMacError(s.to_owned());
+        let mut mac = [0u8; 6];
+        let mut parts = s.split(':');
+        for byte in &mut mac {
+            let part = parts.next().ok_or_else(err)?;
+            if part.is_empty() || part.len() > 2 {
+                return Err(err());
+            }
+            *byte = u8::from_str_radix(part, 16).map_err(|_| err())?;
+        }
+        if parts.next().is_some() {
+            return Err(err());
+        }
+        Ok(MacAddr(mac))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mac(s: &str) -> MacAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn kinds() {
+        assert_eq!(mac("00:00:00:00:00:00").kind(), MacKind::Zero);
+        assert_eq!(mac("02:00:00:00:00:01").kind(), MacKind::Unicast);
+        assert_eq!(mac("ff:ff:ff:ff:ff:ff").kind(), MacKind::Broadcast);
+        assert_eq!(mac("01:80:c2:00:00:00").kind(), MacKind::Reserved);
+        assert_eq!(mac("01:80:c2:00:00:0f").kind(), MacKind::Reserved);
+        assert_eq!(mac("01:80:c2:00:00:10").kind(), MacKind::Multicast);
+        assert_eq!(mac("01:00:5e:00:00:01").kind(), MacKind::Multicast);
+        assert_eq!(mac("33:33:00:00:00:01").kind(), MacKind::Multicast);
+    }
+
+    #[test]
+    fn valid_sources() {
+        assert!(mac("02:00:00:00:00:01").is_valid_source());
+        assert!(!mac("00:00:00:00:00:00").is_valid_source());
+        assert!(!mac("ff:ff:ff:ff:ff:ff").is_valid_source());
+        assert!(!mac("01:00:5e:00:00:01").is_valid_source());
+    }
+
+    #[test]
+    fn parse_and_display_round_trip() {
+        let m = mac("02:ab:0c:00:ff:01");
+        assert_eq!(m.to_string(), "02:ab:0c:00:ff:01");
+        assert_eq!(m.to_u64(), 0x02ab_0c00_ff01);
+        for bad in [
+            "",
+            "02:00:00:00:00",
+            "02:00:00:00:00:00:00",
+            "zz:00:00:00:00:00",
+            "002:0:0:0:0:0",
+        ] {
+            assert!(bad.parse::<MacAddr>().is_err(), "{bad}");
+        }
+    }
+}

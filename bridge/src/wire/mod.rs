@@ -1,0 +1,23 @@
+//! Zero-copy views over Ethernet frames.
+//!
+//! A view such as [`EthernetFrame`] wraps any `T: AsRef<[u8]>` without
+//! copying it. Build one with `new_checked`, which checks the length once;
+//! after that no accessor panics. `new_unchecked` skips the check for
+//! callers that have done it. Getters need `AsRef<[u8]>`, setters
+//! `AsMut<[u8]>`. Byte ranges live in a private `field` module per format.
+
+mod ethernet;
+mod mac;
+
+pub use ethernet::{EtherType, EthernetFrame, VlanId};
+pub use mac::{MacAddr, MacKind, ParseMacError};
+
+/// A frame too short for the headers it claims to carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("frame truncated: {len} bytes, header needs {needed}")]
+pub struct Truncated {
+    /// The frame's length.
+    pub len: usize,
+    /// The length its headers need.
+    pub needed: usize,
+}

@@ -1,0 +1,393 @@
+//! The forwarding rules and the table's contract, written once and run for
+//! every lock strategy.
+
+mod common;
+
+use bridge::decision::DropReason;
+use bridge::fdb::{FdbKey, FdbRecord, Learned, PortId};
+use bridge::wire::MacAddr;
+use bridge::{FdbConfig, MacTable, WorkerConfig};
+use common::{frame, station, tagged, Rig};
+use locks::Strategy;
+
+const A: u32 = 1;
+const B: u32 = 2;
+
+fn key(n: u32) -> FdbKey {
+    FdbKey::new(0, station(n))
+}
+
+fn runts_are_dropped<S: Strategy>() {
+    let mut rig = Rig::<S>::new(2);
+    rig.send(0, &frame(MacAddr::BROADCAST, station(A), 60)[..13]);
+    rig.send(0, &tagged(MacAddr::BROADCAST, station(A), 5, 60)[..17]);
+    rig.send(0, &[]);
+    assert_eq!(rig.ports_that_sent(), Vec::<usize>::new());
+    assert_eq!(rig.stats(0).dropped(DropReason::Runt), 3);
+    assert!(rig.fdb.is_empty());
+    // The shortest legal header is forwarded.
+    rig.send(0, &frame(MacAddr::BROADCAST, station(A), 14));
+    assert_eq!(rig.ports_that_sent(), vec![1]);
+}
+
+fn bad_sources_are_dropped_and_not_learned<S: Strategy>() {
+    let mut rig = Rig::<S>::new(2);
+    let multicast: MacAddr = "01:00:5e:00:00:01".parse().unwrap();
+    for src in [multicast, MacAddr::BROADCAST, MacAddr::ZERO] {
+        rig.send(0, &frame(MacAddr::BROADCAST, src, 60));
+    }
+    assert_eq!(rig.ports_that_sent(), Vec::<usize>::new());
+    assert_eq!(rig.stats(0).dropped(DropReason::BadSource), 3);
+    assert!(rig.fdb.is_empty());
+}
+
+fn reserved_destinations_are_never_forwarded<S: Strategy>() {
+    let mut rig = Rig::<S>::new(3);
+    for last in 0x00..=0x0f {
+        let dst = MacAddr([0x01, 0x80, 0xc2, 0, 0, last]);
+        rig.send(0, &frame(dst, station(A), 60));
+    }
+    assert_eq!(rig.ports_that_sent(), Vec::<usize>::new());
+    assert_eq!(rig.stats(0).dropped(DropReason::Reserved), 16);
+    // Their sources are still learned, as the kernel bridges do.
+    assert_eq!(rig.fdb.lookup(&key(A)), Some(PortId(0)));
+    // The next group address is ordinary multicast.
+    rig.send(
+        0,
+        &frame(MacAddr([0x01, 0x80, 0xc2, 0, 0, 0x10]), station(A), 60),
+    );
+    assert_eq!(rig.ports_that_sent(), vec![1, 2]);
+}
+
+fn group_and_unknown_destinations_flood<S: Strategy>() {
+    let mut rig = Rig::<S>::new(4);
+    let multicast: MacAddr = "33:33:00:00:00:01".parse().unwrap();
+    for dst in [MacAddr::BROADCAST, multicast, station(B)] {
+        let sent = frame(dst, station(A), 100);
+        rig.send(1, &sent);
+        let out = rig.sent();
+        assert!(out[1].is_empty(), "flooded back out of its ingress port");
+        for port in [0, 2, 3] {
+            assert_eq!(out[port], vec![sent.clone()], "port {port}, dst {dst}");
+        }
+    }
+}
+
+fn known_unicast_goes_to_its_port_only<S: Strategy>() {
+    let mut rig = Rig::<S>::new(3);
+    rig.send(1, &frame(MacAddr::BROADCAST, station(B), 60));
+    rig.sent();
+    let to_b = frame(station(B), station(A), 200);
+    rig.send(0, &to_b);
+    let out = rig.sent();
+    assert_eq!(out[1], vec![to_b]);
+    assert!(out[0].is_empty() && out[2].is_empty());
+    // And the reply, now that A is known, too.
+    rig.send(1, &frame(station(A), station(B), 60));
+    assert_eq!(rig.ports_that_sent(), vec![0]);
+}
+
+fn frames_never_go_back_out_of_their_port<S: Strategy>() {
+    let mut rig = Rig::<S>::new(3);
+    rig.send(0, &frame(MacAddr::BROADCAST, station(B), 60));
+    rig.sent();
+    rig.send(0, &frame(station(B), station(A), 60));
+    assert_eq!(rig.ports_that_sent(), Vec::<usize>::new());
+    assert_eq!(rig.stats(0).dropped(DropReason::SamePort), 1);
+}
+
+fn stations_move<S: Strategy>() {
+    let mut rig = Rig::<S>::new(3);
+    rig.send(1, &frame(MacAddr::BROADCAST, station(B), 60));
+    rig.send(2, &frame(MacAddr::BROADCAST, station(B), 60));
+    rig.sent();
+    assert_eq!(rig.fdb.lookup(&key(B)), Some(PortId(2)));
+    rig.send(0, &frame(station(B), station(A), 60));
+    assert_eq!(rig.ports_that_sent(), vec![2]);
+    let stats = rig.fdb.stats();
+    assert_eq!((stats.learned, stats.moved), (2, 1));
+    assert_eq!(rig.fdb.len(), 2);
+}
+
+fn vlans_separate_learning_and_tags_pass_unchanged<S: Strategy>() {
+    let mut rig = Rig::<S>::new(3);
+    rig.send(1, &tagged(MacAddr::BROADCAST, station(B), 10, 64));
+    rig.sent();
+    assert_eq!(
+        rig.fdb.lookup(&FdbKey::new(10, station(B))),
+        Some(PortId(1))
+    );
+    assert_eq!(rig.fdb.lookup(&key(B)), None);
+
+    let in_vlan = tagged(station(B), station(A), 10, 80);
+    rig.send(0, &in_vlan);
+    assert_eq!(
+        rig.sent()[1],
+        vec![in_vlan],
+        "tagged frame changed on its way"
+    );
+
+    // Same station, other VLAN or untagged: unknown, flooded.
+    rig.send(0, &tagged(station(B), station(A), 20, 80));
+    assert_eq!(rig.ports_that_sent(), vec![1, 2]);
+    rig.send(0, &frame(station(B), station(A), 80));
+    assert_eq!(rig.ports_that_sent(), vec![1, 2]);
+}
+
+fn counters_count_frames_and_bytes<S: Strategy>() {
+    let mut rig = Rig::<S>::new(3);
+    rig.send(0, &frame(MacAddr::BROADCAST, station(A), 100));
+    rig.send(1, &frame(station(A), station(B), 60));
+    rig.send(
+        1,
+        &frame(MacAddr([0x01, 0x80, 0xc2, 0, 0, 0]), station(B), 60),
+    );
+    let (p0, p1, p2) = (rig.stats(0), rig.stats(1), rig.stats(2));
+    assert_eq!(
+        (p0.rx_frames, p0.rx_bytes, p0.tx_frames, p0.tx_bytes),
+        (1, 100, 1, 60)
+    );
+    assert_eq!(
+        (p1.rx_frames, p1.rx_bytes, p1.tx_frames, p1.tx_bytes),
+        (2, 120, 1, 100)
+    );
+    assert_eq!((p2.rx_frames, p2.tx_frames, p2.tx_bytes), (0, 1, 100));
+    assert_eq!(p1.dropped_total(), 1);
+}
+
+fn oversize_frames_and_full_queues_are_counted<S: Strategy>() {
+    let config = WorkerConfig {
+        frame_capacity: 256,
+        ..WorkerConfig::default()
+    };
+    let mut rig = Rig::<S>::with(2, FdbConfig::default(), config);
+    rig.send(0, &frame(MacAddr::BROADCAST, station(A), 257));
+    assert_eq!(rig.stats(0).rx_oversize, 1);
+    assert_eq!(rig.ports_that_sent(), Vec::<usize>::new());
+
+    let fdb = FdbConfig::default();
+    let (port0, peer0) = bridge::port::MemoryPort::pair_with_limit("a", 8);
+    let (port1, peer1) = bridge::port::MemoryPort::pair_with_limit("b", 2);
+    let table = std::sync::Arc::new(MacTable::<S>::new(fdb));
+    let mut worker = bridge::Worker::new(table, vec![port0, port1], WorkerConfig::default());
+    for _ in 0..5 {
+        peer0.inject(&frame(MacAddr::BROADCAST, station(A), 60));
+    }
+    worker.poll();
+    let stats = worker.counters()[1].snapshot();
+    assert_eq!((stats.tx_frames, stats.tx_dropped), (2, 3));
+    assert_eq!(peer1.take_sent().len(), 2);
+}
+
+fn per_frame_sections_decide_the_same<S: Strategy>() {
+    let mut rig = Rig::<S>::per_frame(3);
+    rig.send(1, &frame(MacAddr::BROADCAST, station(B), 60));
+    assert_eq!(rig.ports_that_sent(), vec![0, 2]);
+    rig.send(0, &frame(station(B), station(A), 60));
+    assert_eq!(rig.ports_that_sent(), vec![1]);
+    rig.send(1, &frame(station(B), station(A), 60));
+    assert_eq!(rig.ports_that_sent(), Vec::<usize>::new());
+}
+
+fn a_batch_learns_after_it_is_decided<S: Strategy>() {
+    // Several frames in one batch: B is learned from the first, and the
+    // frames to B later in the same batch are still flooded; the next batch
+    // sends them to B's port only.
+    let mut rig = Rig::<S>::new(3);
+    rig.peers[1].inject(&frame(MacAddr::BROADCAST, station(B), 60));
+    rig.peers[1].inject(&frame(station(A), station(B), 60));
+    while rig.worker.poll() > 0 {}
+    assert_eq!(rig.fdb.lookup(&key(B)), Some(PortId(1)));
+    assert_eq!(
+        rig.fdb.stats().learned,
+        1,
+        "one source learned once per batch"
+    );
+    rig.sent();
+    rig.send(0, &frame(station(B), station(A), 60));
+    assert_eq!(rig.ports_that_sent(), vec![1]);
+}
+
+fn known_sources_only_refresh<S: Strategy>() {
+    let table = MacTable::<S>::new(FdbConfig::default());
+    assert_eq!(table.learn(key(A), PortId(0), 10), Learned::New);
+    // Same port: the read side refreshes it in place; nothing is learned.
+    assert!(table.read(|r| r.refresh_source(&key(A), PortId(0), 15)));
+    assert_eq!(
+        table.read(|r| r.entry(&key(A))),
+        Some((PortId(0), false, 15))
+    );
+    // Another port, or unknown: the write path is needed.
+    assert!(!table.read(|r| r.refresh_source(&key(A), PortId(1), 16)));
+    assert!(!table.read(|r| r.refresh_source(&key(B), PortId(0), 16)));
+    assert_eq!(
+        table.read(|r| r.entry(&key(A))),
+        Some((PortId(0), false, 15))
+    );
+    assert_eq!(table.stats().learned, 1);
+    assert_eq!(table.learn(key(A), PortId(0), 17), Learned::Refreshed);
+    assert_eq!(
+        table.read(|r| r.entry(&key(A))),
+        Some((PortId(0), false, 17))
+    );
+}
+
+fn entries_age<S: Strategy>() {
+    let config = FdbConfig {
+        age_secs: 10,
+        ..FdbConfig::default()
+    };
+    let table = MacTable::<S>::new(config);
+    table.learn(key(A), PortId(0), 0);
+    table.learn(key(B), PortId(1), 0);
+    table.add_static(key(3), PortId(2));
+    assert_eq!(table.age(9), 0);
+    assert!(table.read(|r| r.refresh_source(&key(A), PortId(0), 8)));
+    assert_eq!(table.age(10), 1, "B idle for the whole ageing time");
+    assert_eq!(table.lookup(&key(B)), None);
+    assert_eq!(table.lookup(&key(A)), Some(PortId(0)));
+    assert_eq!(table.age(17), 0);
+    assert_eq!(table.age(18), 1);
+    assert_eq!(table.age(100_000), 0, "static entries never age");
+    assert_eq!(table.lookup(&key(3)), Some(PortId(2)));
+    assert_eq!(table.learned_len(), 0);
+    assert_eq!(table.stats().aged, 2);
+}
+
+fn the_learning_limit_holds<S: Strategy>() {
+    let config = FdbConfig {
+        max_entries: 4,
+        age_secs: 10,
+    };
+    let mut rig = Rig::<S>::with(2, config, WorkerConfig::default());
+    for n in 0..6 {
+        rig.send(0, &frame(MacAddr::BROADCAST, station(100 + n), 60));
+    }
+    assert_eq!(rig.fdb.learned_len(), 4);
+    assert_eq!(rig.fdb.len(), 4);
+    assert_eq!(rig.fdb.stats().refused, 2);
+    // Frames from refused stations are still forwarded, and frames to them
+    // are flooded because they are unknown.
+    assert_eq!(rig.sent()[1].len(), 6);
+    rig.send(1, &frame(station(105), station(B), 60));
+    assert_eq!(rig.ports_that_sent(), vec![0]);
+    assert_eq!(rig.fdb.stats().refused, 3, "B did not fit either");
+    // Static entries do not count against the limit.
+    rig.fdb.add_static(key(7), PortId(1));
+    assert_eq!((rig.fdb.len(), rig.fdb.learned_len()), (5, 4));
+    // Ageing makes room again.
+    rig.fdb.age(u32::MAX);
+    assert_eq!(rig.fdb.learn(key(B), PortId(1), 0), Learned::New);
+}
+
+fn static_entries_win_over_learning<S: Strategy>() {
+    let mut rig = Rig::<S>::new(3);
+    rig.send(1, &frame(MacAddr::BROADCAST, station(B), 60));
+    assert_eq!(rig.fdb.learned_len(), 1);
+    assert!(
+        rig.fdb.add_static(key(B), PortId(2)),
+        "replaced a learned entry"
+    );
+    assert_eq!(rig.fdb.learned_len(), 0);
+    // B talks from port 1 again: the static entry stays on port 2.
+    rig.send(1, &frame(MacAddr::BROADCAST, station(B), 60));
+    assert_eq!(rig.fdb.lookup(&key(B)), Some(PortId(2)));
+    assert_eq!(rig.fdb.learn(key(B), PortId(0), 0), Learned::Static);
+    rig.sent();
+    rig.send(0, &frame(station(B), station(A), 60));
+    assert_eq!(rig.ports_that_sent(), vec![2]);
+    assert!(!rig.fdb.remove_static(key(A)), "A is learned, not static");
+    assert_eq!(rig.fdb.lookup(&key(A)), Some(PortId(0)));
+    assert!(rig.fdb.remove_static(key(B)));
+    assert!(!rig.fdb.remove_static(key(B)));
+    assert_eq!(rig.fdb.lookup(&key(B)), None);
+}
+
+fn flush_by_port_keeps_static_and_other_ports<S: Strategy>() {
+    let table = MacTable::<S>::new(FdbConfig::default());
+    for n in 0..10 {
+        table.learn(key(n), PortId((n % 2) as u16), 0);
+    }
+    table.add_static(key(50), PortId(0));
+    assert_eq!(table.flush_port(PortId(0)), 5);
+    assert_eq!(table.len(), 6);
+    assert_eq!(table.lookup(&key(50)), Some(PortId(0)));
+    assert_eq!(table.lookup(&key(1)), Some(PortId(1)));
+    assert_eq!(table.lookup(&key(0)), None);
+    assert_eq!(table.flush(), 5);
+    assert_eq!((table.len(), table.learned_len()), (1, 0));
+}
+
+fn snapshots_list_every_entry<S: Strategy>() {
+    let table = MacTable::<S>::new(FdbConfig::default());
+    table.learn(FdbKey::new(5, station(B)), PortId(1), 3);
+    table.learn(key(B), PortId(0), 4);
+    table.add_static(key(A), PortId(2));
+    let expected = vec![
+        FdbRecord {
+            key: key(A),
+            port: PortId(2),
+            is_static: true,
+            idle_secs: 0,
+        },
+        FdbRecord {
+            key: key(B),
+            port: PortId(0),
+            is_static: false,
+            idle_secs: 6,
+        },
+        FdbRecord {
+            key: FdbKey::new(5, station(B)),
+            port: PortId(1),
+            is_static: false,
+            idle_secs: 7,
+        },
+    ];
+    assert_eq!(table.snapshot(10), expected);
+}
+
+fn a_thousand_stations_round_trip<S: Strategy>() {
+    // Enough entries to span many buckets of every strategy.
+    let table = MacTable::<S>::new(FdbConfig {
+        max_entries: 1000,
+        age_secs: 300,
+    });
+    table.learn_batch(
+        &(0..1000)
+            .map(|n| (key(n), PortId((n % 7) as u16)))
+            .collect::<Vec<_>>(),
+        1,
+    );
+    assert_eq!(table.len(), 1000);
+    for n in 0..1000 {
+        assert_eq!(
+            table.lookup(&key(n)),
+            Some(PortId((n % 7) as u16)),
+            "station {n}"
+        );
+    }
+    assert_eq!(table.lookup(&key(1000)), None);
+    assert_eq!(table.snapshot(1).len(), 1000);
+}
+
+for_each_strategy!(
+    runts_are_dropped,
+    bad_sources_are_dropped_and_not_learned,
+    reserved_destinations_are_never_forwarded,
+    group_and_unknown_destinations_flood,
+    known_unicast_goes_to_its_port_only,
+    frames_never_go_back_out_of_their_port,
+    stations_move,
+    vlans_separate_learning_and_tags_pass_unchanged,
+    counters_count_frames_and_bytes,
+    oversize_frames_and_full_queues_are_counted,
+    per_frame_sections_decide_the_same,
+    a_batch_learns_after_it_is_decided,
+    known_sources_only_refresh,
+    entries_age,
+    the_learning_limit_holds,
+    static_entries_win_over_learning,
+    flush_by_port_keeps_static_and_other_ports,
+    snapshots_list_every_entry,
+    a_thousand_stations_round_trip,
+);
