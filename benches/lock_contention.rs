@@ -119,27 +119,29 @@ fn run<S: Strategy>(
                         let mut arrivals = 0u64;
                         let mut done = 0;
                         while done < per_thread {
-                            let count = (BATCH * 3).min(per_thread - done);
-                            let lookups = count - count / 100;
-                            table.read(|r| {
-                                for _ in 0..lookups {
-                                    black_box(r.lookup(&keys[at]));
-                                    at = if at + 1 == n { 0 } else { at + 1 };
-                                }
-                            });
-                            for _ in lookups..count {
-                                table.learn(key(base + arrivals), PortId(1), 0);
-                                if arrivals >= ARRIVALS_IN_FLIGHT as u64 {
-                                    table.forget(key(base + arrivals - ARRIVALS_IN_FLIGHT as u64));
-                                }
-                                arrivals += 1;
+                            // 99 lookups in three read sections of 33, then
+                            // one arrival: 100 operations.
+                            for _ in 0..3 {
+                                table.read(|r| {
+                                    for _ in 0..33 {
+                                        black_box(r.lookup(&keys[at]));
+                                        at = if at + 1 == n { 0 } else { at + 1 };
+                                    }
+                                });
                             }
-                            done += count;
+                            table.learn(key(base + arrivals), PortId(1), 0);
+                            if arrivals >= ARRIVALS_IN_FLIGHT as u64 {
+                                table.forget(key(base + arrivals - ARRIVALS_IN_FLIGHT as u64));
+                            }
+                            arrivals += 1;
+                            done += 100;
                         }
                     }
                     Workload::Moves => {
                         for i in 0..per_thread {
-                            let port = PortId(((i + t) % 4) as u16);
+                            // The port shifts with every pass over the
+                            // stations, so each learn is a move.
+                            let port = PortId(((i + i / n + t) % 4) as u16);
                             black_box(table.learn(keys[at], port, 0));
                             at = if at + 1 == n { 0 } else { at + 1 };
                         }
@@ -198,7 +200,8 @@ fn bench_floor(group: &mut BenchmarkGroup<'_, WallTime>, keys: &Arc<[FdbKey]>, w
                         black_box(map.get(&keys[at]).map(|e| e.0));
                     }
                     Workload::Moves => {
-                        black_box(map.insert(keys[at], (PortId((i % 4) as u16), 0)));
+                        let i = i as usize;
+                        black_box(map.insert(keys[at], (PortId(((i + i / n) % 4) as u16), 0)));
                     }
                 }
                 at = if at + 1 == n { 0 } else { at + 1 };
