@@ -3,10 +3,14 @@
 //! they change and publish a new snapshot.
 //!
 //! Copying a whole table per learned station would cost O(entries) per
-//! write. Instead a snapshot is a fixed array of buckets, each shared between
-//! snapshots through an `Arc`; a write section copies only the buckets it
-//! changes (each about 8 entries at the sized capacity) plus the array of
-//! bucket pointers, and publishes once at the end of the section however
+//! write. Instead a snapshot is a two-level tree of shared pieces: an array
+//! of chunks, each an array of buckets, each a small array of entries, every
+//! piece behind an `Arc` so that snapshots share what they do not change. A
+//! write section copies the buckets it changes (about 8 entries each at the
+//! sized capacity), the chunks that hold them and the chunk array: for a
+//! table of B buckets that is about 2 x sqrt(B) pointer copies (64 for the
+//! default 8192 entries) plus the entries of the changed buckets, however
+//! large the table. It publishes once at the end of the section, however
 //! many updates it made. Values sit behind their own `Arc`, so that a copied
 //! bucket shares them with the old one and in-place atomic updates made by
 //! readers of the old snapshot are not lost.
@@ -15,8 +19,7 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use hashbrown::hash_table::Entry;
-use hashbrown::{HashMap, HashTable};
+use hashbrown::HashMap;
 
 use crate::{
     HashBuilder, Key, LockedMap, ReadSection, Strategy, StrategyKind, Update, Value, WriteSection,
@@ -36,10 +39,16 @@ const ENTRIES_PER_BUCKET: usize = 8;
 const MIN_BUCKETS: usize = 16;
 const MAX_BUCKETS: usize = 1 << 16;
 
-type Bucket<K, V> = HashTable<(K, Arc<V>)>;
+type Slot<K, V> = (K, Arc<V>);
+type Bucket<K, V> = Arc<[Slot<K, V>]>;
+
+/// One level of the tree: a run of buckets.
+struct Chunk<K, V> {
+    buckets: Box<[Bucket<K, V>]>,
+}
 
 struct Snapshot<K, V> {
-    buckets: Box<[Arc<Bucket<K, V>>]>,
+    chunks: Box<[Arc<Chunk<K, V>>]>,
     len: usize,
 }
 
@@ -50,20 +59,31 @@ pub struct RcuMap<K, V> {
     writer: parking_lot::Mutex<()>,
     hasher: HashBuilder,
     bucket_mask: usize,
+    chunk_bits: u32,
 }
 
 impl<K: Key, V: Value> RcuMap<K, V> {
+    /// The bucket `key` lives in. Buckets are chosen by the middle bits of
+    /// the hash, which no other part of the map uses.
     #[inline]
-    fn hash(&self, key: &K) -> u64 {
-        self.hasher.hash_one(key)
+    fn bucket_of(&self, key: &K) -> usize {
+        (self.hasher.hash_one(key) >> 32) as usize & self.bucket_mask
     }
 
-    /// Buckets are chosen by the middle bits of the hash: hashbrown places
-    /// entries by the low bits and tags them with the top seven, so those
-    /// must still vary within a bucket.
+    /// Which chunk, and which bucket in it, holds bucket `index`.
     #[inline]
-    fn bucket_of(&self, hash: u64) -> usize {
-        (hash >> 32) as usize & self.bucket_mask
+    fn split(&self, index: usize) -> (usize, usize) {
+        (
+            index >> self.chunk_bits,
+            index & ((1 << self.chunk_bits) - 1),
+        )
+    }
+}
+
+impl<K, V> Snapshot<K, V> {
+    #[inline]
+    fn bucket(&self, (chunk, bucket): (usize, usize)) -> &[Slot<K, V>] {
+        &self.chunks[chunk].buckets[bucket]
     }
 }
 
@@ -74,12 +94,12 @@ pub struct RcuReader<'a, K, V> {
     snapshot: arc_swap::Guard<Arc<Snapshot<K, V>>>,
 }
 
-/// A write section of an [`RcuMap`]: the buckets it changed, published as a
-/// new snapshot when the section ends.
+/// A write section of an [`RcuMap`]: private copies of the buckets it
+/// changed, published as a new snapshot when the section ends.
 pub struct RcuWriter<'a, K, V> {
     map: &'a RcuMap<K, V>,
     base: Arc<Snapshot<K, V>>,
-    copied: HashMap<usize, Bucket<K, V>>,
+    copied: HashMap<usize, Vec<Slot<K, V>>>,
     len: usize,
 }
 
@@ -91,8 +111,16 @@ impl<K: Key, V: Value> LockedMap<K, V> for RcuMap<K, V> {
         let buckets = (capacity / ENTRIES_PER_BUCKET)
             .next_power_of_two()
             .clamp(MIN_BUCKETS, MAX_BUCKETS);
+        let bucket_bits = buckets.trailing_zeros();
+        let chunk_bits = bucket_bits / 2;
+        let empty: Bucket<K, V> = Arc::from(Vec::new());
+        let chunk = Arc::new(Chunk {
+            buckets: (0..1 << chunk_bits).map(|_| Arc::clone(&empty)).collect(),
+        });
         let snapshot = Snapshot {
-            buckets: (0..buckets).map(|_| Arc::new(HashTable::new())).collect(),
+            chunks: (0..buckets >> chunk_bits)
+                .map(|_| Arc::clone(&chunk))
+                .collect(),
             len: 0,
         };
         RcuMap {
@@ -100,6 +128,7 @@ impl<K: Key, V: Value> LockedMap<K, V> for RcuMap<K, V> {
             writer: parking_lot::Mutex::new(()),
             hasher: HashBuilder::default(),
             bucket_mask: buckets - 1,
+            chunk_bits,
         }
     }
 
@@ -133,38 +162,47 @@ impl<K: Key, V: Value> LockedMap<K, V> for RcuMap<K, V> {
 impl<K: Key, V: Value> ReadSection<K, V> for RcuReader<'_, K, V> {
     #[inline]
     fn get_with<R>(&self, key: &K, f: impl FnOnce(&V) -> R) -> Option<R> {
-        let hash = self.map.hash(key);
-        self.snapshot.buckets[self.map.bucket_of(hash)]
-            .find(hash, |(k, _)| k == key)
+        let at = self.map.split(self.map.bucket_of(key));
+        self.snapshot
+            .bucket(at)
+            .iter()
+            .find(|(k, _)| k == key)
             .map(|(_, value)| f(value))
     }
 
     fn for_each(&self, mut f: impl FnMut(&K, &V)) {
-        for bucket in self.snapshot.buckets.iter() {
-            bucket.iter().for_each(|(k, v)| f(k, v));
+        for chunk in self.snapshot.chunks.iter() {
+            for bucket in chunk.buckets.iter() {
+                bucket.iter().for_each(|(k, v)| f(k, v));
+            }
         }
     }
 }
 
 impl<K: Key, V: Value> RcuWriter<'_, K, V> {
+    /// Builds the new snapshot from the old one and the copied buckets.
     fn publish(self) {
         if self.copied.is_empty() {
             return;
         }
-        let mut copied = self.copied;
-        let buckets = self
-            .base
-            .buckets
-            .iter()
-            .enumerate()
-            .map(|(index, old)| {
-                copied
-                    .remove(&index)
-                    .map_or_else(|| Arc::clone(old), Arc::new)
-            })
-            .collect();
-        self.map.current.store(Arc::new(Snapshot {
-            buckets,
+        let map = self.map;
+        let mut chunks: Vec<Arc<Chunk<K, V>>> = self.base.chunks.to_vec();
+        let mut copied: Vec<_> = self.copied.into_iter().collect();
+        copied.sort_unstable_by_key(|(index, _)| *index);
+        let mut copied = copied.into_iter().peekable();
+        while let Some((index, bucket)) = copied.next() {
+            let (chunk, _) = map.split(index);
+            let mut buckets = chunks[chunk].buckets.to_vec();
+            buckets[map.split(index).1] = Arc::from(bucket);
+            while let Some((index, bucket)) = copied.next_if(|(i, _)| map.split(*i).0 == chunk) {
+                buckets[map.split(index).1] = Arc::from(bucket);
+            }
+            chunks[chunk] = Arc::new(Chunk {
+                buckets: buckets.into_boxed_slice(),
+            });
+        }
+        map.current.store(Arc::new(Snapshot {
+            chunks: chunks.into_boxed_slice(),
             len: self.len,
         }));
     }
@@ -172,88 +210,87 @@ impl<K: Key, V: Value> RcuWriter<'_, K, V> {
 
 impl<K: Key, V: Value> WriteSection<K, V> for RcuWriter<'_, K, V> {
     fn update<R>(&mut self, key: K, f: impl FnOnce(Option<&V>) -> (Update<V>, R)) -> R {
-        let map = self.map;
-        let hash = map.hash(&key);
-        let index = map.bucket_of(hash);
-        let rehash = |(k, _): &(K, Arc<V>)| map.hash(k);
-
-        let bucket = match self.copied.get_mut(&index) {
-            Some(bucket) => bucket,
-            None => {
-                // Decide on the shared bucket first: most updates that find
-                // nothing to change must not pay for a copy.
-                let current = self.base.buckets[index].find(hash, |(k, _)| *k == key);
-                let (update, result) = f(current.map(|(_, v)| &**v));
-                match (update, current.is_some()) {
-                    (Update::Keep, _) | (Update::Remove, false) => return result,
-                    (update, _) => {
-                        let mut copy = (*self.base.buckets[index]).clone();
-                        self.len = apply(&mut copy, hash, key, update, rehash, self.len);
-                        self.copied.insert(index, copy);
-                        return result;
-                    }
-                }
-            }
-        };
-        let current = bucket.find(hash, |(k, _)| *k == key);
-        let (update, result) = f(current.map(|(_, v)| &**v));
-        self.len = apply(bucket, hash, key, update, rehash, self.len);
+        let index = self.map.bucket_of(&key);
+        if let Some(bucket) = self.copied.get_mut(&index) {
+            let at = bucket.iter().position(|(k, _)| *k == key);
+            let (update, result) = f(at.map(|i| &*bucket[i].1));
+            self.len = apply(bucket, at, key, update, self.len);
+            return result;
+        }
+        // Decide on the shared bucket first: an update that changes nothing
+        // must not pay for a copy.
+        let shared = self.base.bucket(self.map.split(index));
+        let at = shared.iter().position(|(k, _)| *k == key);
+        let (update, result) = f(at.map(|i| &*shared[i].1));
+        if matches!((&update, at), (Update::Keep, _) | (Update::Remove, None)) {
+            return result;
+        }
+        let mut copy = shared.to_vec();
+        self.len = apply(&mut copy, at, key, update, self.len);
+        self.copied.insert(index, copy);
         result
     }
 
     fn retain(&mut self, mut keep: impl FnMut(&K, &V) -> bool) -> usize {
-        let mut removed = 0;
+        let before = self.len;
         let mut verdicts = Vec::new();
-        for index in 0..self.base.buckets.len() {
+        for index in 0..=self.map.bucket_mask {
             if let Some(bucket) = self.copied.get_mut(&index) {
-                let before = bucket.len();
                 bucket.retain(|(k, v)| keep(k, v));
-                removed += before - bucket.len();
                 continue;
             }
-            let shared = &self.base.buckets[index];
+            let shared = self.base.bucket(self.map.split(index));
             verdicts.clear();
             verdicts.extend(shared.iter().map(|(k, v)| keep(k, v)));
             if verdicts.iter().all(|kept| *kept) {
                 continue;
             }
-            let mut copy = HashTable::with_capacity(shared.len());
-            for ((k, v), _) in shared.iter().zip(&verdicts).filter(|(_, kept)| **kept) {
-                copy.insert_unique(self.map.hash(k), (k.clone(), Arc::clone(v)), |(k, _)| {
-                    self.map.hash(k)
-                });
-            }
-            removed += shared.len() - copy.len();
+            let copy: Vec<_> = shared
+                .iter()
+                .zip(&verdicts)
+                .filter(|(_, kept)| **kept)
+                .map(|(slot, _)| slot.clone())
+                .collect();
             self.copied.insert(index, copy);
         }
-        self.len -= removed;
-        removed
+        self.len = self.copied_len();
+        before - self.len
     }
 }
 
-/// Applies one decided update to an owned bucket; returns the new length.
-fn apply<K: Key, V>(
-    bucket: &mut Bucket<K, V>,
-    hash: u64,
+impl<K: Key, V: Value> RcuWriter<'_, K, V> {
+    /// The length after this section: the base's, corrected by every copied
+    /// bucket's change.
+    fn copied_len(&self) -> usize {
+        let mut len = self.base.len;
+        for (index, bucket) in &self.copied {
+            len = len + bucket.len() - self.base.bucket(self.map.split(*index)).len();
+        }
+        len
+    }
+}
+
+/// Applies one decided update to a private bucket; returns the new length.
+fn apply<K, V>(
+    bucket: &mut Vec<Slot<K, V>>,
+    at: Option<usize>,
     key: K,
     update: Update<V>,
-    rehash: impl Fn(&(K, Arc<V>)) -> u64,
     len: usize,
 ) -> usize {
-    match (bucket.entry(hash, |(k, _)| *k == key, rehash), update) {
-        (_, Update::Keep) => len,
-        (Entry::Occupied(mut entry), Update::Put(value)) => {
-            entry.get_mut().1 = Arc::new(value);
+    match (update, at) {
+        (Update::Keep, _) | (Update::Remove, None) => len,
+        (Update::Put(value), Some(i)) => {
+            bucket[i].1 = Arc::new(value);
             len
         }
-        (Entry::Occupied(entry), Update::Remove) => {
-            entry.remove();
-            len - 1
-        }
-        (Entry::Vacant(entry), Update::Put(value)) => {
-            entry.insert((key, Arc::new(value)));
+        (Update::Put(value), None) => {
+            bucket.push((key, Arc::new(value)));
             len + 1
         }
-        (Entry::Vacant(_), Update::Remove) => len,
+        (Update::Remove, Some(i)) => {
+            bucket.swap_remove(i);
+            len - 1
+        }
     }
 }

@@ -26,7 +26,10 @@ fn updates_insert_replace_keep_and_remove<S: Strategy>() {
     let seen = map.write(|w| w.update(1, |old| (Update::Keep, old.copied())));
     assert_eq!(seen, Some(11));
     map.write(|w| w.update(2, |_| (Update::<u64>::Keep, ())));
-    assert_eq!((get::<S>(&map, 1), get::<S>(&map, 2), map.len()), (Some(11), None, 1));
+    assert_eq!(
+        (get::<S>(&map, 1), get::<S>(&map, 2), map.len()),
+        (Some(11), None, 1)
+    );
     map.write(|w| w.update(2, |_| (Update::<u64>::Remove, ())));
     map.write(|w| w.update(1, |_| (Update::<u64>::Remove, ())));
     assert_eq!((get::<S>(&map, 1), map.len()), (None, 0));
