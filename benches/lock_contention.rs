@@ -23,7 +23,21 @@ use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Thro
 use hashbrown::HashMap;
 use locks::{Strategy, StrategyKind};
 
-const THREADS: [usize; 4] = [1, 2, 4, 8];
+/// Thread counts; `MPBRIDGE_BENCH_THREADS=1,2,4,8,16` overrides them (for
+/// a machine with more cores).
+fn thread_counts() -> Vec<usize> {
+    match std::env::var("MPBRIDGE_BENCH_THREADS") {
+        Ok(list) => list
+            .split(',')
+            .map(|n| {
+                n.trim()
+                    .parse()
+                    .expect("MPBRIDGE_BENCH_THREADS: a comma-separated list of counts")
+            })
+            .collect(),
+        Err(_) => vec![1, 2, 4, 8],
+    }
+}
 const SIZES: [usize; 2] = [64, 8192];
 /// Lookups per read section: one receive batch's worth.
 const BATCH: usize = 32;
@@ -164,7 +178,7 @@ fn bench_strategy<S: Strategy>(
     workload: Workload,
     suffix: &str,
 ) {
-    for threads in THREADS {
+    for threads in thread_counts() {
         let table = filled::<S>(keys);
         group.bench_function(format!("{}{suffix}/{threads}", S::KIND), |b| {
             b.iter_custom(|iters| run(&table, keys, workload, threads, iters))
