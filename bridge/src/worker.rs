@@ -6,14 +6,86 @@
 //! send per output port; then one write section that learns the batch's new
 //! and moved sources. Learning therefore takes effect from the next batch.
 
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use locks::Strategy;
 
 use crate::counters::{PortCounters, PortStats};
 use crate::decision::{classify, decide, Decision};
 use crate::fdb::{FdbKey, FdbReader, FdbSection, MacTable, PortId, Seconds};
-use crate::port::{Port, RxBatch};
+use crate::port::{Port, PortError, RxBatch};
+
+/// How long a port whose receive failed is left alone, so that a port in a
+/// persistent error state (a deleted tap) never spins a core.
+const ERROR_BACKOFF: Duration = Duration::from_secs(1);
+/// At most one log line per port per this interval.
+const LOG_INTERVAL: Duration = Duration::from_secs(10);
+/// The longest a worker sleeps without looking at its stop flag.
+const MAX_SLEEP_MS: i32 = 500;
+
+/// Tells workers to stop, waking those asleep in `poll`.
+#[derive(Debug)]
+pub struct Stopper {
+    stopped: AtomicBool,
+    wake: OwnedFd,
+}
+
+impl Stopper {
+    /// A stopper not yet triggered.
+    pub fn new() -> io::Result<Stopper> {
+        Ok(Stopper {
+            stopped: AtomicBool::new(false),
+            wake: crate::port::sys_eventfd()?,
+        })
+    }
+
+    /// Asks every worker to stop and wakes them.
+    pub fn stop(&self) {
+        // Release: pairs with the workers' acquire load.
+        self.stopped.store(true, Ordering::Release);
+        // The flag is what counts; a failed wake-up only delays the stop
+        // by at most the workers' longest sleep.
+        let _ = crate::port::sys_eventfd_signal(self.wake.as_raw_fd());
+    }
+
+    /// Whether [`stop`](Self::stop) was called.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+}
+
+/// Per-port fault state: when to look at the port again, when it last logged.
+#[derive(Debug, Clone, Copy, Default)]
+struct Fault {
+    quiet_until: Option<Instant>,
+    logged_at: Option<Instant>,
+    suppressed: u64,
+}
+
+impl Fault {
+    /// Logs `error` unless this port logged within [`LOG_INTERVAL`].
+    fn log(&mut self, error: &PortError) {
+        let now = Instant::now();
+        if self.logged_at.is_some_and(|at| now < at + LOG_INTERVAL) {
+            self.suppressed += 1;
+            return;
+        }
+        if self.suppressed > 0 {
+            log::warn!(
+                "{error} (and {} more since the last report)",
+                self.suppressed
+            );
+        } else {
+            log::warn!("{error}");
+        }
+        self.logged_at = Some(now);
+        self.suppressed = 0;
+    }
+}
 
 /// How long a read section lasts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -60,6 +132,7 @@ pub struct Worker<S: Strategy, P: Port> {
     outputs: Vec<Vec<usize>>,
     to_learn: Vec<(FdbKey, PortId)>,
     stats: Vec<PortStats>,
+    faults: Vec<Fault>,
 }
 
 impl<S: Strategy, P: Port> Worker<S, P> {
@@ -78,6 +151,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
                 .collect(),
             to_learn: Vec::with_capacity(config.batch_size),
             stats: vec![PortStats::default(); n],
+            faults: vec![Fault::default(); n],
             ports,
         }
     }
@@ -101,11 +175,23 @@ impl<S: Strategy, P: Port> Worker<S, P> {
     /// how many frames were received.
     pub fn poll(&mut self) -> usize {
         let mut received = 0;
+        let mut now = None;
         for ingress in 0..self.ports.len() {
+            if let Some(until) = self.faults[ingress].quiet_until {
+                if *now.get_or_insert_with(Instant::now) < until {
+                    continue;
+                }
+                self.faults[ingress].quiet_until = None;
+            }
             self.batch.clear();
             match self.ports[ingress].recv_batch(&mut self.batch) {
                 Ok(report) => self.stats[ingress].rx_oversize += report.oversize as u64,
-                Err(_) => self.stats[ingress].rx_errors += 1,
+                Err(error) => {
+                    self.stats[ingress].rx_errors += 1;
+                    let fault = &mut self.faults[ingress];
+                    fault.quiet_until = Some(Instant::now() + ERROR_BACKOFF);
+                    fault.log(&error);
+                }
             }
             if !self.batch.is_empty() {
                 received += self.batch.len();
@@ -119,6 +205,49 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             }
         }
         received
+    }
+
+    /// Forwards until `stopper` says stop, sleeping in `poll(2)` on the
+    /// ports' descriptors when none has frames.
+    pub fn run(&mut self, stopper: &Stopper) {
+        let mut fds = Vec::with_capacity(self.ports.len() + 1);
+        while !stopper.is_stopped() {
+            if self.poll() > 0 {
+                continue;
+            }
+            fds.clear();
+            fds.push(libc::pollfd {
+                fd: stopper.wake.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+            let now = Instant::now();
+            let mut timeout = MAX_SLEEP_MS;
+            let mut always_ready = false;
+            for (port, fault) in self.ports.iter().zip(&self.faults) {
+                if let Some(until) = fault.quiet_until {
+                    let wait = until.saturating_duration_since(now).as_millis() as i32 + 1;
+                    timeout = timeout.min(wait);
+                    continue;
+                }
+                match port.raw_fd() {
+                    Some(fd) => fds.push(libc::pollfd {
+                        fd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    }),
+                    None => always_ready = true,
+                }
+            }
+            if always_ready {
+                std::thread::yield_now();
+                continue;
+            }
+            if let Err(error) = crate::port::sys_poll(&mut fds, timeout) {
+                log::warn!("poll failed: {error}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
     }
 
     fn forward(&mut self, ingress: usize) {
@@ -137,11 +266,13 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         match self.config.section {
             SectionMode::PerBatch => fdb.read(|section| {
                 for frame in batch.iter() {
+                    let frame = &frame[P::METADATA_LEN.min(frame.len())..];
                     decisions.push(decide_and_refresh::<S>(section, port, frame, now, to_learn));
                 }
             }),
             SectionMode::PerFrame => {
                 for frame in batch.iter() {
+                    let frame = &frame[P::METADATA_LEN.min(frame.len())..];
                     let decision = fdb.read(|section| {
                         decide_and_refresh::<S>(section, port, frame, now, to_learn)
                     });
@@ -162,7 +293,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         let rx = &mut self.stats[ingress];
         for (index, decision) in self.decisions.iter().enumerate() {
             rx.rx_frames += 1;
-            rx.rx_bytes += self.batch.frame(index).len() as u64;
+            rx.rx_bytes += payload_len::<P>(self.batch.frame(index));
             match *decision {
                 Decision::Drop(reason) => rx.drops[reason.index()] += 1,
                 Decision::Unicast(port) => match self.outputs.get_mut(port.index()) {
@@ -195,15 +326,24 @@ impl<S: Strategy, P: Port> Worker<S, P> {
                     tx.tx_bytes += output
                         .iter()
                         .take(sent as usize)
-                        .map(|&index| batch.frame(index).len() as u64)
+                        .map(|&index| payload_len::<P>(batch.frame(index)))
                         .sum::<u64>();
                     tx.tx_dropped += offered - sent;
                 }
-                Err(_) => tx.tx_errors += offered,
+                Err(error) => {
+                    tx.tx_errors += offered;
+                    self.faults[egress].log(&error);
+                }
             }
             output.clear();
         }
     }
+}
+
+/// A buffer's Ethernet frame length, without the port's metadata.
+#[inline]
+fn payload_len<P: Port>(buffer: &[u8]) -> u64 {
+    buffer.len().saturating_sub(P::METADATA_LEN) as u64
 }
 
 /// Decides one frame and refreshes or queues its source for learning.

@@ -4,9 +4,22 @@
 //! through a [`Port`]. Receiving fills a reusable [`RxBatch`], so the
 //! forwarding path allocates nothing per frame.
 
+pub mod link;
 pub mod memory;
+pub mod raw;
+mod sys;
+pub mod tap;
 
+pub use link::LinkPort;
 pub use memory::{MemoryPeer, MemoryPort};
+pub use raw::RawPort;
+pub use sys::VNET_HDR_LEN;
+pub(crate) use sys::{
+    eventfd as sys_eventfd, eventfd_signal as sys_eventfd_signal, poll as sys_poll,
+};
+pub use tap::TapPort;
+
+use std::os::fd::RawFd;
 
 /// A fixed set of reusable receive buffers.
 #[derive(Debug)]
@@ -159,8 +172,18 @@ pub enum PortError {
 
 /// One queue of a bridge port, owned by one worker.
 pub trait Port: Send {
+    /// Bytes before the Ethernet frame in every buffer (the virtio-net
+    /// header of real ports), passed through unchanged.
+    const METADATA_LEN: usize = 0;
+
     /// The port's name, for counters and logs.
     fn name(&self) -> &str;
+
+    /// A descriptor that polls readable when frames wait, if there is one;
+    /// without one the worker polls the port without sleeping.
+    fn raw_fd(&self) -> Option<RawFd> {
+        None
+    }
 
     /// Receives frames into the batch's free buffers without blocking.
     fn recv_batch(&mut self, batch: &mut RxBatch) -> Result<RxReport, PortError>;

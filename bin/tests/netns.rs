@@ -1,0 +1,298 @@
+//! Network namespaces, links and a running mpbridge for the daemon tests:
+//! each piece removes what it made when dropped, also when a test fails.
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::os::fd::AsRawFd;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Whether this process may make namespaces and links. When it may not,
+/// prints why and returns false, unless MPBRIDGE_REQUIRE_PRIV=1 asks for a
+/// failure instead.
+pub fn privileged(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    #[allow(unsafe_code)]
+    let root = unsafe { libc::geteuid() } == 0;
+    let ip = Command::new("ip")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let reason = match (root, ip) {
+        (true, true) => return true,
+        (false, _) => {
+            "needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN) for namespaces, taps and packet sockets"
+        }
+        (true, false) => "needs iproute2 (the ip command)",
+    };
+    if std::env::var("MPBRIDGE_REQUIRE_PRIV").as_deref() == Ok("1") {
+        panic!("{test}: {reason}, and MPBRIDGE_REQUIRE_PRIV=1 forbids skipping");
+    }
+    eprintln!("skipped {test}: {reason}");
+    false
+}
+
+/// Runs `ip` with `args`; panics with its error output if it fails.
+pub fn ip(args: &[&str]) {
+    let output = Command::new("ip")
+        .args(args)
+        .output()
+        .expect("cannot run ip");
+    assert!(
+        output.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A name no other test of any run on this machine is using now: the
+/// process id and a counter.
+pub fn unique(prefix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}{}x{}",
+        std::process::id() % 100_000,
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A network namespace, deleted (with every link in it) on drop.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn new() -> Netns {
+        let name = unique("mpbt");
+        ip(&["netns", "add", &name]);
+        let ns = Netns { name };
+        ns.ip(&["link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// Runs `ip -n NAME args`.
+    pub fn ip(&self, args: &[&str]) {
+        let mut all = vec!["-n", &self.name];
+        all.extend_from_slice(args);
+        ip(&all);
+    }
+
+    /// Runs `f` on a thread that entered this namespace; returns its result.
+    pub fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let path = format!("/run/netns/{}", self.name);
+        thread::spawn(move || {
+            let file = File::open(&path).expect("cannot open the namespace");
+            // SAFETY: `file` is an open namespace file for the call; setns
+            // moves only this thread.
+            #[allow(unsafe_code)]
+            let ret = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(ret, 0, "setns: {}", std::io::Error::last_os_error());
+            f()
+        })
+        .join()
+        .expect("a thread in the namespace panicked")
+    }
+
+    /// Like `run`, but returns at once with a handle.
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> thread::JoinHandle<T> {
+        let path = format!("/run/netns/{}", self.name);
+        thread::spawn(move || {
+            let file = File::open(&path).expect("cannot open the namespace");
+            // SAFETY: as in `run`.
+            #[allow(unsafe_code)]
+            let ret = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(ret, 0, "setns: {}", std::io::Error::last_os_error());
+            f()
+        })
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+/// A running mpbridge, stopped with SIGTERM (then SIGKILL) on drop.
+pub struct Daemon {
+    pub child: Child,
+    pub lines: mpsc::Receiver<String>,
+    pub log: Vec<String>,
+}
+
+impl Daemon {
+    /// Starts mpbridge with `args` inside namespace `ns` and waits (at most
+    /// 10 s) for its ready line.
+    pub fn start(ns: &Netns, args: &[&str]) -> Daemon {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_mpbridge")])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cannot start mpbridge");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut daemon = Daemon {
+            child,
+            lines,
+            log: Vec::new(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match daemon.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let ready = line.contains("ready");
+                    daemon.log.push(line);
+                    if ready {
+                        return daemon;
+                    }
+                }
+                Err(_) => panic!("mpbridge not ready within 10 s: {:?}", daemon.log),
+            }
+        }
+    }
+
+    /// Sends SIGTERM and waits (at most `within`) for the exit; returns the
+    /// exit status and everything it printed.
+    pub fn stop(mut self, within: Duration) -> (Option<std::process::ExitStatus>, Vec<String>) {
+        // SAFETY: kill has no memory preconditions; the pid is our child's.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + within;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                break Some(status);
+            }
+            if Instant::now() > deadline {
+                break None;
+            }
+            thread::sleep(Duration::from_millis(20));
+        };
+        let end = Instant::now() + Duration::from_secs(2);
+        while let Ok(line) = self
+            .lines
+            .recv_timeout(end.saturating_duration_since(Instant::now()))
+        {
+            self.log.push(line);
+        }
+        (status, std::mem::take(&mut self.log))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: as in `stop`.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+            }
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// How a host reaches the bridge.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PortKind {
+    /// mpbridge makes a tap, which is then moved into the host's namespace.
+    Tap,
+    /// A veth pair: the host keeps one end, mpbridge opens the other raw.
+    Raw,
+}
+
+/// A bridge namespace running mpbridge and N host namespaces, each with one
+/// interface `eth0` addressed 198.18.0.(i+1)/24 and linked to one port.
+pub struct Topology {
+    pub daemon: Option<Daemon>,
+    pub hosts: Vec<Netns>,
+    pub bridge: Netns,
+}
+
+impl Topology {
+    pub fn new(kind: PortKind, hosts: usize, extra: &[&str]) -> Topology {
+        let bridge = Netns::new();
+        let hosts: Vec<Netns> = (0..hosts).map(|_| Netns::new()).collect();
+        let mut args = vec!["run".to_owned()];
+        for (i, host) in hosts.iter().enumerate() {
+            let port = format!("p{i}");
+            if kind == PortKind::Raw {
+                host.ip(&[
+                    "link",
+                    "add",
+                    "eth0",
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    &port,
+                    "netns",
+                    &bridge.name,
+                ]);
+                args.push(format!("--port=raw:{port}"));
+            } else {
+                args.push(format!("--port=tap:{port}"));
+            }
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let daemon = Daemon::start(&bridge, &args);
+        for (i, host) in hosts.iter().enumerate() {
+            if kind == PortKind::Tap {
+                let port = format!("p{i}");
+                bridge.ip(&["link", "set", &port, "netns", &host.name]);
+                host.ip(&["link", "set", &port, "name", "eth0"]);
+            }
+            let addr = format!("198.18.0.{}/24", i + 1);
+            host.ip(&["addr", "add", &addr, "dev", "eth0"]);
+            host.ip(&["link", "set", "eth0", "up"]);
+        }
+        Topology {
+            daemon: Some(daemon),
+            hosts,
+            bridge,
+        }
+    }
+
+    /// The IPv4 address of host `i`.
+    pub fn addr(i: usize) -> std::net::Ipv4Addr {
+        std::net::Ipv4Addr::new(198, 18, 0, i as u8 + 1)
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        // The daemon first, so that its taps go before their namespaces.
+        self.daemon.take();
+    }
+}

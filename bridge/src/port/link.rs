@@ -1,0 +1,52 @@
+//! A port on a real link, tap or raw, as one type, so that a bridge can mix
+//! both kinds while the worker stays monomorphised (an enum, not `dyn`).
+
+use std::os::fd::RawFd;
+
+use super::{Port, PortError, RawPort, RxBatch, RxReport, TapPort, VNET_HDR_LEN};
+
+/// A tap queue or a packet socket.
+#[derive(Debug)]
+pub enum LinkPort {
+    /// A tap queue.
+    Tap(TapPort),
+    /// A packet socket.
+    Raw(RawPort),
+}
+
+impl Port for LinkPort {
+    // Both carry the same virtio-net header, so frames pass between them
+    // with their offload state.
+    const METADATA_LEN: usize = VNET_HDR_LEN;
+
+    fn name(&self) -> &str {
+        match self {
+            LinkPort::Tap(port) => port.name(),
+            LinkPort::Raw(port) => port.name(),
+        }
+    }
+
+    fn raw_fd(&self) -> Option<RawFd> {
+        match self {
+            LinkPort::Tap(port) => port.raw_fd(),
+            LinkPort::Raw(port) => port.raw_fd(),
+        }
+    }
+
+    fn recv_batch(&mut self, batch: &mut RxBatch) -> Result<RxReport, PortError> {
+        match self {
+            LinkPort::Tap(port) => port.recv_batch(batch),
+            LinkPort::Raw(port) => port.recv_batch(batch),
+        }
+    }
+
+    fn send_batch<'a>(
+        &mut self,
+        frames: impl Iterator<Item = &'a [u8]>,
+    ) -> Result<usize, PortError> {
+        match self {
+            LinkPort::Tap(port) => port.send_batch(frames),
+            LinkPort::Raw(port) => port.send_batch(frames),
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! Raw ports: an existing interface (a NIC, a veth) through AF_PACKET, one
+//! socket per worker joined in a hash fanout group, so that a flow stays on
+//! one worker and its frames keep their order.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+use super::sys::{self, VNET_HDR_LEN};
+use super::tap::{recv_into, send_each};
+use super::{Port, PortError, RxBatch, RxReport};
+
+/// One packet socket on an interface.
+#[derive(Debug)]
+pub struct RawPort {
+    name: String,
+    fd: OwnedFd,
+}
+
+impl RawPort {
+    /// Opens `queues` sockets on interface `name`, in one fanout group, and
+    /// brings the interface up.
+    pub fn open(name: &str, queues: usize) -> io::Result<Vec<RawPort>> {
+        let ifindex = sys::if_index(name)?;
+        // Fanout groups are per network namespace; this process and
+        // interface make a group id that other bridges will not pick.
+        let group = (std::process::id() as u16) ^ (ifindex as u16).rotate_left(8);
+        sys::set_link_up(name)?;
+        (0..queues.max(1))
+            .map(|_| {
+                sys::open_packet_socket(ifindex, group).map(|fd| RawPort {
+                    name: name.to_owned(),
+                    fd,
+                })
+            })
+            .collect()
+    }
+}
+
+impl Port for RawPort {
+    const METADATA_LEN: usize = VNET_HDR_LEN;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn raw_fd(&self) -> Option<RawFd> {
+        Some(self.fd.as_raw_fd())
+    }
+
+    fn recv_batch(&mut self, batch: &mut RxBatch) -> Result<RxReport, PortError> {
+        let fd = self.fd.as_raw_fd();
+        recv_into(&self.name, batch, |buf| sys::recv_packet(fd, buf))
+    }
+
+    fn send_batch<'a>(
+        &mut self,
+        frames: impl Iterator<Item = &'a [u8]>,
+    ) -> Result<usize, PortError> {
+        let fd = self.fd.as_raw_fd();
+        send_each(&self.name, frames, |frame| sys::write(fd, frame))
+    }
+}
