@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use netns::{privileged, PortKind, Topology};
+use netns::{privileged, Netns, PortKind, Topology};
 
 const TRANSFER: usize = 8 << 20;
 
@@ -27,10 +27,10 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
 
 /// Sends TRANSFER bytes from host `from` to host `to` over TCP (ARP first,
 /// implicitly) and checks every byte. Every step is bounded in time.
-fn tcp_transfer(topology: &Topology, from: usize, to: usize, port: u16, seed: u64) {
+fn tcp_transfer(hosts: &[Netns], from: usize, to: usize, port: u16, seed: u64) {
     let server_addr = SocketAddr::from((Topology::addr(to), port));
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let server = topology.hosts[to].spawn(move || {
+    let server = hosts[to].spawn(move || {
         let listener = TcpListener::bind(server_addr).expect("bind");
         listener.set_nonblocking(true).unwrap();
         ready_tx.send(()).unwrap();
@@ -57,7 +57,7 @@ fn tcp_transfer(topology: &Topology, from: usize, to: usize, port: u16, seed: u6
     ready_rx
         .recv_timeout(Duration::from_secs(10))
         .expect("server not listening");
-    topology.hosts[from].run(move || {
+    hosts[from].run(move || {
         let mut stream =
             TcpStream::connect_timeout(&server_addr, Duration::from_secs(10)).expect("connect");
         stream
@@ -76,8 +76,8 @@ fn tcp_through(kind: PortKind, lock: &str) {
         return;
     }
     let topology = Topology::new(kind, 2, &["--lock", lock]);
-    tcp_transfer(&topology, 0, 1, 5001, 7);
-    tcp_transfer(&topology, 1, 0, 5002, 9);
+    tcp_transfer(&topology.hosts, 0, 1, 5001, 7);
+    tcp_transfer(&topology.hosts, 1, 0, 5002, 9);
 }
 
 macro_rules! tcp_tests {
@@ -99,4 +99,352 @@ tcp_tests! {
     tcp_raw_sharded: PortKind::Raw, "sharded";
     tcp_raw_rcu: PortKind::Raw, "rcu";
     tcp_raw_epoch: PortKind::Raw, "epoch";
+}
+
+use netns::{mac, tagged_test_frame, test_frame, Station, BROADCAST};
+
+/// Lets frames in flight arrive, then returns what each station got.
+fn settle(stations: &mut [Station]) -> Vec<Vec<Vec<u8>>> {
+    std::thread::sleep(Duration::from_millis(250));
+    stations
+        .iter_mut()
+        .map(|s| s.collect(Duration::from_millis(1)))
+        .collect()
+}
+
+fn counts(got: &[Vec<Vec<u8>>]) -> Vec<usize> {
+    got.iter().map(Vec::len).collect()
+}
+
+/// Learning, flooding, reserved destinations, bad sources, station moves and
+/// 802.1Q tags, on three hosts.
+fn forwarding_rules(kind: PortKind) {
+    if !privileged("forwarding_rules") {
+        return;
+    }
+    let topology = Topology::new(kind, 3, &[]);
+    let mut st: Vec<Station> = topology.hosts.iter().map(Station::on).collect();
+    let (a, b, c) = (mac(1), mac(2), mac(3));
+    settle(&mut st);
+
+    // Broadcast floods to every other port, never back.
+    let frame = test_frame(BROADCAST, b, 1, 60);
+    st[1].send(&frame);
+    let got = settle(&mut st);
+    assert_eq!(counts(&got), [1, 0, 1], "broadcast");
+    assert_eq!(got[0][0], frame, "frame changed on its way");
+
+    // Unknown unicast floods.
+    st[0].send(&test_frame(c, a, 2, 60));
+    assert_eq!(counts(&settle(&mut st)), [0, 1, 1], "unknown unicast");
+
+    // Known unicast goes to the learned port only.
+    st[0].send(&test_frame(b, a, 3, 60));
+    assert_eq!(counts(&settle(&mut st)), [0, 1, 0], "known unicast");
+
+    // Reserved destinations and bad sources go nowhere.
+    st[0].send(&test_frame([0x01, 0x80, 0xc2, 0, 0, 0x0e], a, 4, 60));
+    st[0].send(&test_frame(BROADCAST, [0x01, 0, 0x5e, 0, 0, 1], 5, 60));
+    st[0].send(&test_frame(BROADCAST, [0; 6], 5, 60));
+    assert_eq!(
+        counts(&settle(&mut st)),
+        [0, 0, 0],
+        "reserved or bad source forwarded"
+    );
+
+    // B moves to host 2.
+    st[2].send(&test_frame(BROADCAST, b, 6, 60));
+    assert_eq!(counts(&settle(&mut st)), [1, 1, 0], "broadcast after move");
+    st[0].send(&test_frame(b, a, 7, 60));
+    assert_eq!(counts(&settle(&mut st)), [0, 0, 1], "unicast after move");
+
+    // Tagged frames pass unchanged, and VLANs separate learning.
+    let tagged = tagged_test_frame(b, a, 42, 8, 64);
+    st[0].send(&tagged);
+    let got = settle(&mut st);
+    assert_eq!(counts(&got), [0, 1, 1], "B is unknown in VLAN 42");
+    assert_eq!(got[1][0], tagged, "tagged frame changed");
+    st[2].send(&tagged_test_frame(BROADCAST, b, 42, 9, 64));
+    settle(&mut st);
+    st[0].send(&tagged);
+    let got = settle(&mut st);
+    assert_eq!(counts(&got), [0, 0, 1], "B known in VLAN 42");
+    assert_eq!(got[2][0], tagged, "tagged frame changed");
+}
+
+#[test]
+fn forwarding_rules_tap() {
+    forwarding_rules(PortKind::Tap);
+}
+
+#[test]
+fn forwarding_rules_raw() {
+    forwarding_rules(PortKind::Raw);
+}
+
+#[test]
+fn stations_age_out() {
+    if !privileged("stations_age_out") {
+        return;
+    }
+    let topology = Topology::new(PortKind::Raw, 3, &["--age", "2"]);
+    let mut st: Vec<Station> = topology.hosts.iter().map(Station::on).collect();
+    st[1].send(&test_frame(BROADCAST, mac(2), 1, 60));
+    settle(&mut st);
+    st[0].send(&test_frame(mac(2), mac(1), 2, 60));
+    assert_eq!(counts(&settle(&mut st)), [0, 1, 0], "learned");
+    // Within 2 s of ageing plus the once-a-second sweep, B is forgotten and
+    // frames to it flood again. Bounded at 8 s.
+    let deadline = Instant::now() + Duration::from_secs(8);
+    loop {
+        st[0].send(&test_frame(mac(2), mac(1), 3, 60));
+        if settle(&mut st)[2].len() == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "station never aged out");
+    }
+}
+
+/// Parses "fdb: N entries (M learned), ... refused R" from the final report.
+fn fdb_report(log: &[String]) -> (usize, usize, u64) {
+    let line = log
+        .iter()
+        .find(|l| l.trim_start().starts_with("fdb:"))
+        .expect("no fdb line");
+    let numbers: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap())
+        .collect();
+    // entries, learned, learned total, moved, refused, aged
+    (numbers[0] as usize, numbers[1] as usize, numbers[4])
+}
+
+#[test]
+fn the_learning_limit_holds_under_a_mac_flood() {
+    if !privileged("the_learning_limit_holds_under_a_mac_flood") {
+        return;
+    }
+    let mut topology = Topology::new(PortKind::Raw, 2, &["--max-entries", "16"]);
+    let mut st = Station::on(&topology.hosts[0]);
+    for n in 0..3000u16 {
+        st.send(&test_frame(BROADCAST, mac(1000 + n), 1, 60));
+    }
+    // The bridge is alive and traffic still flows.
+    tcp_transfer(&topology.hosts, 0, 1, 5003, 11);
+    let (status, log) = topology.daemon.take().unwrap().stop(Duration::from_secs(2));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+    let (_, learned, refused) = fdb_report(&log);
+    assert!(learned <= 16, "{learned} learned: {log:?}");
+    assert!(refused > 0, "{log:?}");
+}
+
+#[test]
+fn a_port_set_down_and_up_again_recovers() {
+    if !privileged("a_port_set_down_and_up_again_recovers") {
+        return;
+    }
+    for kind in [PortKind::Tap, PortKind::Raw] {
+        let topology = Topology::new(kind, 2, &[]);
+        tcp_transfer(&topology.hosts, 0, 1, 5004, 1);
+        let mut st = Station::on(&topology.hosts[0]);
+        match kind {
+            // The tap's far side is the host's eth0; writes to it fail.
+            PortKind::Tap => topology.hosts[1].ip(&["link", "set", "eth0", "down"]),
+            PortKind::Raw => topology.bridge.ip(&["link", "set", "p1", "down"]),
+        }
+        for n in 0..50 {
+            st.send(&test_frame(BROADCAST, mac(1), n, 60));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        match kind {
+            PortKind::Tap => topology.hosts[1].ip(&["link", "set", "eth0", "up"]),
+            PortKind::Raw => topology.bridge.ip(&["link", "set", "p1", "up"]),
+        }
+        tcp_transfer(&topology.hosts, 0, 1, 5005, 2);
+    }
+}
+
+#[test]
+fn two_workers_carry_two_concurrent_flows() {
+    if !privileged("two_workers_carry_two_concurrent_flows") {
+        return;
+    }
+    for kind in [PortKind::Tap, PortKind::Raw] {
+        let topology = Topology::new(kind, 2, &["--workers", "2"]);
+        let hosts = &topology.hosts[..];
+        std::thread::scope(|scope| {
+            let other = scope.spawn(move || tcp_transfer(hosts, 1, 0, 5007, 4));
+            tcp_transfer(hosts, 0, 1, 5006, 3);
+            other.join().expect("second flow failed");
+        });
+    }
+}
+
+#[test]
+fn sigterm_stops_and_removes_created_taps() {
+    if !privileged("sigterm_stops_and_removes_created_taps") {
+        return;
+    }
+    let bridge = Netns::new();
+    bridge.ip(&[
+        "tuntap",
+        "add",
+        "mode",
+        "tap",
+        "multi_queue",
+        "name",
+        "keep0",
+    ]);
+    let daemon = netns::Daemon::start(
+        &bridge,
+        &[
+            "run",
+            "--port",
+            "tap:keep0",
+            "--port",
+            "tap:made0",
+            "--workers",
+            "2",
+        ],
+    );
+    let started = Instant::now();
+    let (status, log) = daemon.stop(Duration::from_secs(2));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "no clean exit within 2 s: {log:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(log.iter().any(|l| l.contains("final counters")), "{log:?}");
+    assert!(log.iter().any(|l| l.contains("tap:made0: rx")), "{log:?}");
+    let exists = |name: &str| {
+        std::process::Command::new("ip")
+            .args(["-n", &bridge.name, "link", "show", name])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    assert!(exists("keep0"), "a persistent tap was removed");
+    assert!(!exists("made0"), "the tap mpbridge made is still there");
+}
+
+/// Runs mpbridge with `args` (in namespace `ns`, if given) and returns its
+/// status and stderr; it must exit within 2 s.
+fn run_bad(ns: Option<&Netns>, args: &[&str]) -> (i32, String) {
+    let mut command = match ns {
+        Some(ns) => {
+            let mut c = std::process::Command::new("ip");
+            c.args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_mpbridge")]);
+            c
+        }
+        None => std::process::Command::new(env!("CARGO_BIN_EXE_mpbridge")),
+    };
+    let mut child = command
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("mpbridge {args:?} still running after 2 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(stderr.lines().count(), 1, "not one line: {stderr:?}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    (status.code().unwrap_or(-1), stderr)
+}
+
+#[test]
+fn bad_input_gives_one_line_and_a_non_zero_exit() {
+    let (code, err) = run_bad(
+        None,
+        &[
+            "run", "--port", "tap:a", "--port", "tap:b", "--lock", "spinlock",
+        ],
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("'spinlock'") && err.contains("mutex, rwlock, rmlock, sharded, rcu, epoch"),
+        "{err}"
+    );
+    let (code, err) = run_bad(None, &["run", "--port", "tap:a"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("at least two ports"), "{err}");
+    let (code, err) = run_bad(None, &["run", "--port", "tap:a", "--port", "eth0"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("'eth0'"), "{err}");
+    let (code, err) = run_bad(
+        None,
+        &[
+            "run",
+            "--port",
+            "tap:a",
+            "--port",
+            "tap:b",
+            "--workers",
+            "0",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+}
+
+#[test]
+fn ports_that_cannot_be_opened_give_one_line() {
+    if !privileged("ports_that_cannot_be_opened_give_one_line") {
+        return;
+    }
+    let ns = Netns::new();
+    let (code, err) = run_bad(
+        Some(&ns),
+        &["run", "--port", "raw:nosuch0", "--port", "raw:lo"],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("raw:nosuch0") && err.contains("no such interface"),
+        "{err}"
+    );
+    // Without privileges: a packet socket needs CAP_NET_ADMIN.
+    let unprivileged = [
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+    ];
+    let output = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns.name, "setpriv"])
+        .args(unprivileged)
+        .args([
+            env!("CARGO_BIN_EXE_mpbridge"),
+            "run",
+            "--port",
+            "raw:lo",
+            "--port",
+            "raw:lo",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("raw:lo") && err.contains("CAP_NET_ADMIN"),
+        "{err}"
+    );
 }
