@@ -129,11 +129,11 @@ fn set_option<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: &T)
     Ok(())
 }
 
-/// A packet socket on interface `ifindex`: virtio-net headers, VLAN tags
-/// reported in auxiliary data, its own transmissions not received, the
-/// interface promiscuous, and the socket in fanout group `group` (hash
-/// mode), so that each flow stays on one socket.
-pub fn open_packet_socket(ifindex: u32, group: u16) -> io::Result<OwnedFd> {
+/// A packet socket on interface `ifindex`: virtio-net headers, a TPACKET_V3
+/// receive ring, its own transmissions not received, the interface
+/// promiscuous, and the socket in fanout group `group` (hash mode), so that
+/// each flow stays on one socket.
+pub fn open_packet_socket(ifindex: u32, group: u16) -> io::Result<(OwnedFd, RxRing)> {
     let protocol = (libc::ETH_P_ALL as u16).to_be();
     // SAFETY: constant arguments; the result is checked at once.
     let fd = check(unsafe {
@@ -146,9 +146,10 @@ pub fn open_packet_socket(ifindex: u32, group: u16) -> io::Result<OwnedFd> {
     // SAFETY: `fd` was just created and is owned by nobody else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let on: libc::c_int = 1;
+    // The header must be asked for before the ring exists.
     set_option(&fd, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &on)?;
-    set_option(&fd, libc::SOL_PACKET, libc::PACKET_AUXDATA, &on)?;
     set_option(&fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &on)?;
+    let ring = RxRing::new(&fd)?;
     // SAFETY: sockaddr_ll is plain old data; all zeroes is a valid value.
     let mut addr: libc::sockaddr_ll = unsafe { zeroed() };
     addr.sll_family = libc::AF_PACKET as u16;
@@ -167,10 +168,263 @@ pub fn open_packet_socket(ifindex: u32, group: u16) -> io::Result<OwnedFd> {
     mreq.mr_ifindex = ifindex as libc::c_int;
     mreq.mr_type = libc::PACKET_MR_PROMISC as u16;
     set_option(&fd, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mreq)?;
-    let fanout: libc::c_int = libc::c_int::from(group)
-        | (((libc::PACKET_FANOUT_HASH | libc::PACKET_FANOUT_FLAG_DEFRAG) as libc::c_int) << 16);
+    let mode = (libc::PACKET_FANOUT_HASH | libc::PACKET_FANOUT_FLAG_DEFRAG) as libc::c_int;
+    let fanout: libc::c_int = libc::c_int::from(group) | (mode << 16);
     set_option(&fd, libc::SOL_PACKET, libc::PACKET_FANOUT, &fanout)?;
-    Ok(fd)
+    Ok((fd, ring))
+}
+
+/// Ring geometry: blocks large enough for a 64 KiB offloaded segment with
+/// its headers, so that no frame is ever cut short.
+const RING_BLOCK_SIZE: usize = 1 << 18;
+const RING_BLOCKS: usize = 16;
+const RING_FRAME_SIZE: usize = 1 << 11;
+/// How long the kernel fills a block before handing it over anyway, in
+/// milliseconds: the latency bound on a quiet link.
+const RING_BLOCK_TIMEOUT_MS: u32 = 1;
+
+/// A TPACKET_V3 receive ring mapped into this process: the kernel fills
+/// blocks of frames and hands each over by its status word; we copy the
+/// frames out and hand the block back.
+#[derive(Debug)]
+pub struct RxRing {
+    base: *mut u8,
+    /// The block being read and, when started, the next frame's offset in
+    /// it and how many frames are left.
+    current: usize,
+    cursor: Option<(usize, u32)>,
+}
+
+// SAFETY: the mapping belongs to this ring alone (one ring per socket, and
+// the ring is not Clone); moving it to another thread moves that ownership.
+unsafe impl Send for RxRing {}
+
+/// One frame found in the ring.
+pub struct RingFrame<'a> {
+    /// The virtio-net header and the frame as the kernel stored them.
+    pub vnet: &'a [u8],
+    /// The frame, without the VLAN tag the kernel took off.
+    pub frame: &'a [u8],
+    /// That tag (TPID, TCI), if there was one.
+    pub vlan: Option<(u16, u16)>,
+    /// Whether the frame was cut short (longer than a block).
+    pub truncated: bool,
+}
+
+impl RxRing {
+    fn new(fd: &OwnedFd) -> io::Result<RxRing> {
+        let version = libc::tpacket_versions::TPACKET_V3 as libc::c_int;
+        set_option(fd, libc::SOL_PACKET, libc::PACKET_VERSION, &version)?;
+        let req = libc::tpacket_req3 {
+            tp_block_size: RING_BLOCK_SIZE as u32,
+            tp_block_nr: RING_BLOCKS as u32,
+            tp_frame_size: RING_FRAME_SIZE as u32,
+            tp_frame_nr: (RING_BLOCK_SIZE * RING_BLOCKS / RING_FRAME_SIZE) as u32,
+            tp_retire_blk_tov: RING_BLOCK_TIMEOUT_MS,
+            tp_sizeof_priv: 0,
+            tp_feature_req_word: 0,
+        };
+        set_option(fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)?;
+        // SAFETY: maps the ring the kernel just made for this socket, at a
+        // place of the kernel's choosing; the result is checked.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                RING_BLOCK_SIZE * RING_BLOCKS,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(RxRing {
+            base: base.cast(),
+            current: 0,
+            cursor: None,
+        })
+    }
+
+    fn block(&self, index: usize) -> *mut libc::tpacket_block_desc {
+        // SAFETY: index < RING_BLOCKS, so the offset stays in the mapping.
+        unsafe { self.base.add(index * RING_BLOCK_SIZE).cast() }
+    }
+
+    /// Hands each waiting frame to `f` while it returns true; returns how
+    /// many frames it was handed.
+    pub fn read(&mut self, mut f: impl FnMut(RingFrame<'_>) -> bool) -> usize {
+        let mut handed = 0;
+        loop {
+            let block = self.block(self.current);
+            let (offset, left) = match self.cursor {
+                Some(cursor) => cursor,
+                None => {
+                    // SAFETY: the block descriptor lies at the start of the
+                    // block, inside the mapping; the status word is shared
+                    // with the kernel, so it is read volatile and ordered
+                    // before the frames by the acquire fence.
+                    let (status, count, first) = unsafe {
+                        let header = &raw const (*block).hdr.bh1;
+                        let status = std::ptr::read_volatile(&raw const (*header).block_status);
+                        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+                        (status, (*header).num_pkts, (*header).offset_to_first_pkt)
+                    };
+                    if status & libc::TP_STATUS_USER == 0 {
+                        return handed;
+                    }
+                    (first as usize, count)
+                }
+            };
+            if left == 0 {
+                // SAFETY: as above; the release fence orders our reads of
+                // the block before the kernel may refill it.
+                unsafe {
+                    std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+                    let header = &raw mut (*block).hdr.bh1;
+                    std::ptr::write_volatile(
+                        &raw mut (*header).block_status,
+                        libc::TP_STATUS_KERNEL,
+                    );
+                }
+                self.current = (self.current + 1) % RING_BLOCKS;
+                self.cursor = None;
+                continue;
+            }
+            // SAFETY: the kernel put a tpacket3_hdr at `offset` in a block it
+            // handed to us, with the frame at `tp_mac` after it and, as
+            // PACKET_VNET_HDR asks, the virtio-net header just before that;
+            // all inside the block, which stays ours until we hand it back.
+            let (frame, next) = unsafe {
+                let header = &*(block.cast::<u8>().add(offset).cast::<libc::tpacket3_hdr>());
+                let mac = block.cast::<u8>().add(offset + usize::from(header.tp_mac));
+                let vnet = std::slice::from_raw_parts(mac.sub(VNET_HDR_LEN), VNET_HDR_LEN);
+                let frame = std::slice::from_raw_parts(mac, header.tp_snaplen as usize);
+                let vlan = (header.tp_status & libc::TP_STATUS_VLAN_VALID != 0).then(|| {
+                    let tpid = if header.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
+                        header.hv1.tp_vlan_tpid
+                    } else {
+                        0x8100
+                    };
+                    (tpid, header.hv1.tp_vlan_tci as u16)
+                });
+                let truncated = header.tp_snaplen < header.tp_len;
+                (
+                    RingFrame {
+                        vnet,
+                        frame,
+                        vlan,
+                        truncated,
+                    },
+                    header.tp_next_offset as usize,
+                )
+            };
+            let more = f(frame);
+            handed += 1;
+            self.cursor = Some((offset + next, left - 1));
+            if !more {
+                return handed;
+            }
+        }
+    }
+}
+
+impl Drop for RxRing {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `new`, which nothing
+        // references once the ring is dropped.
+        unsafe {
+            libc::munmap(self.base.cast(), RING_BLOCK_SIZE * RING_BLOCKS);
+        }
+    }
+}
+
+/// Copies a ring frame into `buffer` as virtio-net header plus frame, with
+/// its VLAN tag put back; returns the length, or `None` if it does not fit.
+pub fn copy_ring_frame(frame: &RingFrame<'_>, buffer: &mut [u8]) -> Option<usize> {
+    const TAG: usize = 4;
+    let tag = if frame.vlan.is_some() { TAG } else { 0 };
+    let len = VNET_HDR_LEN + frame.frame.len() + tag;
+    if frame.truncated || len > buffer.len() || frame.frame.len() < 12 {
+        return None;
+    }
+    buffer[..VNET_HDR_LEN].copy_from_slice(frame.vnet);
+    let Some((tpid, tci)) = frame.vlan else {
+        buffer[VNET_HDR_LEN..len].copy_from_slice(frame.frame);
+        return Some(len);
+    };
+    let macs = VNET_HDR_LEN + 12;
+    buffer[VNET_HDR_LEN..macs].copy_from_slice(&frame.frame[..12]);
+    buffer[macs..macs + 2].copy_from_slice(&tpid.to_be_bytes());
+    buffer[macs + 2..macs + TAG].copy_from_slice(&tci.to_be_bytes());
+    buffer[macs + TAG..len].copy_from_slice(&frame.frame[12..]);
+    // The offload offsets count from the frame's start, which is now 4
+    // bytes longer before the network header.
+    let shift = |bytes: &mut [u8]| {
+        let value = u16::from_ne_bytes([bytes[0], bytes[1]]).wrapping_add(TAG as u16);
+        bytes.copy_from_slice(&value.to_ne_bytes());
+    };
+    if buffer[1] != 0 {
+        shift(&mut buffer[2..4]);
+    }
+    if buffer[0] & VNET_HDR_F_NEEDS_CSUM != 0 {
+        shift(&mut buffer[6..8]);
+    }
+    Some(len)
+}
+
+/// Sends `frames` on a packet socket with as few `sendmmsg` calls as it
+/// takes; returns how many the kernel took. A full queue (EAGAIN, ENOBUFS)
+/// drops a frame; any other error ends the batch.
+pub fn send_packets<'a>(fd: RawFd, frames: impl Iterator<Item = &'a [u8]>) -> io::Result<usize> {
+    const CHUNK: usize = 64;
+    let mut frames = frames.peekable();
+    let mut sent = 0;
+    while frames.peek().is_some() {
+        // SAFETY: iovec and mmsghdr are plain old data; zeroes are valid.
+        let mut iovs: [libc::iovec; CHUNK] = unsafe { zeroed() };
+        // SAFETY: as above.
+        let mut msgs: [libc::mmsghdr; CHUNK] = unsafe { zeroed() };
+        let mut count = 0;
+        while count < CHUNK {
+            let Some(frame) = frames.next() else { break };
+            iovs[count] = libc::iovec {
+                iov_base: frame.as_ptr() as *mut libc::c_void,
+                iov_len: frame.len(),
+            };
+            count += 1;
+        }
+        for (msg, iov) in msgs.iter_mut().zip(iovs.iter_mut()).take(count) {
+            msg.msg_hdr.msg_iov = iov;
+            msg.msg_hdr.msg_iovlen = 1;
+        }
+        let mut done = 0;
+        while done < count {
+            // SAFETY: `msgs[done..count]` point at iovecs over frames that
+            // live for this call; the kernel only reads them.
+            let ret = unsafe {
+                libc::sendmmsg(
+                    fd,
+                    msgs.as_mut_ptr().add(done),
+                    (count - done) as libc::c_uint,
+                    0,
+                )
+            };
+            if ret > 0 {
+                done += ret as usize;
+                sent += ret as usize;
+                continue;
+            }
+            let error = io::Error::last_os_error();
+            match error.raw_os_error() {
+                Some(libc::EINTR) => {}
+                Some(libc::EAGAIN | libc::ENOBUFS) => done += 1,
+                _ => return Err(error),
+            }
+        }
+    }
+    Ok(sent)
 }
 
 /// Reads one datagram or frame into `buf`.
@@ -183,80 +437,6 @@ pub fn read(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
 pub fn write(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     // SAFETY: `buf` is valid for reads of its length.
     check_size(unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) })
-}
-
-/// Receives one frame from a packet socket into `buf` and, when the kernel
-/// took a VLAN tag off it, puts the tag back (the buffer must have 4 bytes
-/// to spare). Returns the length, virtio-net header included.
-pub fn recv_packet(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
-    const TAG: usize = 4;
-    let room = buf.len().saturating_sub(TAG);
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: room,
-    };
-    // Room for one cmsg holding a tpacket_auxdata, aligned for cmsghdr.
-    let mut control = [0u64; 8];
-    // SAFETY: msghdr is plain old data; all zeroes is a valid value.
-    let mut msg: libc::msghdr = unsafe { zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = size_of::<[u64; 8]>();
-    // SAFETY: `msg` points at a live iovec over `buf` and at `control`.
-    let len = check_size(unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_TRUNC) })?;
-    if len > room {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "frame larger than the buffer",
-        ));
-    }
-    let mut tag = None;
-    // SAFETY: the CMSG_* helpers walk the control buffer the kernel filled,
-    // within `msg_controllen`; each header is read only through them.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_PACKET && (*cmsg).cmsg_type == libc::PACKET_AUXDATA {
-                let aux: libc::tpacket_auxdata =
-                    std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast());
-                if aux.tp_status & libc::TP_STATUS_VLAN_VALID != 0 {
-                    let tpid = if aux.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
-                        aux.tp_vlan_tpid
-                    } else {
-                        0x8100
-                    };
-                    tag = Some((tpid, aux.tp_vlan_tci));
-                }
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-        }
-    }
-    let Some((tpid, tci)) = tag else {
-        return Ok(len);
-    };
-    let macs = VNET_HDR_LEN + 12;
-    if len < macs {
-        return Ok(len);
-    }
-    buf.copy_within(macs..len, macs + TAG);
-    buf[macs..macs + 2].copy_from_slice(&tpid.to_be_bytes());
-    buf[macs + 2..macs + 4].copy_from_slice(&tci.to_be_bytes());
-    // The offload offsets count from the frame's start, which is now 4
-    // bytes longer before the network header.
-    let flags = buf[0];
-    let gso_type = buf[1];
-    let shift = |bytes: &mut [u8]| {
-        let value = u16::from_ne_bytes([bytes[0], bytes[1]]).wrapping_add(TAG as u16);
-        bytes.copy_from_slice(&value.to_ne_bytes());
-    };
-    if gso_type != 0 {
-        shift(&mut buf[2..4]);
-    }
-    if flags & VNET_HDR_F_NEEDS_CSUM != 0 {
-        shift(&mut buf[6..8]);
-    }
-    Ok(len + TAG)
 }
 
 /// An eventfd, to wake threads sleeping in `poll`.
