@@ -448,3 +448,47 @@ fn ports_that_cannot_be_opened_give_one_line() {
         "{err}"
     );
 }
+
+/// CPU seconds (user and system) process `pid` has used.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("process gone");
+    // Fields after the command name, which ends at the last ')'.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    #[allow(unsafe_code)]
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks / hz
+}
+
+#[test]
+fn a_deleted_tap_is_survived_without_spinning() {
+    if !privileged("a_deleted_tap_is_survived_without_spinning") {
+        return;
+    }
+    let mut topology = Topology::new(PortKind::Tap, 3, &[]);
+    topology.hosts[2].ip(&["link", "del", "eth0"]);
+    // Flooded frames (ARP) now also go to the deleted tap, and fail there.
+    tcp_transfer(&topology.hosts, 0, 1, 5008, 5);
+    let pid = topology.daemon.as_ref().unwrap().child.id();
+    let before = cpu_seconds(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_seconds(pid) - before;
+    // An idle bridge sleeps in poll(2); one spinning on the dead queue
+    // would use about 2 s of CPU here.
+    assert!(
+        used < 0.5,
+        "mpbridge used {used:.2} s of CPU in 2 s while idle"
+    );
+    tcp_transfer(&topology.hosts, 1, 0, 5009, 6);
+    let (status, log) = topology.daemon.take().unwrap().stop(Duration::from_secs(2));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+    let p2 = log
+        .iter()
+        .find(|l| l.contains("tap:p2: rx"))
+        .expect("no p2 counters");
+    assert!(
+        !p2.contains("tx_errors 0"),
+        "the failed sends were not counted: {p2}"
+    );
+}

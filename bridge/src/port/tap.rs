@@ -56,7 +56,6 @@ pub(super) fn recv_into(
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) if e.kind() == io::ErrorKind::InvalidData => report.oversize += 1,
             Err(e) if report.received > 0 => {
                 // Report what arrived; the error shows again on the next call.
                 log::trace!("{name}: receive: {e}");
