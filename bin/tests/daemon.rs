@@ -492,3 +492,50 @@ fn a_deleted_tap_is_survived_without_spinning() {
         "the failed sends were not counted: {p2}"
     );
 }
+
+#[test]
+fn readiness_is_notified_and_sigint_stops_too() {
+    if !privileged("readiness_is_notified_and_sigint_stops_too") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(netns::unique("mpbnotify"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("notify.sock");
+    let socket = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let bridge = Netns::new();
+    let daemon = netns::Daemon::start_with(
+        &bridge,
+        &[
+            "run",
+            "--port",
+            "tap:n0",
+            "--port",
+            "tap:n1",
+            "--lock",
+            "rcu",
+            "--workers",
+            "2",
+        ],
+        &[("NOTIFY_SOCKET", path.to_str().unwrap())],
+    );
+    let mut message = [0u8; 64];
+    let len = socket.recv(&mut message).expect("no sd_notify message");
+    assert_eq!(&message[..len], b"READY=1");
+    let ready = daemon
+        .log
+        .iter()
+        .find(|l| l.contains("ready"))
+        .unwrap()
+        .clone();
+    assert!(
+        ready.contains("tap:n0") && ready.contains("rcu") && ready.contains("workers 2"),
+        "{ready}"
+    );
+    let (status, log) = daemon.stop_with(libc::SIGINT, Duration::from_secs(2));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+    assert!(log.iter().any(|l| l.contains("final counters")), "{log:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -134,9 +134,15 @@ impl Daemon {
     /// Starts mpbridge with `args` inside namespace `ns` and waits (at most
     /// 10 s) for its ready line.
     pub fn start(ns: &Netns, args: &[&str]) -> Daemon {
+        Self::start_with(ns, args, &[])
+    }
+
+    /// `start` with extra environment variables.
+    pub fn start_with(ns: &Netns, args: &[&str], env: &[(&str, &str)]) -> Daemon {
         let mut child = Command::new("ip")
             .args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_mpbridge")])
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -174,11 +180,20 @@ impl Daemon {
 
     /// Sends SIGTERM and waits (at most `within`) for the exit; returns the
     /// exit status and everything it printed.
-    pub fn stop(mut self, within: Duration) -> (Option<std::process::ExitStatus>, Vec<String>) {
+    pub fn stop(self, within: Duration) -> (Option<std::process::ExitStatus>, Vec<String>) {
+        self.stop_with(libc::SIGTERM, within)
+    }
+
+    /// `stop` with another signal.
+    pub fn stop_with(
+        mut self,
+        signal: libc::c_int,
+        within: Duration,
+    ) -> (Option<std::process::ExitStatus>, Vec<String>) {
         // SAFETY: kill has no memory preconditions; the pid is our child's.
         #[allow(unsafe_code)]
         unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+            libc::kill(self.child.id() as libc::pid_t, signal);
         }
         let deadline = Instant::now() + within;
         let status = loop {
