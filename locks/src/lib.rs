@@ -28,6 +28,7 @@
 
 pub mod epoch;
 mod kind;
+pub mod lockstat;
 pub mod mutex;
 mod plain;
 mod primitive;

@@ -1,6 +1,7 @@
 //! `mutex`: one parking_lot mutex around a plain hash map. Readers exclude
 //! each other too: the giant lock that the MP-safe kernels started from.
 
+use crate::lockstat::acquire;
 use crate::plain::{new_map, Guarded, PlainMap};
 use crate::{Key, LockedMap, Strategy, StrategyKind, Value};
 
@@ -30,11 +31,17 @@ impl<K: Key, V: Value> LockedMap<K, V> for MutexMap<K, V> {
 
     #[inline]
     fn read<R>(&self, f: impl FnOnce(&Self::Reader<'_>) -> R) -> R {
-        f(&Guarded(self.inner.lock()))
+        f(&Guarded(acquire(
+            || self.inner.try_lock(),
+            || self.inner.lock(),
+        )))
     }
 
     fn write<R>(&self, f: impl FnOnce(&mut Self::Writer<'_>) -> R) -> R {
-        f(&mut Guarded(self.inner.lock()))
+        f(&mut Guarded(acquire(
+            || self.inner.try_lock(),
+            || self.inner.lock(),
+        )))
     }
 
     fn len(&self) -> usize {

@@ -44,6 +44,12 @@ mod loom_locks {
         pub(crate) fn write(&self) -> RwLockWriteGuard<'_, T> {
             self.0.write().expect("loom rwlock poisoned")
         }
+        pub(crate) fn try_read(&self) -> Option<RwLockReadGuard<'_, T>> {
+            self.0.try_read().ok()
+        }
+        pub(crate) fn try_write(&self) -> Option<RwLockWriteGuard<'_, T>> {
+            self.0.try_write().ok()
+        }
     }
 }
 

@@ -8,6 +8,7 @@ use std::ops::{Deref, DerefMut};
 
 use crossbeam_utils::CachePadded;
 
+use crate::lockstat::acquire;
 use crate::plain::{new_map, Guarded, PlainMap};
 use crate::primitive::cell::{SharedRef, UniqueRef, UnsafeCell};
 use crate::primitive::{thread_index, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -71,7 +72,8 @@ impl<T> RmLock<T> {
     /// Shared access, taking only the calling thread's slot.
     #[inline]
     pub fn read(&self) -> RmLockReadGuard<'_, T> {
-        let slot = self.slots[thread_index() & self.slot_mask].read();
+        let slot = &self.slots[thread_index() & self.slot_mask];
+        let slot = acquire(|| slot.try_read(), || slot.read());
         RmLockReadGuard {
             // SAFETY: we hold a slot's read lock, so no writer holds every
             // slot's write lock, so nobody has a unique reference to the data
@@ -85,7 +87,10 @@ impl<T> RmLock<T> {
     /// Unique access, taking every slot in order (so writers cannot
     /// deadlock each other).
     pub fn write(&self) -> RmLockWriteGuard<'_, T> {
-        let slots = self.slots.iter().map(|slot| slot.write()).collect();
+        let slots = acquire(
+            || self.try_write_all(),
+            || self.slots.iter().map(|slot| slot.write()).collect(),
+        );
         RmLockWriteGuard {
             // SAFETY: we hold every slot's write lock, so no reader holds any
             // slot and no other writer holds them: the reference is unique
@@ -94,6 +99,13 @@ impl<T> RmLock<T> {
             data: unsafe { self.data.unique() },
             _slots: slots,
         }
+    }
+}
+
+impl<T> RmLock<T> {
+    /// Every slot's write lock, if all are free now; else none of them.
+    fn try_write_all(&self) -> Option<Vec<RwLockWriteGuard<'_, ()>>> {
+        self.slots.iter().map(|slot| slot.try_write()).collect()
     }
 }
 

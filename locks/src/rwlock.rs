@@ -1,6 +1,7 @@
 //! `rwlock`: one parking_lot reader-writer lock around a plain hash map.
 //! Readers run in parallel but all of them write the lock's one cache line.
 
+use crate::lockstat::acquire;
 use crate::plain::{new_map, Guarded, PlainMap};
 use crate::{Key, LockedMap, Strategy, StrategyKind, Value};
 
@@ -30,11 +31,17 @@ impl<K: Key, V: Value> LockedMap<K, V> for RwlockMap<K, V> {
 
     #[inline]
     fn read<R>(&self, f: impl FnOnce(&Self::Reader<'_>) -> R) -> R {
-        f(&Guarded(self.inner.read()))
+        f(&Guarded(acquire(
+            || self.inner.try_read(),
+            || self.inner.read(),
+        )))
     }
 
     fn write<R>(&self, f: impl FnOnce(&mut Self::Writer<'_>) -> R) -> R {
-        f(&mut Guarded(self.inner.write()))
+        f(&mut Guarded(acquire(
+            || self.inner.try_write(),
+            || self.inner.write(),
+        )))
     }
 
     fn len(&self) -> usize {

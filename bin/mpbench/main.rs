@@ -1,5 +1,9 @@
 //! mpbench: forwarding and lock-contention experiments on mpbridge's core.
 
+mod contention;
+mod report;
+mod workload;
+
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
@@ -25,6 +29,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// MAC table contention: strategies x threads x workloads x table sizes,
+    /// against an unsynchronised map, with lock statistics. No root needed.
+    ///
+    /// Prints a table per workload and writes locks.csv, locks.json and one
+    /// SVG plot per workload to --out.
+    Locks(contention::LocksArgs),
     /// Frames per second through the forwarding loop on in-memory ports.
     ///
     /// Each worker thread owns its own pair of in-memory ports and generates
@@ -203,5 +213,12 @@ fn median(mut samples: Vec<f64>) -> f64 {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Memory(args) => memory(args),
+        Command::Locks(args) => match contention::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("mpbench: {error}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }

@@ -1,0 +1,108 @@
+//! mpbench as a user runs it: its outputs and its errors.
+
+use std::process::Command;
+
+fn mpbench(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_mpbench"))
+        .args(args)
+        .output()
+        .expect("cannot run mpbench")
+}
+
+#[test]
+fn locks_prints_tables_and_writes_csv_json_and_plots() {
+    let out = std::env::temp_dir().join(format!("mpbench-test-{}", std::process::id()));
+    let output = mpbench(&[
+        "locks",
+        "--seconds",
+        "0.02",
+        "--runs",
+        "1",
+        "--threads",
+        "1,2",
+        "--sizes",
+        "64",
+        "--workloads",
+        "lookup,capacity",
+        "--per-frame",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for heading in [
+        "lookup only, 64 stations",
+        "learning at capacity (MAC flood), 64 stations",
+        "lock statistics",
+    ] {
+        assert!(
+            stdout.contains(heading),
+            "missing '{heading}' in:\n{stdout}"
+        );
+    }
+    for name in [
+        "unsync",
+        "mutex",
+        "rwlock",
+        "rmlock",
+        "sharded",
+        "rcu",
+        "epoch",
+        "rmlock-per-frame",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l.starts_with(name)),
+            "no row for {name}:\n{stdout}"
+        );
+    }
+    let csv = std::fs::read_to_string(out.join("locks.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    assert_eq!(
+        &header[..4],
+        ["workload", "stations", "strategy", "threads"]
+    );
+    let mops = header.iter().position(|h| *h == "mops_median").unwrap();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    // Per workload: the floor at 1 thread, 6 strategies at 2 thread counts,
+    // and for lookup 3 per-frame variants at 2 thread counts.
+    assert_eq!(rows.len(), (1 + 12 + 6) + (1 + 12));
+    for row in &rows {
+        let value: f64 = row[mops].parse().unwrap();
+        assert!(value > 0.0, "no operations measured: {row:?}");
+    }
+    let json = std::fs::read_to_string(out.join("locks.json")).unwrap();
+    assert_eq!(json.matches("\"strategy\"").count(), rows.len());
+    for plot in [
+        "locks-lookup-64.svg",
+        "locks-lookup-64.png",
+        "locks-capacity-64.svg",
+    ] {
+        let bytes = std::fs::read(out.join(plot)).unwrap();
+        assert!(bytes.len() > 100, "{plot} is empty");
+    }
+    let png = std::fs::read(out.join("locks-lookup-64.png")).unwrap();
+    assert_eq!(&png[1..4], b"PNG");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn unknown_strategies_and_workloads_are_one_line_errors() {
+    for args in [
+        ["locks", "--lock", "spinlock"],
+        ["locks", "--workloads", "reads"],
+    ] {
+        let output = mpbench(&args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.lines().next().unwrap().contains("invalid value"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("panicked"));
+    }
+}
