@@ -11,7 +11,7 @@ use std::time::Duration;
 use bridge::counters::{self, PortCounters};
 use bridge::fdb::Seconds;
 use bridge::port::{LinkPort, RawPort, TapPort};
-use bridge::{DropReason, FdbConfig, MacTable, Stopper, Worker, WorkerConfig};
+use bridge::{DropReason, FdbConfig, MacTable, Mode, Stopper, Worker, WorkerConfig};
 use clap::{Args, Parser, Subcommand};
 use locks::{Strategy, StrategyKind};
 
@@ -62,6 +62,21 @@ struct RunArgs {
     /// learned; their frames are still forwarded (flooded).
     #[arg(long, value_name = "N", default_value_t = FdbConfig::DEFAULT_MAX_ENTRIES)]
     max_entries: usize,
+    /// bridge: a learning bridge. relay: exactly two ports, every frame to
+    /// the other one, no MAC table (a reference for measurements, like
+    /// OpenBSD's tpmr).
+    #[arg(long, value_enum, default_value_t = ModeArg::Bridge)]
+    mode: ModeArg,
+    /// Workers busy-poll their queues instead of sleeping until frames
+    /// arrive (lower latency, one core per worker always busy).
+    #[arg(long)]
+    poll: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
+enum ModeArg {
+    Bridge,
+    Relay,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -229,6 +244,11 @@ fn run<S: Strategy>(
     let stopper = Arc::new(Stopper::new().map_err(|e| format!("cannot create an eventfd: {e}"))?);
     let worker_config = WorkerConfig {
         frame_capacity: FRAME_CAPACITY,
+        mode: match args.mode {
+            ModeArg::Bridge => Mode::Bridge,
+            ModeArg::Relay => Mode::Relay,
+        },
+        busy_poll: args.poll,
         ..WorkerConfig::default()
     };
     let mut counter_sets = Vec::new();
@@ -249,8 +269,13 @@ fn run<S: Strategy>(
         args.age,
         args.max_entries
     );
+    let mode = match args.mode {
+        ModeArg::Bridge => "",
+        ModeArg::Relay => " mode relay",
+    };
+    let poll = if args.poll { " poll" } else { "" };
     eprintln!(
-        "mpbridge: ready: ports {} lock {} workers {}",
+        "mpbridge: ready: ports {} lock {} workers {}{mode}{poll}",
         labels.join(","),
         S::KIND,
         workers
@@ -333,6 +358,13 @@ fn main() -> ExitCode {
     if specs.len() < 2 {
         eprintln!(
             "mpbridge: a bridge needs at least two ports (got {})",
+            specs.len()
+        );
+        return ExitCode::from(2);
+    }
+    if args.mode == ModeArg::Relay && specs.len() != 2 {
+        eprintln!(
+            "mpbridge: --mode relay needs exactly two ports (got {})",
             specs.len()
         );
         return ExitCode::from(2);

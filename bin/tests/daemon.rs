@@ -539,3 +539,45 @@ fn readiness_is_notified_and_sigint_stops_too() {
     assert!(log.iter().any(|l| l.contains("final counters")), "{log:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn relay_mode_passes_everything_to_the_other_port() {
+    if !privileged("relay_mode_passes_everything_to_the_other_port") {
+        return;
+    }
+    let topology = Topology::new(PortKind::Raw, 2, &["--mode", "relay"]);
+    let mut st: Vec<Station> = topology.hosts.iter().map(Station::on).collect();
+    // What a bridge drops, a relay passes: reserved destinations, frames
+    // to a station known on the same side.
+    st[0].send(&test_frame([0x01, 0x80, 0xc2, 0, 0, 0x0e], mac(1), 1, 60));
+    st[0].send(&test_frame(BROADCAST, mac(2), 2, 60));
+    st[0].send(&test_frame(mac(2), mac(1), 3, 60));
+    assert_eq!(counts(&settle(&mut st)), [0, 3], "relay");
+    tcp_transfer(&topology.hosts, 0, 1, 5010, 12);
+    let (code, err) = run_bad(
+        None,
+        &[
+            "run", "--port", "tap:a", "--port", "tap:b", "--port", "tap:c", "--mode", "relay",
+        ],
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("exactly two ports"), "{err}");
+}
+
+#[test]
+fn poll_mode_forwards_too() {
+    if !privileged("poll_mode_forwards_too") {
+        return;
+    }
+    for kind in [PortKind::Tap, PortKind::Raw] {
+        let topology = Topology::new(kind, 2, &["--poll", "--workers", "2"]);
+        assert!(topology
+            .daemon
+            .as_ref()
+            .unwrap()
+            .log
+            .iter()
+            .any(|l| l.contains("poll")));
+        tcp_transfer(&topology.hosts, 0, 1, 5011, 13);
+    }
+}

@@ -19,4 +19,4 @@ pub mod worker;
 
 pub use decision::{decide, Decision, DropReason};
 pub use fdb::{FdbConfig, FdbKey, MacTable, PortId};
-pub use worker::{SectionMode, Stopper, Worker, WorkerConfig};
+pub use worker::{Mode, SectionMode, Stopper, Worker, WorkerConfig};

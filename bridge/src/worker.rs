@@ -99,6 +99,18 @@ pub enum SectionMode {
     PerFrame,
 }
 
+/// What a worker does with frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// A learning bridge: the MAC table decides.
+    #[default]
+    Bridge,
+    /// A two-port MAC relay (like OpenBSD's tpmr(4)): every frame goes out
+    /// of the other port, no table, no rule; the forwarding loop alone, as
+    /// the reference the bridge is measured against.
+    Relay,
+}
+
 /// Worker settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkerConfig {
@@ -108,6 +120,10 @@ pub struct WorkerConfig {
     pub frame_capacity: usize,
     /// How long read sections last.
     pub section: SectionMode,
+    /// Bridge or relay.
+    pub mode: Mode,
+    /// Busy-poll the queues instead of sleeping in `poll(2)` when idle.
+    pub busy_poll: bool,
 }
 
 impl Default for WorkerConfig {
@@ -116,6 +132,8 @@ impl Default for WorkerConfig {
             batch_size: 64,
             frame_capacity: 2048,
             section: SectionMode::PerBatch,
+            mode: Mode::Bridge,
+            busy_poll: false,
         }
     }
 }
@@ -139,6 +157,10 @@ impl<S: Strategy, P: Port> Worker<S, P> {
     /// A worker over `ports` (at most 65536; port `i` has [`PortId`] `i`).
     pub fn new(fdb: Arc<MacTable<S>>, ports: Vec<P>, config: WorkerConfig) -> Self {
         assert!(ports.len() <= usize::from(u16::MAX) + 1, "too many ports");
+        assert!(
+            config.mode == Mode::Bridge || ports.len() == 2,
+            "a relay has exactly two ports"
+        );
         let n = ports.len();
         Worker {
             fdb,
@@ -212,7 +234,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
     pub fn run(&mut self, stopper: &Stopper) {
         let mut fds = Vec::with_capacity(self.ports.len() + 1);
         while !stopper.is_stopped() {
-            if self.poll() > 0 {
+            if self.poll() > 0 || self.config.busy_poll {
                 continue;
             }
             fds.clear();
@@ -263,6 +285,12 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             ..
         } = self;
         decisions.clear();
+        if self.config.mode == Mode::Relay {
+            let other = Decision::Unicast(PortId(1 - port.0));
+            decisions.extend(std::iter::repeat_n(other, batch.len()));
+            self.dispatch(ingress);
+            return;
+        }
         match self.config.section {
             SectionMode::PerBatch => fdb.read(|section| {
                 for frame in batch.iter() {
