@@ -1,6 +1,8 @@
 //! mpbench: forwarding and lock-contention experiments on mpbridge's core.
 
 mod contention;
+mod forward;
+mod lab;
 mod report;
 mod workload;
 
@@ -35,6 +37,15 @@ enum Command {
     /// Prints a table per workload and writes locks.csv, locks.json and one
     /// SVG plot per workload to --out.
     Locks(contention::LocksArgs),
+    /// Frames per second through mpbridge on real ports, beside the kernel
+    /// bridge, mpbridge as a relay and the generator wired to the sink.
+    /// Needs root.
+    ///
+    /// Sets up and tears down its own network namespaces; prints an
+    /// ipgen-style table per configuration, mpbridge's rate as a fraction of
+    /// each reference, and (with several --workers) a worker-scaling table;
+    /// writes forward.csv, forward.json and plots to --out.
+    Forward(forward::ForwardArgs),
     /// Frames per second through the forwarding loop on in-memory ports.
     ///
     /// Each worker thread owns its own pair of in-memory ports and generates
@@ -213,6 +224,13 @@ fn median(mut samples: Vec<f64>) -> f64 {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Memory(args) => memory(args),
+        Command::Forward(args) => match forward::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("mpbench: {error}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Locks(args) => match contention::run(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {

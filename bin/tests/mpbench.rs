@@ -106,3 +106,93 @@ fn unknown_strategies_and_workloads_are_one_line_errors() {
         assert!(!stderr.contains("panicked"));
     }
 }
+
+mod netns;
+
+#[test]
+fn forward_measures_mpbridge_and_its_references() {
+    if !netns::privileged("forward_measures_mpbridge_and_its_references") {
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("mpbench-forward-{}", std::process::id()));
+    let output = mpbench(&[
+        "forward",
+        "--runs",
+        "1",
+        "--seconds",
+        "0.2",
+        "--sizes",
+        "64,1518",
+        "--ports",
+        "raw,tap",
+        "--workers",
+        "1,2",
+        "--mpbridge",
+        env!("CARGO_BIN_EXE_mpbridge"),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for heading in [
+        "kernel bridge (veth, RPS)",
+        "relay (raw)",
+        "relay (tap)",
+        "direct (generator to sink)",
+        "mpbridge epoch (raw, 1 worker)",
+        "mpbridge epoch (tap, 2 workers)",
+        "mpbridge as a fraction of each reference",
+        "Kpps delivered by workers",
+    ] {
+        assert!(
+            stdout.contains(heading),
+            "missing '{heading}' in:\n{stdout}"
+        );
+    }
+    let csv = std::fs::read_to_string(out.join("forward.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let delivered = header.iter().position(|h| *h == "delivered_pps").unwrap();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    // kernel, direct, relay x2 port kinds, mpbridge x2 kinds x2 worker counts;
+    // two sizes each.
+    assert_eq!(rows.len(), (2 + 2 + 4) * 2, "{csv}");
+    for row in &rows {
+        let pps: f64 = row[delivered].parse().unwrap();
+        assert!(pps > 0.0, "nothing delivered: {row:?}");
+    }
+    assert!(out.join("forward-sizes.png").exists() && out.join("forward-workers.svg").exists());
+    let _ = std::fs::remove_dir_all(&out);
+    let leftover = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let pid = format!("mpbench-{}-", std::process::id());
+    assert!(
+        !String::from_utf8_lossy(&leftover.stdout).contains(&pid),
+        "namespaces left behind"
+    );
+}
+
+#[test]
+fn forward_without_root_says_so_in_one_line() {
+    if !netns::privileged("forward_without_root_says_so_in_one_line") {
+        return;
+    }
+    let output = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
+        .args([env!("CARGO_BIN_EXE_mpbench"), "forward"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("needs root"), "{stderr}");
+}
