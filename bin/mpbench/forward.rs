@@ -28,6 +28,7 @@ const GENERATOR_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 const SINK_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
 const ETHERTYPE: u16 = 0x88b5;
 const WARMUP: Duration = Duration::from_millis(300);
+const SETTLE: Duration = Duration::from_millis(700);
 
 #[derive(clap::Args)]
 pub struct ForwardArgs {
@@ -479,10 +480,17 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
         .iter()
         .map(|_| args.sizes.iter().map(|_| Vec::new()).collect())
         .collect();
-    for _ in 0..args.runs {
-        for (s, setup) in setups.iter().enumerate() {
+    for run in 0..args.runs {
+        // Each run starts one configuration later, so that no configuration
+        // always follows the same one (and the tear-down of its namespaces).
+        for k in 0..setups.len() {
+            let s = (run + k) % setups.len();
+            let setup = &setups[s];
             bar.set_message(setup.label());
             let bench = build(*setup, &mpbridge)?;
+            // Deleting the previous namespaces goes on in the kernel after
+            // `ip netns del` returns; let it finish before measuring.
+            thread::sleep(SETTLE);
             for (z, &size) in args.sizes.iter().enumerate() {
                 samples[s][z].push(measure(&bench, size, args.seconds, args.rate)?);
                 bar.inc(1);

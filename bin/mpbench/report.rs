@@ -89,8 +89,8 @@ const COLOURS: [&str; 10] = [
 impl Plot<'_> {
     /// The plot as an SVG document.
     pub fn svg(&self) -> String {
-        let (width, height) = (720.0, 420.0);
-        let (left, right, top, bottom) = (70.0, 150.0, 40.0, 50.0);
+        let (width, height) = (860.0, 420.0);
+        let (left, right, top, bottom) = (70.0, 290.0, 40.0, 50.0);
         let points = self.series.iter().flat_map(|(_, p)| p.iter());
         let (mut x_max, mut y_max) = (0f64, 0f64);
         let mut x_min = f64::MAX;
@@ -213,7 +213,29 @@ pub fn write_plot(plot: &Plot<'_>, stem: &Path) -> Result<Vec<PathBuf>, String> 
     fs::write(&svg_path, &svg).map_err(|e| format!("{}: {e}", svg_path.display()))?;
     let png_path = stem.with_extension("png");
     let mut options = resvg::usvg::Options::default();
-    options.fontdb_mut().load_system_fonts();
+    let fonts = options.fontdb_mut();
+    fonts.load_system_fonts();
+    // "sans-serif" means Arial to the renderer; use a sans face that is
+    // installed, or any face at all.
+    let installed = |name: &str| {
+        fonts
+            .faces()
+            .any(|f| f.families.iter().any(|(n, _)| n == name))
+    };
+    let family = ["DejaVu Sans", "Liberation Sans", "Noto Sans", "Arial"]
+        .into_iter()
+        .find(|name| installed(name))
+        .map(str::to_owned)
+        .or_else(|| {
+            fonts
+                .faces()
+                .next()
+                .and_then(|f| f.families.first())
+                .map(|(n, _)| n.clone())
+        });
+    if let Some(family) = family {
+        fonts.set_sans_serif_family(family);
+    }
     let tree = resvg::usvg::Tree::from_str(&svg, &options).map_err(|e| format!("plot: {e}"))?;
     let size = tree.size().to_int_size();
     let mut pixmap =

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The full benchmark matrix, for a machine with many cores (16 or more).
+# Run as root from the repository root; results land in mpbench-results/many-core/.
+# Thread and worker counts stop at the machine's CPU count.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cpus=$(nproc)
+counts=""
+for n in 1 2 4 8 12 16 24 32 48 64; do
+    [ "$n" -le "$cpus" ] && counts="${counts:+$counts,}$n"
+done
+# The forwarder gets every CPU but the generator's.
+workers=""
+for n in 1 2 4 8 12 16; do
+    [ "$n" -lt "$cpus" ] && workers="${workers:+$workers,}$n"
+done
+out=mpbench-results/many-core
+cargo build --release
+./target/release/mpbench locks --threads "$counts" --sizes 64,8192,1048576 --per-frame \
+    --runs 5 --seconds 0.5 --out "$out/locks" | tee "$out-locks.txt"
+MPBRIDGE_BENCH_THREADS="$counts" cargo bench --bench lock_contention | tee "$out-criterion.txt"
+./target/release/mpbench forward --ports raw,tap --lock mutex,rwlock,rmlock,sharded,rcu,epoch \
+    --workers "$workers" --sizes 64 --references kernel,relay,direct --runs 5 \
+    --out "$out/scaling" | tee "$out-scaling.txt"
+./target/release/mpbench forward --ports raw,tap --sizes 64,128,256,512,1024,1280,1518 \
+    --io interrupt,poll --runs 5 --out "$out/sizes" | tee "$out-sizes.txt"
