@@ -342,14 +342,7 @@ pub fn run(args: LocksArgs) -> Result<(), String> {
         report::write_records(&args.out, "locks", &records)
             .map_err(|e| format!("{}: {e}", args.out.display()))?,
     );
-    println!(
-        "written: {}",
-        files
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    report::print_written(&files);
     Ok(())
 }
 

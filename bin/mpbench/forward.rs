@@ -42,7 +42,7 @@ pub struct ForwardArgs {
     #[arg(long, value_delimiter = ',', default_value = "1")]
     workers: Vec<usize>,
     /// Frame sizes on the wire, FCS included (64 is 60 bytes in memory).
-    #[arg(long, value_delimiter = ',', default_value = "64,512,1518")]
+    #[arg(long, value_delimiter = ',', default_value = "64,1518")]
     sizes: Vec<usize>,
     /// I/O modes of mpbridge: interrupt (sleep in poll(2)) and/or poll
     /// (busy-poll).
@@ -592,14 +592,7 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
         )?);
     }
     println!();
-    println!(
-        "written: {}",
-        files
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    report::print_written(&files);
     Ok(())
 }
 

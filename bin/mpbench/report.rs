@@ -278,6 +278,12 @@ fn escape(text: &str) -> String {
         .replace('>', "&gt;")
 }
 
+/// Tells the user which files were written.
+pub fn print_written(files: &[PathBuf]) {
+    let names: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+    println!("written: {}", names.join(", "));
+}
+
 /// The median of `samples` (the upper one of an even count).
 pub fn median(samples: &[f64]) -> f64 {
     let mut sorted = samples.to_vec();

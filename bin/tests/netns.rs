@@ -84,18 +84,9 @@ impl Netns {
 
     /// Runs `f` on a thread that entered this namespace; returns its result.
     pub fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
-        let path = format!("/run/netns/{}", self.name);
-        thread::spawn(move || {
-            let file = File::open(&path).expect("cannot open the namespace");
-            // SAFETY: `file` is an open namespace file for the call; setns
-            // moves only this thread.
-            #[allow(unsafe_code)]
-            let ret = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(ret, 0, "setns: {}", std::io::Error::last_os_error());
-            f()
-        })
-        .join()
-        .expect("a thread in the namespace panicked")
+        self.spawn(f)
+            .join()
+            .expect("a thread in the namespace panicked")
     }
 
     /// Like `run`, but returns at once with a handle.
