@@ -23,7 +23,9 @@ impl RawPort {
         let ifindex = sys::if_index(name)?;
         // Fanout groups are per network namespace; this process and
         // interface make a group id that other bridges will not pick.
-        let group = (std::process::id() as u16) ^ (ifindex as u16).rotate_left(8);
+        // A single socket needs no fanout, and skips its per-frame flow hash.
+        let group =
+            (queues > 1).then(|| (std::process::id() as u16) ^ (ifindex as u16).rotate_left(8));
         sys::set_link_up(name)?;
         (0..queues.max(1))
             .map(|_| {

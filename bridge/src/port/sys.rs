@@ -131,9 +131,9 @@ fn set_option<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: &T)
 
 /// A packet socket on interface `ifindex`: virtio-net headers, a TPACKET_V3
 /// receive ring, its own transmissions not received, the interface
-/// promiscuous, and the socket in fanout group `group` (hash mode), so that
-/// each flow stays on one socket.
-pub fn open_packet_socket(ifindex: u32, group: u16) -> io::Result<(OwnedFd, RxRing)> {
+/// promiscuous, and the socket in fanout group `group` (hash mode), if
+/// given, so that each flow stays on one socket.
+pub fn open_packet_socket(ifindex: u32, group: Option<u16>) -> io::Result<(OwnedFd, RxRing)> {
     let protocol = (libc::ETH_P_ALL as u16).to_be();
     // SAFETY: constant arguments; the result is checked at once.
     let fd = check(unsafe {
@@ -168,9 +168,11 @@ pub fn open_packet_socket(ifindex: u32, group: u16) -> io::Result<(OwnedFd, RxRi
     mreq.mr_ifindex = ifindex as libc::c_int;
     mreq.mr_type = libc::PACKET_MR_PROMISC as u16;
     set_option(&fd, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mreq)?;
-    let mode = (libc::PACKET_FANOUT_HASH | libc::PACKET_FANOUT_FLAG_DEFRAG) as libc::c_int;
-    let fanout: libc::c_int = libc::c_int::from(group) | (mode << 16);
-    set_option(&fd, libc::SOL_PACKET, libc::PACKET_FANOUT, &fanout)?;
+    if let Some(group) = group {
+        let mode = (libc::PACKET_FANOUT_HASH | libc::PACKET_FANOUT_FLAG_DEFRAG) as libc::c_int;
+        let fanout: libc::c_int = libc::c_int::from(group) | (mode << 16);
+        set_option(&fd, libc::SOL_PACKET, libc::PACKET_FANOUT, &fanout)?;
+    }
     Ok((fd, ring))
 }
 
