@@ -374,20 +374,43 @@ fn measure(bench: &Bench, size: usize, seconds: f64, rate: u64) -> Result<Rates,
     })
 }
 
+/// Fails with one line unless this process runs as root.
+pub fn require_root() -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    #[allow(unsafe_code)]
+    let euid = unsafe { libc::geteuid() };
+    if euid == 0 {
+        Ok(())
+    } else {
+        Err("this experiment needs root (network namespaces, veth, packet sockets): run it with sudo".to_owned())
+    }
+}
+
+/// The mpbridge binary: the one given, or the one beside this program.
+pub fn mpbridge_path(given: Option<&std::path::Path>) -> Result<String, String> {
+    let path = match given {
+        Some(path) => path.to_path_buf(),
+        None => std::env::current_exe()
+            .map_err(|e| e.to_string())?
+            .with_file_name("mpbridge"),
+    };
+    if path.exists() {
+        Ok(path.to_string_lossy().into_owned())
+    } else {
+        Err(format!(
+            "{} not found (build it, or pass --mpbridge)",
+            path.display()
+        ))
+    }
+}
+
 /// Mbit/s on the wire: each frame plus 8 bytes of preamble and 12 of gap.
 fn mbps(pps: f64, size: usize) -> f64 {
     pps * (size + 20) as f64 * 8.0 / 1e6
 }
 
 pub fn run(args: ForwardArgs) -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions.
-    #[allow(unsafe_code)]
-    if unsafe { libc::geteuid() } != 0 {
-        return Err(
-            "forward needs root (network namespaces, veth, packet sockets): run it with sudo"
-                .to_owned(),
-        );
-    }
+    require_root()?;
     if args.sizes.iter().any(|&s| !(64..=1518).contains(&s)) {
         return Err("--sizes must be between 64 and 1518".to_owned());
     }
@@ -408,19 +431,7 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
             ));
         }
     }
-    let mpbridge = match &args.mpbridge {
-        Some(path) => path.clone(),
-        None => std::env::current_exe()
-            .map_err(|e| e.to_string())?
-            .with_file_name("mpbridge"),
-    };
-    if !mpbridge.exists() {
-        return Err(format!(
-            "{} not found (build it, or pass --mpbridge)",
-            mpbridge.display()
-        ));
-    }
-    let mpbridge = mpbridge.to_string_lossy().into_owned();
+    let mpbridge = mpbridge_path(args.mpbridge.as_deref())?;
 
     let mut setups = Vec::new();
     for &ports in &args.ports {

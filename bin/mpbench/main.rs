@@ -4,6 +4,7 @@ mod contention;
 mod forward;
 mod lab;
 mod report;
+mod rfc2889;
 mod workload;
 
 use std::process::ExitCode;
@@ -46,6 +47,9 @@ enum Command {
     /// each reference, and (with several --workers) a worker-scaling table;
     /// writes forward.csv, forward.json and plots to --out.
     Forward(forward::ForwardArgs),
+    /// RFC 2889 address learning rate and address caching capacity of
+    /// mpbridge on three veth ports, per strategy. Needs root.
+    Rfc2889(rfc2889::Rfc2889Args),
     /// Frames per second through the forwarding loop on in-memory ports.
     ///
     /// Each worker thread owns its own pair of in-memory ports and generates
@@ -224,6 +228,13 @@ fn median(mut samples: Vec<f64>) -> f64 {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Memory(args) => memory(args),
+        Command::Rfc2889(args) => match rfc2889::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("mpbench: {error}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Forward(args) => match forward::run(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {

@@ -196,3 +196,49 @@ fn forward_without_root_says_so_in_one_line() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("needs root"), "{stderr}");
 }
+
+#[test]
+fn rfc2889_reports_learning_rate_and_caching_capacity() {
+    if !netns::privileged("rfc2889_reports_learning_rate_and_caching_capacity") {
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("mpbench-rfc-{}", std::process::id()));
+    let output = mpbench(&[
+        "rfc2889",
+        "--lock",
+        "epoch,mutex",
+        "--addresses",
+        "200",
+        "--capacity",
+        "64",
+        "--steps",
+        "2",
+        "--max-rate",
+        "20000",
+        "--mpbridge",
+        env!("CARGO_BIN_EXE_mpbridge"),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let csv = std::fs::read_to_string(out.join("rfc2889.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 2, "{csv}");
+    for row in rows {
+        let held: u64 = row[col("held_entries")].parse().unwrap();
+        // Never more than the limit; all of it, but for a frame lost on
+        // the way.
+        assert!((62..=64).contains(&held), "held {held} of 64: {csv}");
+        let rate: f64 = row[col("learning_rate_fps")].parse().unwrap();
+        assert!(rate > 0.0, "no learning rate passed: {csv}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
