@@ -48,8 +48,9 @@ pub struct ForwardArgs {
     /// (busy-poll).
     #[arg(long, value_delimiter = ',', default_value = "interrupt")]
     io: Vec<IoArg>,
-    /// References to measure beside mpbridge: kernel, relay, direct.
-    #[arg(long, value_delimiter = ',', default_value = "kernel,relay,direct")]
+    /// References to measure beside mpbridge: kernel (veth ports), relay,
+    /// direct (veth ports), vde (tap ports, when vde_switch is installed).
+    #[arg(long, value_delimiter = ',', default_value = "kernel,relay,direct,vde")]
     references: Vec<ReferenceArg>,
     /// Seconds per measurement (after a 0.3 s warm-up).
     #[arg(long, default_value_t = 1.0)]
@@ -85,6 +86,8 @@ enum ReferenceArg {
     Kernel,
     Relay,
     Direct,
+    /// vde_switch (Debian's vde2) between two taps, when it is installed.
+    Vde,
 }
 
 /// What forwards the frames.
@@ -92,6 +95,7 @@ enum ReferenceArg {
 enum Target {
     Direct,
     Kernel,
+    Vde,
     Relay {
         poll: bool,
     },
@@ -118,6 +122,7 @@ impl Setup {
         match self.target {
             Target::Direct => "direct (generator to sink)".to_owned(),
             Target::Kernel => "kernel bridge (veth, RPS)".to_owned(),
+            Target::Vde => "vde_switch (tap)".to_owned(),
             Target::Relay { poll } => format!("relay ({ports}{})", io(poll)),
             Target::Mpbridge {
                 lock,
@@ -138,8 +143,9 @@ impl Setup {
 struct Bench {
     generator: Netns,
     sink: Netns,
-    _bridge: Option<Netns>,
     _process: Option<Process>,
+    _daemon: Option<lab::Daemon>,
+    _bridge: Option<Netns>,
 }
 
 fn cpus() -> usize {
@@ -169,12 +175,16 @@ fn build(setup: Setup, mpbridge: &str) -> Result<Bench, String> {
     let last_cpu_mask = 1u64 << (cpus() - 1).min(63);
     let mut bridge = None;
     let mut process = None;
+    let mut daemon = None;
     match (setup.target, setup.ports) {
         (Target::Direct, _) => {
             generator.ip(&[
                 "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", &sink.name,
             ])?;
             sink.rps("eth0", last_cpu_mask)?;
+        }
+        (Target::Vde, PortKindArg::Raw) => {
+            return Err("vde_switch is measured on tap ports only".to_owned())
         }
         (target, PortKindArg::Raw) => {
             let b = Netns::new("br")?;
@@ -211,6 +221,33 @@ fn build(setup: Setup, mpbridge: &str) -> Result<Bench, String> {
         }
         (Target::Kernel, PortKindArg::Tap) => {
             return Err("the kernel bridge is measured on veth (raw) ports only".to_owned())
+        }
+        (Target::Vde, PortKindArg::Tap) => {
+            let b = Netns::new("br")?;
+            daemon = Some(lab::Daemon::start(
+                &b,
+                &forwarder_cpus(1),
+                "vde_switch",
+                |ctl, pidfile| {
+                    vec![
+                        "-d".into(),
+                        "-s".into(),
+                        ctl.display().to_string(),
+                        "-p".into(),
+                        pidfile.display().to_string(),
+                        "-t".into(),
+                        "t0".into(),
+                        "-t".into(),
+                        "t1".into(),
+                    ]
+                },
+                &["t0", "t1"],
+            )?);
+            b.ip(&["link", "set", "t0", "netns", &generator.name])?;
+            b.ip(&["link", "set", "t1", "netns", &sink.name])?;
+            generator.ip(&["link", "set", "t0", "name", "eth0"])?;
+            sink.ip(&["link", "set", "t1", "name", "eth0"])?;
+            bridge = Some(b);
         }
         (target, PortKindArg::Tap) => {
             let b = Netns::new("br")?;
@@ -249,8 +286,9 @@ fn build(setup: Setup, mpbridge: &str) -> Result<Bench, String> {
     Ok(Bench {
         generator,
         sink,
-        _bridge: bridge,
         _process: process,
+        _daemon: daemon,
+        _bridge: bridge,
     })
 }
 
@@ -445,6 +483,22 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
                     ports,
                     target: Target::Kernel,
                 }),
+                ReferenceArg::Vde if ports == PortKindArg::Tap => {
+                    let installed = std::process::Command::new("vde_switch")
+                        .arg("--help")
+                        .output()
+                        .is_ok();
+                    if installed {
+                        setups.push(Setup {
+                            ports,
+                            target: Target::Vde,
+                        });
+                    } else {
+                        println!(
+                            "note: vde_switch is not installed (Debian's vde2): no vde reference"
+                        );
+                    }
+                }
                 ReferenceArg::Relay => {
                     for &io in &args.io {
                         setups.push(Setup {
@@ -611,6 +665,7 @@ fn record(setup: &Setup, size: usize, rates: &Rates) -> Record {
     let (name, lock, workers, poll) = match setup.target {
         Target::Direct => ("direct", String::new(), 0, false),
         Target::Kernel => ("kernel", String::new(), 0, false),
+        Target::Vde => ("vde", String::new(), 0, false),
         Target::Relay { poll } => ("relay", String::new(), 1, poll),
         Target::Mpbridge {
             lock,
@@ -661,9 +716,15 @@ fn print_ratios(args: &ForwardArgs, setups: &[Setup], samples: &[Vec<Vec<Rates>>
             ("relay", find(setup.ports, Target::Relay { poll })),
             ("kernel bridge", find(PortKindArg::Raw, Target::Kernel)),
             ("direct", find(PortKindArg::Raw, Target::Direct)),
+            ("vde_switch", find(PortKindArg::Tap, Target::Vde)),
         ] {
             let Some(r) = reference else { continue };
-            if setup.ports == PortKindArg::Tap && name != "relay" {
+            let same_kind = match name {
+                "relay" => true,
+                "vde_switch" => setup.ports == PortKindArg::Tap,
+                _ => setup.ports == PortKindArg::Raw,
+            };
+            if !same_kind {
                 continue;
             }
             let ratios: Vec<String> = args

@@ -5,6 +5,7 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -210,4 +211,84 @@ pub fn pin_to(cpu: usize) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// A program that daemonises itself (writing its pid to a file), stopped
+/// by that pid on drop.
+pub struct Daemon {
+    pid: libc::pid_t,
+    dir: std::path::PathBuf,
+}
+
+impl Daemon {
+    /// Runs `program args` (which must daemonise and write its pid to the
+    /// `pidfile` path it is given) in namespace `ns` pinned to `cpus`, and
+    /// waits up to 5 s for the pid file and for `links` to exist there.
+    pub fn start(
+        ns: &Netns,
+        cpus: &str,
+        program: &str,
+        args: impl FnOnce(&std::path::Path, &std::path::Path) -> Vec<String>,
+        links: &[&str],
+    ) -> Result<Daemon, String> {
+        let dir = std::env::temp_dir().join(&ns.name);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let pidfile = dir.join("pid");
+        let status = Command::new("ip")
+            .args(["netns", "exec", &ns.name, "taskset", "-c", cpus, program])
+            .args(args(&dir.join("ctl"), &pidfile))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map_err(|e| format!("cannot start {program}: {e}"))?;
+        if !status.success() {
+            return Err(format!("{program} failed to start ({status})"));
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let pid = std::fs::read_to_string(&pidfile)
+                .ok()
+                .and_then(|s| s.trim().parse::<libc::pid_t>().ok());
+            if let Some(pid) = pid {
+                if links
+                    .iter()
+                    .all(|link| ns.ip(&["link", "show", link]).is_ok())
+                {
+                    return Ok(Daemon { pid, dir });
+                }
+                if Instant::now() > deadline {
+                    // Dropping it stops it.
+                    drop(Daemon { pid, dir });
+                    return Err(format!("{program} did not create {}", links.join(", ")));
+                }
+            } else if Instant::now() > deadline {
+                return Err(format!("{program} wrote no pid file"));
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // SAFETY: kill has no memory preconditions; the pid is the one the
+        // daemon we started wrote.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::kill(self.pid, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline && Path::new(&format!("/proc/{}", self.pid)).exists() {
+            thread::sleep(Duration::from_millis(10));
+        }
+        if Path::new(&format!("/proc/{}", self.pid)).exists() {
+            // SAFETY: as above.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::kill(self.pid, libc::SIGKILL);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }

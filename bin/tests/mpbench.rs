@@ -127,6 +127,8 @@ fn forward_measures_mpbridge_and_its_references() {
         "raw,tap",
         "--workers",
         "1,2",
+        "--references",
+        "kernel,relay,direct",
         "--mpbridge",
         env!("CARGO_BIN_EXE_mpbridge"),
         "--out",
@@ -240,5 +242,55 @@ fn rfc2889_reports_learning_rate_and_caching_capacity() {
         let rate: f64 = row[col("learning_rate_fps")].parse().unwrap();
         assert!(rate > 0.0, "no learning rate passed: {csv}");
     }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn forward_measures_vde_switch_between_taps() {
+    if !netns::privileged("forward_measures_vde_switch_between_taps") {
+        return;
+    }
+    if Command::new("vde_switch").arg("--help").output().is_err() {
+        assert_ne!(
+            std::env::var("MPBRIDGE_REQUIRE_PRIV").as_deref(),
+            Ok("1"),
+            "vde_switch (Debian's vde2) is not installed"
+        );
+        eprintln!("skipped forward_measures_vde_switch_between_taps: vde_switch is not installed");
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("mpbench-vde-{}", std::process::id()));
+    let output = mpbench(&[
+        "forward",
+        "--runs",
+        "1",
+        "--seconds",
+        "0.2",
+        "--sizes",
+        "64",
+        "--ports",
+        "tap",
+        "--references",
+        "vde",
+        "--mpbridge",
+        env!("CARGO_BIN_EXE_mpbridge"),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("vde_switch (tap)"), "{stdout}");
+    assert!(stdout.contains("/ vde_switch: 64:"), "{stdout}");
+    let csv = std::fs::read_to_string(out.join("forward.csv")).unwrap();
+    let vde = csv
+        .lines()
+        .find(|l| l.starts_with("vde,"))
+        .expect("no vde row");
+    let delivered: f64 = vde.split(',').nth(7).unwrap().parse().unwrap();
+    assert!(delivered > 0.0, "{csv}");
     let _ = std::fs::remove_dir_all(&out);
 }
