@@ -19,11 +19,9 @@ pub fn ip(args: &[&str]) -> Result<(), String> {
     if output.status.success() {
         Ok(())
     } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let reason = stderr.lines().next().unwrap_or("failed").trim().to_owned();
+        Err(format!("ip {}: {reason}", args.join(" ")))
     }
 }
 
