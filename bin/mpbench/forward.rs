@@ -243,10 +243,7 @@ fn build(setup: Setup, mpbridge: &str) -> Result<Bench, String> {
                 },
                 &["t0", "t1"],
             )?);
-            b.ip(&["link", "set", "t0", "netns", &generator.name])?;
-            b.ip(&["link", "set", "t1", "netns", &sink.name])?;
-            generator.ip(&["link", "set", "t0", "name", "eth0"])?;
-            sink.ip(&["link", "set", "t1", "name", "eth0"])?;
+            move_taps(&b, &generator, &sink)?;
             bridge = Some(b);
         }
         (target, PortKindArg::Tap) => {
@@ -257,10 +254,7 @@ fn build(setup: Setup, mpbridge: &str) -> Result<Bench, String> {
                 &["--port=tap:t0", "--port=tap:t1"],
                 mpbridge,
             )?);
-            b.ip(&["link", "set", "t0", "netns", &generator.name])?;
-            b.ip(&["link", "set", "t1", "netns", &sink.name])?;
-            generator.ip(&["link", "set", "t0", "name", "eth0"])?;
-            sink.ip(&["link", "set", "t1", "name", "eth0"])?;
+            move_taps(&b, &generator, &sink)?;
             bridge = Some(b);
         }
     }
@@ -290,6 +284,16 @@ fn build(setup: Setup, mpbridge: &str) -> Result<Bench, String> {
         _daemon: daemon,
         _bridge: bridge,
     })
+}
+
+/// Moves taps t0 and t1 from the bridge's namespace to the generator's and
+/// the sink's, where each becomes eth0.
+fn move_taps(bridge: &Netns, generator: &Netns, sink: &Netns) -> Result<(), String> {
+    for (tap, ns) in [("t0", generator), ("t1", sink)] {
+        bridge.ip(&["link", "set", tap, "netns", &ns.name])?;
+        ns.ip(&["link", "set", tap, "name", "eth0"])?;
+    }
+    Ok(())
 }
 
 fn start_mpbridge(
