@@ -178,9 +178,7 @@ fn build(setup: Setup, mpbridge: &str) -> Result<Bench, String> {
     let mut daemon = None;
     match (setup.target, setup.ports) {
         (Target::Direct, _) => {
-            generator.ip(&[
-                "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", &sink.name,
-            ])?;
+            generator.add_veth("eth0", &sink)?;
             sink.rps("eth0", last_cpu_mask)?;
         }
         (Target::Vde, PortKindArg::Raw) => {
@@ -190,12 +188,8 @@ fn build(setup: Setup, mpbridge: &str) -> Result<Bench, String> {
             let b = Netns::new("br")?;
             b.sysctl("net/ipv6/conf/all/disable_ipv6", "1")?;
             b.sysctl("net/ipv6/conf/default/disable_ipv6", "1")?;
-            generator.ip(&[
-                "link", "add", "eth0", "type", "veth", "peer", "name", "p0", "netns", &b.name,
-            ])?;
-            sink.ip(&[
-                "link", "add", "eth0", "type", "veth", "peer", "name", "p1", "netns", &b.name,
-            ])?;
+            generator.add_veth("p0", &b)?;
+            sink.add_veth("p1", &b)?;
             // Receive work on the forwarder's ingress runs on the forwarder's
             // CPU, not inside the generator's sends.
             b.rps("p0", last_cpu_mask)?;

@@ -51,6 +51,22 @@ impl Netns {
         ip(&all)
     }
 
+    /// A veth pair: `eth0` here, `peer` in namespace `other`.
+    pub fn add_veth(&self, peer: &str, other: &Netns) -> Result<(), String> {
+        self.ip(&[
+            "link",
+            "add",
+            "eth0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            peer,
+            "netns",
+            &other.name,
+        ])
+    }
+
     /// Runs `f` on a thread inside this namespace.
     pub fn run<T: Send + 'static>(
         &self,
@@ -175,21 +191,30 @@ impl Process {
 
 impl Drop for Process {
     fn drop(&mut self) {
-        // SAFETY: kill has no memory preconditions; the pid is our child's.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        stop_child(&mut self.child);
     }
+}
+
+/// Stops a child process we started: SIGTERM, up to 3 s to exit, then
+/// SIGKILL. Returns at once if it already exited.
+pub fn stop_child(child: &mut Child) {
+    if !matches!(child.try_wait(), Ok(None)) {
+        return;
+    }
+    // SAFETY: kill has no memory preconditions; the pid is our child's.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// Pins the calling thread to `cpu`.

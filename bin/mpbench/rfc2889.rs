@@ -91,18 +91,7 @@ impl Trial {
             host.sysctl("net/ipv6/conf/all/disable_ipv6", "1")?;
             host.sysctl("net/ipv6/conf/default/disable_ipv6", "1")?;
             let port = format!("p{i}");
-            host.ip(&[
-                "link",
-                "add",
-                "eth0",
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &port,
-                "netns",
-                &bridge.name,
-            ])?;
+            host.add_veth(&port, &bridge)?;
             host.ip(&["link", "set", "eth0", "up"])?;
         }
         let max = max_entries.to_string();

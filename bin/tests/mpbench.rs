@@ -2,6 +2,17 @@
 
 use std::process::Command;
 
+/// The standard output of a run that must have succeeded.
+fn succeeded(output: &std::process::Output) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
 fn mpbench(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_mpbench"))
         .args(args)
@@ -28,12 +39,7 @@ fn locks_prints_tables_and_writes_csv_json_and_plots() {
         "--out",
         out.to_str().unwrap(),
     ]);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = succeeded(&output);
     for heading in [
         "lookup only, 64 stations",
         "learning at capacity (MAC flood), 64 stations",
@@ -134,12 +140,7 @@ fn forward_measures_mpbridge_and_its_references() {
         "--out",
         out.to_str().unwrap(),
     ]);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = succeeded(&output);
     for heading in [
         "kernel bridge (veth, RPS)",
         "relay (raw)",
@@ -222,12 +223,7 @@ fn rfc2889_reports_learning_rate_and_caching_capacity() {
         "--out",
         out.to_str().unwrap(),
     ]);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    succeeded(&output);
     let csv = std::fs::read_to_string(out.join("rfc2889.csv")).unwrap();
     let mut lines = csv.lines();
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
@@ -277,12 +273,7 @@ fn forward_measures_vde_switch_between_taps() {
         "--out",
         out.to_str().unwrap(),
     ]);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = succeeded(&output);
     assert!(stdout.contains("vde_switch (tap)"), "{stdout}");
     assert!(stdout.contains("/ vde_switch: 64:"), "{stdout}");
     let csv = std::fs::read_to_string(out.join("forward.csv")).unwrap();

@@ -2,6 +2,9 @@
 //! each piece removes what it made when dropped, also when a test fails.
 #![allow(dead_code)]
 
+#[path = "../mpbench/lab.rs"]
+mod lab;
+
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::os::fd::AsRawFd;
@@ -209,22 +212,7 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            // SAFETY: as in `stop`.
-            #[allow(unsafe_code)]
-            unsafe {
-                libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
-            }
-            let deadline = Instant::now() + Duration::from_secs(3);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                thread::sleep(Duration::from_millis(20));
-            }
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        lab::stop_child(&mut self.child);
     }
 }
 
