@@ -87,8 +87,16 @@ pub struct EpochWriter<'a, K, V> {
 impl<K: Key, V: Value> EpochMap<K, V> {
     #[inline]
     fn bucket(&self, key: &K) -> &Atomic<Node<K, V>> {
-        let hash = self.hasher.hash_one(key);
-        &self.buckets[hash as usize & self.bucket_mask]
+        &self.buckets[self.bucket_index(key)]
+    }
+
+    /// The index of the bucket list that holds `key`: for tests that need
+    /// keys sharing one list (under loom the hasher is fixed, so keys chosen
+    /// with it share a list in every run of a model).
+    #[doc(hidden)]
+    #[inline]
+    pub fn bucket_index(&self, key: &K) -> usize {
+        self.hasher.hash_one(key) as usize & self.bucket_mask
     }
 }
 
