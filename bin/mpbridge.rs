@@ -2,7 +2,7 @@
 //! MAC table under the lock strategy of your choice.
 
 use std::fmt::Write as _;
-use std::io;
+use std::io::{self, Write as _};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::thread;
@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use bridge::counters::{self, PortCounters};
 use bridge::fdb::Seconds;
+use bridge::monitor::{LinkEvent, LinkMonitor};
+use bridge::port::tap::TapError;
 use bridge::port::{LinkPort, RawPort, TapPort};
-use bridge::{DropReason, FdbConfig, MacTable, Mode, Stopper, Worker, WorkerConfig};
+use bridge::{DropReason, FdbConfig, MacTable, Mode, PortId, Stopper, Worker, WorkerConfig};
 use clap::{Args, Parser, Subcommand};
 use locks::{Strategy, StrategyKind};
 
@@ -44,12 +46,15 @@ enum Command {
 
 #[derive(Args)]
 struct RunArgs {
-    /// A port: tap:NAME (a tap, created if it does not exist and removed at
-    /// exit if mpbridge created it) or raw:IFNAME (an existing interface
-    /// through AF_PACKET, promiscuous). Repeat for each port; at least two.
+    /// A port: tap:NAME (a tap that mpbridge owns: created if it does not
+    /// exist, removed at exit if mpbridge created it; needs CAP_NET_ADMIN)
+    /// or raw:IFNAME (an existing interface through AF_PACKET, promiscuous:
+    /// a NIC, a veth, or a VM's tap on its host side; needs CAP_NET_RAW).
+    /// Repeat for each port; at least two.
     #[arg(long = "port", value_name = "tap:NAME|raw:IFNAME", required = true)]
     ports: Vec<String>,
-    /// MAC table lock strategy: mutex, rwlock, rmlock, sharded, rcu or epoch.
+    /// MAC table lock strategy [possible values: mutex, rwlock, rmlock,
+    /// sharded, rcu, epoch].
     #[arg(long, value_name = "STRATEGY", default_value_t = DEFAULT_LOCK.name().to_owned())]
     lock: String,
     /// Forwarding threads; each owns one queue of every port.
@@ -71,6 +76,19 @@ struct RunArgs {
     /// arrive (lower latency, one core per worker always busy).
     #[arg(long)]
     poll: bool,
+    /// Keep every capability after the ports are open (by default all are
+    /// dropped, and no-new-privileges is set).
+    #[arg(long)]
+    keep_caps: bool,
+    /// Fault injection for tests of the daemon's own fault handling.
+    #[arg(long, value_enum, hide = true)]
+    inject_fault: Option<InjectedFault>,
+}
+
+#[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
+enum InjectedFault {
+    /// Worker 0 panics as soon as it starts.
+    WorkerPanic,
 }
 
 #[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
@@ -122,13 +140,28 @@ impl PortSpec {
 
 /// One line saying why a port could not be opened.
 fn open_error(spec: &PortSpec, error: &io::Error) -> String {
-    let reason = match error.raw_os_error() {
-        Some(libc::ENODEV) => "no such interface".to_owned(),
-        Some(libc::EPERM | libc::EACCES) => "permission denied (needs CAP_NET_ADMIN)".to_owned(),
-        Some(libc::EBUSY) => "busy (a tap already opened without multi-queue?)".to_owned(),
+    let reason = match (error.raw_os_error(), spec.kind) {
+        (Some(libc::ENODEV), _) => "no such interface".to_owned(),
+        (Some(libc::EPERM | libc::EACCES), Kind::Raw) => {
+            "permission denied (a raw port needs CAP_NET_RAW, and CAP_NET_ADMIN if its link is down)"
+                .to_owned()
+        }
+        (Some(libc::EPERM | libc::EACCES), Kind::Tap) => {
+            "permission denied (a tap port needs CAP_NET_ADMIN)".to_owned()
+        }
+        (Some(libc::EBUSY), Kind::Tap) => {
+            "busy: another program has the tap's queue (a VM?); bridge it as raw:NAME".to_owned()
+        }
         _ => error.to_string(),
     };
     format!("cannot open port {}: {reason}", spec.label())
+}
+
+fn tap_error(spec: &PortSpec, error: &TapError) -> String {
+    match error {
+        TapError::Io(error) => open_error(spec, error),
+        other => format!("cannot open port {}: {other}", spec.label()),
+    }
 }
 
 /// Opens `workers` queues of each port: `result[w]` is worker `w`'s set.
@@ -137,7 +170,7 @@ fn open_ports(specs: &[PortSpec], workers: usize) -> Result<Vec<Vec<LinkPort>>, 
     for spec in specs {
         let queues: Vec<LinkPort> = match spec.kind {
             Kind::Tap => {
-                let tap = TapPort::open(&spec.name, workers).map_err(|e| open_error(spec, &e))?;
+                let tap = TapPort::open(&spec.name, workers).map_err(|e| tap_error(spec, &e))?;
                 if tap.existed {
                     log::info!("tap {} existed before and will stay", spec.name);
                 }
@@ -174,8 +207,14 @@ fn notify_ready() {
     }
 }
 
-/// Blocks SIGINT and SIGTERM in this thread and every thread it starts
-/// later, so that they arrive only through `wait_for_signal`.
+/// Writes `text` to standard error; a closed or broken stderr (a service
+/// manager's log gone, a pipe's reader gone) is not a reason to fail.
+fn say(text: &str) {
+    let _ = io::stderr().write_all(text.as_bytes());
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP in this thread and every thread it
+/// starts later, so that they arrive only through `wait_for_signal`.
 fn block_signals() -> libc::sigset_t {
     // SAFETY: sigset_t is plain data; sigemptyset and sigaddset initialise
     // it, and pthread_sigmask only reads it.
@@ -185,6 +224,7 @@ fn block_signals() -> libc::sigset_t {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGHUP);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         set
     }
@@ -212,7 +252,7 @@ fn report(specs: &[PortSpec], sets: &[Arc<[PortCounters]>], fdb: String) -> Stri
             .collect();
         let _ = writeln!(
             out,
-            "  {}: rx {} frames {} bytes, tx {} frames {} bytes, drops {}, rx_oversize {}, rx_errors {}, tx_dropped {}, tx_errors {}",
+            "  {}: rx {} frames {} bytes, tx {} frames {} bytes, drops {}, rx_oversize {}, rx_errors {}, tx_dropped {}, tx_errors {}, moves {}",
             spec.label(),
             stats.rx_frames,
             stats.rx_bytes,
@@ -222,7 +262,8 @@ fn report(specs: &[PortSpec], sets: &[Arc<[PortCounters]>], fdb: String) -> Stri
             stats.rx_oversize,
             stats.rx_errors,
             stats.tx_dropped,
-            stats.tx_errors
+            stats.tx_errors,
+            stats.moves
         );
     }
     out.push_str(&fdb);
@@ -241,6 +282,16 @@ fn run<S: Strategy>(
     };
     let fdb = Arc::new(MacTable::<S>::new(config));
     let port_sets = open_ports(specs, workers)?;
+    if !args.keep_caps {
+        drop_privileges()?;
+    }
+    let mut monitor = LinkMonitor::new();
+    for (index, spec) in specs.iter().enumerate() {
+        if spec.kind == Kind::Raw {
+            monitor.watch(PortId(index as u16), &spec.name);
+        }
+    }
+    report_links(specs, monitor.tick(&fdb));
     let stopper = Arc::new(Stopper::new().map_err(|e| format!("cannot create an eventfd: {e}"))?);
     let worker_config = WorkerConfig {
         frame_capacity: FRAME_CAPACITY,
@@ -253,13 +304,24 @@ fn run<S: Strategy>(
     };
     let mut counter_sets = Vec::new();
     let mut handles = Vec::new();
+    // Each worker says it started; ready is announced only once all did.
+    let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
     for (id, ports) in port_sets.into_iter().enumerate() {
         let mut worker = Worker::new(Arc::clone(&fdb), ports, worker_config);
         counter_sets.push(worker.counters());
         let stopper = Arc::clone(&stopper);
+        let panic_now = id == 0 && args.inject_fault == Some(InjectedFault::WorkerPanic);
+        let started = started_tx.clone();
         let handle = thread::Builder::new()
             .name(format!("worker{id}"))
-            .spawn(move || worker.run(&stopper))
+            .spawn(move || {
+                if panic_now {
+                    panic!("injected fault");
+                }
+                let _ = started.send(());
+                drop(started);
+                worker.run(&stopper)
+            })
             .map_err(|e| format!("cannot start worker {id}: {e}"))?;
         handles.push(handle);
     }
@@ -274,28 +336,60 @@ fn run<S: Strategy>(
         ModeArg::Relay => " mode relay",
     };
     let poll = if args.poll { " poll" } else { "" };
-    eprintln!(
-        "mpbridge: ready: ports {} lock {} workers {}{mode}{poll}",
-        labels.join(","),
-        S::KIND,
-        workers
-    );
-    notify_ready();
-
-    let signal = loop {
-        if let Some(signal) = wait_for_signal(signals, Duration::from_secs(1)) {
-            break signal;
+    // A worker that died before it started must not be announced as ready:
+    // the channel ends when every worker has sent or died.
+    drop(started_tx);
+    let started = started_rx.iter().count();
+    let mut outcome = check_workers(&handles);
+    if outcome.is_ok() && started < workers {
+        // The dead worker's thread may still be unwinding: wait for it to
+        // end so that the error can name it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while outcome.is_ok() && std::time::Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+            outcome = check_workers(&handles);
+        }
+        if outcome.is_ok() {
+            outcome = Err(format!(
+                "{} of {workers} workers did not start; stopping the bridge",
+                workers - started
+            ));
+        }
+    }
+    if outcome.is_ok() {
+        say(&format!(
+            "mpbridge: ready: ports {} lock {} workers {}{mode}{poll}\n",
+            labels.join(","),
+            S::KIND,
+            workers
+        ));
+        notify_ready();
+    }
+    while outcome.is_ok() {
+        match wait_for_signal(signals, Duration::from_secs(1)) {
+            Some(libc::SIGHUP) => {
+                log::info!("SIGHUP: nothing to reload; carrying on");
+                continue;
+            }
+            Some(signal) => {
+                log::info!("signal {signal}: stopping");
+                break;
+            }
+            None => {}
         }
         let aged = fdb.age(fdb.clock().now());
         if aged > 0 {
             log::debug!("aged out {aged} stations");
         }
-    };
-    log::info!("signal {signal}: stopping");
+        report_links(specs, monitor.tick(&fdb));
+        outcome = check_workers(&handles);
+    }
     stopper.stop();
     for handle in handles {
-        if handle.join().is_err() {
-            log::error!("a worker panicked");
+        // A panic was reported by check_workers (or here, if it came while
+        // stopping); its message went to stderr through the panic hook.
+        if handle.join().is_err() && outcome.is_ok() {
+            outcome = Err("a worker panicked while stopping".to_owned());
         }
     }
     let stats = fdb.stats();
@@ -308,7 +402,69 @@ fn run<S: Strategy>(
         stats.refused,
         stats.aged
     );
-    eprint!("{}", report(specs, &counter_sets, fdb_line));
+    say(&report(specs, &counter_sets, fdb_line));
+    outcome
+}
+
+/// An error naming the first worker that ended on its own: workers run
+/// until told to stop, so one that ended panicked, and part of the traffic
+/// would be black-holed if the daemon carried on.
+fn check_workers(handles: &[thread::JoinHandle<()>]) -> Result<(), String> {
+    match handles.iter().position(|handle| handle.is_finished()) {
+        Some(id) => Err(format!(
+            "worker {id} stopped unexpectedly (panicked); stopping the bridge"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Logs what the link monitor saw.
+fn report_links(specs: &[PortSpec], events: Vec<LinkEvent>) {
+    let label = |port: PortId| specs[port.index()].label();
+    for event in events {
+        match event {
+            LinkEvent::Down { port, flushed } => log::warn!(
+                "{}: link down; flushed {flushed} learned stations",
+                label(port)
+            ),
+            LinkEvent::Up { port } => log::info!("{}: link up", label(port)),
+            LinkEvent::Address { port, addr } => {
+                log::info!("{}: own address {addr}, kept for the host", label(port))
+            }
+            LinkEvent::Gone { port, flushed } => log::warn!(
+                "{}: interface deleted; the port is out of the bridge (flushed {flushed} stations)",
+                label(port)
+            ),
+        }
+    }
+}
+
+/// Drops every capability once the ports are open (nothing the bridge does
+/// afterwards needs one: sends and receives on open descriptors are not
+/// checked again, and closing a tap mpbridge made removes it without one),
+/// and sets no-new-privileges, so that a compromised daemon cannot regain
+/// any through an exec.
+fn drop_privileges() -> Result<(), String> {
+    use caps::CapSet;
+    let fail = |what: &str, error: caps::errors::CapsError| format!("cannot drop {what}: {error}");
+    // The bounding set first: dropping from it needs CAP_SETPCAP, which the
+    // effective set loses below.
+    if caps::has_cap(None, CapSet::Effective, caps::Capability::CAP_SETPCAP).unwrap_or(false) {
+        caps::clear(None, CapSet::Bounding).map_err(|e| fail("the bounding set", e))?;
+    }
+    caps::clear(None, CapSet::Ambient).map_err(|e| fail("ambient capabilities", e))?;
+    caps::clear(None, CapSet::Inheritable).map_err(|e| fail("inheritable capabilities", e))?;
+    caps::clear(None, CapSet::Effective).map_err(|e| fail("effective capabilities", e))?;
+    caps::clear(None, CapSet::Permitted).map_err(|e| fail("permitted capabilities", e))?;
+    // SAFETY: PR_SET_NO_NEW_PRIVS takes plain integers and touches no memory.
+    #[allow(unsafe_code)]
+    let ret = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+    if ret != 0 {
+        return Err(format!(
+            "cannot set no-new-privileges: {}",
+            io::Error::last_os_error()
+        ));
+    }
     Ok(())
 }
 
@@ -324,7 +480,10 @@ fn main() -> ExitCode {
             // One line, never the usage dump.
             let text = error.to_string();
             let line = text.lines().next().unwrap_or("invalid arguments");
-            eprintln!("mpbridge: {}", line.trim_start_matches("error: "));
+            say(&format!(
+                "mpbridge: {}\n",
+                line.trim_start_matches("error: ")
+            ));
             return ExitCode::from(2);
         }
     };
@@ -339,7 +498,7 @@ fn main() -> ExitCode {
     let lock: StrategyKind = match args.lock.parse() {
         Ok(lock) => lock,
         Err(error) => {
-            eprintln!("mpbridge: {error}");
+            say(&format!("mpbridge: {error}\n"));
             return ExitCode::from(2);
         }
     };
@@ -351,29 +510,29 @@ fn main() -> ExitCode {
     {
         Ok(specs) => specs,
         Err(error) => {
-            eprintln!("mpbridge: {error}");
+            say(&format!("mpbridge: {error}\n"));
             return ExitCode::from(2);
         }
     };
     if specs.len() < 2 {
-        eprintln!(
-            "mpbridge: a bridge needs at least two ports (got {})",
+        say(&format!(
+            "mpbridge: a bridge needs at least two ports (got {})\n",
             specs.len()
-        );
+        ));
         return ExitCode::from(2);
     }
     if args.mode == ModeArg::Relay && specs.len() != 2 {
-        eprintln!(
-            "mpbridge: --mode relay needs exactly two ports (got {})",
+        say(&format!(
+            "mpbridge: --mode relay needs exactly two ports (got {})\n",
             specs.len()
-        );
+        ));
         return ExitCode::from(2);
     }
     let signals = block_signals();
     match locks::with_strategy!(lock, S => run::<S>(&args, &specs, &signals)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("mpbridge: {error}");
+            say(&format!("mpbridge: {error}\n"));
             ExitCode::FAILURE
         }
     }

@@ -265,6 +265,7 @@ fn build(setup: Setup, mpbridge: &str) -> Result<Bench, String> {
         let frame = with_header(&frame([0xff; 6], SINK_MAC, 64));
         for _ in 0..3 {
             port.send_batch(std::iter::once(&frame[..]))
+                .into_result()
                 .map_err(|e| e.to_string())?;
             thread::sleep(Duration::from_millis(20));
         }
@@ -382,10 +383,12 @@ fn measure(bench: &Bench, size: usize, seconds: f64, rate: u64) -> Result<Rates,
                     let n = (due - sent).min(64) as usize;
                     sent += port
                         .send_batch(batch[..n].iter().copied())
+                        .into_result()
                         .map_err(|e| e.to_string())? as u64;
                 } else {
                     sent += port
                         .send_batch(batch.iter().copied())
+                        .into_result()
                         .map_err(|e| e.to_string())? as u64;
                 }
             }

@@ -145,7 +145,10 @@ impl Trial {
                 }
                 let end = due.min(sent + 64);
                 let batch = frames[sent..end].iter().map(Vec::as_slice);
-                let n = port.send_batch(batch).map_err(|e| e.to_string())?;
+                let n = port
+                    .send_batch(batch)
+                    .into_result()
+                    .map_err(|e| e.to_string())?;
                 // A full socket queue refused some: try those again.
                 sent += n;
                 if n == 0 {

@@ -6,7 +6,8 @@
 mod lab;
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -321,6 +322,7 @@ impl Station {
         let sent = self
             .port
             .send_batch(std::iter::once(&buffer[..]))
+            .into_result()
             .expect("send");
         assert_eq!(sent, 1, "frame not sent");
     }
@@ -344,6 +346,21 @@ impl Station {
             }
         }
         frames
+    }
+
+    /// Sends frames (Ethernet only: headers are added) in batches; returns
+    /// how many the socket took.
+    pub fn send_many(&mut self, frames: &[Vec<u8>]) -> usize {
+        use bridge::port::Port;
+        let buffers: Vec<Vec<u8>> = frames
+            .iter()
+            .map(|frame| {
+                let mut buffer = vec![0u8; bridge::port::VNET_HDR_LEN];
+                buffer.extend_from_slice(frame);
+                buffer
+            })
+            .collect();
+        self.port.send_batch(buffers.iter().map(Vec::as_slice)).sent
     }
 
     /// Drops whatever arrived so far.
@@ -394,3 +411,203 @@ pub fn mac(n: u16) -> [u8; 6] {
 }
 
 pub const BROADCAST: [u8; 6] = [0xff; 6];
+
+/// CPU seconds (user and system) process `pid` has used.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("process gone");
+    // Fields after the command name, which ends at the last ')'.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    #[allow(unsafe_code)]
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks / hz
+}
+
+/// CPU seconds process `pid` uses over `span`.
+pub fn cpu_over(pid: u32, span: Duration) -> f64 {
+    let before = cpu_seconds(pid);
+    thread::sleep(span);
+    cpu_seconds(pid) - before
+}
+
+/// A field of /proc/PID/status, e.g. "VmRSS" (in KiB) or "CapEff" (hex).
+pub fn proc_status(pid: u32, field: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("process gone");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+        .trim()
+        .to_owned()
+}
+
+/// The resident set size of process `pid`, in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    proc_status(pid, "VmRSS")
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// The hardware address of `dev` in namespace `ns`.
+pub fn link_mac(ns: &Netns, dev: &str) -> [u8; 6] {
+    let output = Command::new("ip")
+        .args(["-n", &ns.name, "-o", "link", "show", dev])
+        .output()
+        .expect("ip");
+    let text = String::from_utf8_lossy(&output.stdout);
+    let at = text.find("link/ether ").expect("no ether address") + "link/ether ".len();
+    let mut mac = [0u8; 6];
+    for (byte, part) in mac.iter_mut().zip(text[at..at + 17].split(':')) {
+        *byte = u8::from_str_radix(part, 16).unwrap();
+    }
+    mac
+}
+
+/// One named counter from a port's line of the final report.
+pub fn port_counter(log: &[String], port: &str, counter: &str) -> u64 {
+    let line = log
+        .iter()
+        .find(|l| l.contains(&format!("{port}: rx")))
+        .unwrap_or_else(|| panic!("no counters for {port}: {log:?}"));
+    let at = line
+        .find(&format!(" {counter} "))
+        .unwrap_or_else(|| panic!("no {counter} in {line}"))
+        + counter.len()
+        + 2;
+    line[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+pub const TRANSFER: usize = 8 << 20;
+
+/// Deterministic, incompressible-looking bytes.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}
+
+/// Sends TRANSFER bytes from host `from` to host `to` over TCP (ARP first,
+/// implicitly) and checks every byte. Every step is bounded in time.
+pub fn tcp_transfer(hosts: &[Netns], from: usize, to: usize, port: u16, seed: u64) {
+    let server_addr = SocketAddr::from((Topology::addr(to), port));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let server = hosts[to].spawn(move || {
+        let listener = TcpListener::bind(server_addr).expect("bind");
+        listener.set_nonblocking(true).unwrap();
+        ready_tx.send(()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut stream = loop {
+            match listener.accept() {
+                Ok((stream, _)) => break stream,
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                Err(e) => panic!("accept: {e}"),
+            }
+        };
+        stream.set_nonblocking(false).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let mut received = Vec::with_capacity(TRANSFER);
+        stream.read_to_end(&mut received).expect("read");
+        received
+    });
+    ready_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("server not listening");
+    hosts[from].run(move || {
+        let mut stream =
+            TcpStream::connect_timeout(&server_addr, Duration::from_secs(10)).expect("connect");
+        stream
+            .set_write_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        stream.write_all(&pattern(TRANSFER, seed)).expect("write");
+        stream.shutdown(std::net::Shutdown::Write).unwrap();
+    });
+    let received = server.join().expect("server panicked");
+    assert_eq!(received.len(), TRANSFER, "byte count");
+    assert!(received == pattern(TRANSFER, seed), "content differs");
+}
+
+/// Writes `buf` to descriptor `fd` (a tap queue); returns what was written.
+pub fn write_fd(fd: &std::os::fd::OwnedFd, buf: &[u8]) -> usize {
+    // SAFETY: `buf` is valid for reads of its length.
+    #[allow(unsafe_code)]
+    let n = unsafe { libc::write(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len()) };
+    assert!(n >= 0, "write: {}", std::io::Error::last_os_error());
+    n as usize
+}
+
+/// Reads one frame from non-blocking descriptor `fd`, if one waits.
+pub fn read_fd(fd: &std::os::fd::OwnedFd, buf: &mut [u8]) -> Option<usize> {
+    // SAFETY: `buf` is valid for writes of its length.
+    #[allow(unsafe_code)]
+    let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    (n >= 0).then_some(n as usize)
+}
+
+/// Waits (at most `within`) for `child` to exit; kills it and panics if it
+/// does not.
+pub fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("still running after {within:?}");
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs mpbridge with `args` (in namespace `ns`, if given) until it exits,
+/// at most `within`; returns its exit status and stderr.
+pub fn run_to_exit(
+    ns: Option<&Netns>,
+    args: &[&str],
+    within: Duration,
+) -> (std::process::ExitStatus, String) {
+    let mut command = match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_mpbridge")]);
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_mpbridge")),
+    };
+    let mut child = command
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot start mpbridge");
+    // Read stderr while waiting, so that a chatty child never blocks.
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let status = wait_exit(&mut child, within);
+    (status, reader.join().unwrap())
+}

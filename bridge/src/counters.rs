@@ -22,12 +22,17 @@ pub struct PortStats {
     pub drops: [u64; DropReason::ALL.len()],
     /// Frames received too large for a buffer, dropped.
     pub rx_oversize: u64,
-    /// Receive calls that failed.
+    /// Receive faults (one per event: a link that went down counts once,
+    /// however long it stays down) and malformed frames the port handed over.
     pub rx_errors: u64,
-    /// Frames to send that the port's queue had no room for.
+    /// Frames to send that the port's queue had no room for, or that a
+    /// send fault left unsent.
     pub tx_dropped: u64,
-    /// Frames whose send failed.
+    /// Frames the port refused one by one (larger than its MTU, say), and
+    /// send faults (one per event).
     pub tx_errors: u64,
+    /// Stations that moved onto this port from another one.
+    pub moves: u64,
 }
 
 impl PortStats {
@@ -55,6 +60,7 @@ impl AddAssign for PortStats {
         self.rx_errors += other.rx_errors;
         self.tx_dropped += other.tx_dropped;
         self.tx_errors += other.tx_errors;
+        self.moves += other.moves;
     }
 }
 
@@ -70,6 +76,7 @@ pub struct PortCounters {
     rx_errors: AtomicU64,
     tx_dropped: AtomicU64,
     tx_errors: AtomicU64,
+    moves: AtomicU64,
 }
 
 // Relaxed throughout: counters are totals read for display; they order no
@@ -93,6 +100,7 @@ impl PortCounters {
         add(&self.rx_errors, stats.rx_errors);
         add(&self.tx_dropped, stats.tx_dropped);
         add(&self.tx_errors, stats.tx_errors);
+        add(&self.moves, stats.moves);
     }
 
     /// The totals now.
@@ -108,6 +116,7 @@ impl PortCounters {
             rx_errors: get(&self.rx_errors),
             tx_dropped: get(&self.tx_dropped),
             tx_errors: get(&self.tx_errors),
+            moves: get(&self.moves),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The forwarding decision: a pure function of the ingress port, the frame
 //! and a read section of the MAC table.
 
-use crate::fdb::{FdbKey, FdbLookup, PortId};
+use crate::fdb::{FdbKey, FdbLookup, Location, PortId};
 use crate::wire::{EthernetFrame, MacKind};
 
 /// Why a frame is not forwarded.
@@ -17,15 +17,20 @@ pub enum DropReason {
     /// The destination was learned on the port the frame came in on: the
     /// stations share a segment and already heard each other.
     SamePort,
+    /// The destination is the address of a port's own interface: the frame
+    /// is the host's, which receives it on that interface, and no other
+    /// port's (the Linux bridge's local entries).
+    Local,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 4] = [
+    pub const ALL: [DropReason; 5] = [
         DropReason::Runt,
         DropReason::BadSource,
         DropReason::Reserved,
         DropReason::SamePort,
+        DropReason::Local,
     ];
 
     /// A short name for counters and logs.
@@ -35,6 +40,7 @@ impl DropReason {
             DropReason::BadSource => "bad_source",
             DropReason::Reserved => "reserved",
             DropReason::SamePort => "same_port",
+            DropReason::Local => "local",
         }
     }
 
@@ -73,7 +79,8 @@ pub fn classify(frame: &[u8]) -> Result<(FdbKey, FdbKey), DropReason> {
 ///
 /// Rules, in order: drop runts and frames from invalid sources; drop frames
 /// to reserved link-local addresses; flood broadcast, multicast and unknown
-/// unicast; send known unicast to its port, unless that is the ingress port.
+/// unicast; drop frames to a port's own address (the host's); send known
+/// unicast to its port, unless that is the ingress port.
 /// A tagged frame is looked up within its VLAN and passes unchanged.
 #[inline]
 pub fn decide(ingress: PortId, frame: &[u8], fdb: &impl FdbLookup) -> Decision {
@@ -86,9 +93,20 @@ pub fn decide(ingress: PortId, frame: &[u8], fdb: &impl FdbLookup) -> Decision {
         MacKind::Broadcast | MacKind::Multicast => Decision::Flood,
         // A zero destination is not a station anyone can learn: flooding it
         // is what an unknown unicast gets.
-        MacKind::Unicast | MacKind::Zero => match fdb.lookup(&dst) {
-            Some(port) if port == ingress => Decision::Drop(DropReason::SamePort),
-            Some(port) => Decision::Unicast(port),
+        MacKind::Unicast | MacKind::Zero => match fdb.locate(&dst) {
+            Some(Location::Local(_)) => Decision::Drop(DropReason::Local),
+            Some(Location::Port(port)) if port == ingress => Decision::Drop(DropReason::SamePort),
+            Some(Location::Port(port)) => Decision::Unicast(port),
+            // The host's addresses are local in every VLAN, as on a Linux
+            // bridge without VLAN filtering.
+            None if dst.vlan != 0
+                && matches!(
+                    fdb.locate(&FdbKey::new(0, dst.mac)),
+                    Some(Location::Local(_))
+                ) =>
+            {
+                Decision::Drop(DropReason::Local)
+            }
             None => Decision::Flood,
         },
     }

@@ -67,6 +67,9 @@ impl Hash for FdbKey {
 pub struct FdbEntry {
     port: PortId,
     is_static: bool,
+    /// The address of the port's own interface: frames to it are the
+    /// host's, never forwarded. Local entries are static.
+    is_local: bool,
     /// Written by readers in place (relaxed: a timestamp that orders no other
     /// memory; a reader that sees a slightly old value ages an entry at most
     /// one refresh late).
@@ -78,7 +81,17 @@ impl FdbEntry {
         FdbEntry {
             port,
             is_static: false,
+            is_local: false,
             last_seen: AtomicU32::new(now),
+        }
+    }
+
+    fn configured(port: PortId, is_local: bool) -> FdbEntry {
+        FdbEntry {
+            port,
+            is_static: true,
+            is_local,
+            last_seen: AtomicU32::new(0),
         }
     }
 
@@ -90,6 +103,11 @@ impl FdbEntry {
     /// Whether the entry was configured rather than learned.
     pub fn is_static(&self) -> bool {
         self.is_static
+    }
+
+    /// Whether the entry is the address of a port's own interface.
+    pub fn is_local(&self) -> bool {
+        self.is_local
     }
 
     /// When a frame from the station was last seen.
@@ -171,6 +189,8 @@ pub struct FdbRecord {
     pub port: PortId,
     /// Whether the entry is static.
     pub is_static: bool,
+    /// Whether the entry is a port's own address (static too).
+    pub is_local: bool,
     /// Seconds since the station was last seen (0 for static entries).
     pub idle_secs: Seconds,
 }
@@ -224,10 +244,24 @@ pub struct FdbReader<'r, R> {
     section: &'r R,
 }
 
+/// Where a known destination is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Location {
+    /// A station reached through this port.
+    Port(PortId),
+    /// The address of this port's own interface: the host's.
+    Local(PortId),
+}
+
 /// Where a destination lookup led.
 pub trait FdbLookup {
     /// The port `key` was learned on, if it is known.
     fn lookup(&self, key: &FdbKey) -> Option<PortId>;
+
+    /// Where `key` is, telling the host's own addresses apart.
+    fn locate(&self, key: &FdbKey) -> Option<Location> {
+        self.lookup(key).map(Location::Port)
+    }
 }
 
 impl<R: ReadSection<FdbKey, FdbEntry>> FdbLookup for FdbReader<'_, R> {
@@ -235,6 +269,25 @@ impl<R: ReadSection<FdbKey, FdbEntry>> FdbLookup for FdbReader<'_, R> {
     fn lookup(&self, key: &FdbKey) -> Option<PortId> {
         self.section.get_with(key, |entry| entry.port)
     }
+
+    #[inline]
+    fn locate(&self, key: &FdbKey) -> Option<Location> {
+        self.section.get_with(key, |entry| match entry.is_local {
+            true => Location::Local(entry.port),
+            false => Location::Port(entry.port),
+        })
+    }
+}
+
+/// How a frame's source stands in the table, as the fast path sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceState {
+    /// Known on this port (or static): refreshed, nothing to learn.
+    Known,
+    /// Known on another port: a move, for the write path.
+    Moved,
+    /// Not in the table: a new station, for the write path.
+    Unknown,
 }
 
 impl<R: ReadSection<FdbKey, FdbEntry>> FdbReader<'_, R> {
@@ -250,22 +303,29 @@ impl<R: ReadSection<FdbKey, FdbEntry>> FdbReader<'_, R> {
     /// or moved and must go through [`MacTable::learn`].
     #[inline]
     pub fn refresh_source(&self, key: &FdbKey, port: PortId, now: Seconds) -> bool {
+        self.source_state(key, port, now) == SourceState::Known
+    }
+
+    /// [`refresh_source`](Self::refresh_source), telling a move from a new
+    /// station.
+    #[inline]
+    pub fn source_state(&self, key: &FdbKey, port: PortId, now: Seconds) -> SourceState {
         self.section
             .get_with(key, |entry| {
                 if entry.is_static {
-                    return true;
+                    return SourceState::Known;
                 }
                 if entry.port != port {
-                    return false;
+                    return SourceState::Moved;
                 }
                 // Only a changed second is written, so a busy station dirties
                 // the entry's cache line once a second, not once a frame.
                 if entry.last_seen.load(Ordering::Relaxed) != now {
                     entry.last_seen.store(now, Ordering::Relaxed);
                 }
-                true
+                SourceState::Known
             })
-            .unwrap_or(false)
+            .unwrap_or(SourceState::Unknown)
     }
 }
 
@@ -333,50 +393,89 @@ impl<S: Strategy> MacTable<S> {
 
     /// Learns that `key` was seen on `port` at `now`.
     pub fn learn(&self, key: FdbKey, port: PortId, now: Seconds) -> Learned {
-        self.map.write(|w| self.learn_in(w, key, port, now))
+        self.map.write(|w| self.learn_in(w, key, port, now).0)
     }
 
     /// Learns a batch of sources in one write section; returns how many were
     /// refused for lack of room.
     pub fn learn_batch(&self, sources: &[(FdbKey, PortId)], now: Seconds) -> usize {
+        self.learn_batch_with(sources, now, |_, _, _| {})
+    }
+
+    /// [`learn_batch`](Self::learn_batch), calling `moved(key, from, to)`
+    /// for each station that moved.
+    pub fn learn_batch_with(
+        &self,
+        sources: &[(FdbKey, PortId)],
+        now: Seconds,
+        mut moved: impl FnMut(FdbKey, PortId, PortId),
+    ) -> usize {
         if sources.is_empty() {
             return 0;
         }
         self.map.write(|w| {
-            sources
-                .iter()
-                .filter(|(key, port)| self.learn_in(w, *key, *port, now) == Learned::Refused)
-                .count()
+            let mut refused = 0;
+            for &(key, port) in sources {
+                match self.learn_in(w, key, port, now) {
+                    (Learned::Refused, _) => refused += 1,
+                    (Learned::Moved, Some(from)) => moved(key, from, port),
+                    _ => {}
+                }
+            }
+            refused
         })
     }
 
+    /// Whether the learning limit is reached: a new station would be refused.
+    pub fn is_full(&self) -> bool {
+        let max = self.config.max_entries;
+        max != 0 && self.learned_len() >= max
+    }
+
+    /// Counts `stations` new stations refused without a write section, as
+    /// a caller that saw [`is_full`](Self::is_full) does.
+    pub fn refuse(&self, stations: usize) {
+        if stations > 0 {
+            self.stats
+                .refused
+                .fetch_add(stations as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Learns one source; says what happened and, for a move, where from.
     fn learn_in(
         &self,
         w: &mut impl WriteSection<FdbKey, FdbEntry>,
         key: FdbKey,
         port: PortId,
         now: Seconds,
-    ) -> Learned {
-        let outcome = w.update(key, |old| match old {
-            None if self.reserve() => (Update::Put(FdbEntry::learned(port, now)), Learned::New),
-            None => (Update::Keep, Learned::Refused),
-            Some(entry) if entry.is_static => (Update::Keep, Learned::Static),
+    ) -> (Learned, Option<PortId>) {
+        let (outcome, from) = w.update(key, |old| match old {
+            None if self.reserve() => (
+                Update::Put(FdbEntry::learned(port, now)),
+                (Learned::New, None),
+            ),
+            None => (Update::Keep, (Learned::Refused, None)),
+            Some(entry) if entry.is_static => (Update::Keep, (Learned::Static, None)),
             Some(entry) if entry.port == port => {
                 entry.last_seen.store(now, Ordering::Relaxed);
-                (Update::Keep, Learned::Refreshed)
+                (Update::Keep, (Learned::Refreshed, None))
             }
             // A move replaces the entry rather than editing it, so that
             // readers of `rcu` and `epoch` see the old entry or the new one.
-            Some(_) => (Update::Put(FdbEntry::learned(port, now)), Learned::Moved),
+            Some(entry) => (
+                Update::Put(FdbEntry::learned(port, now)),
+                (Learned::Moved, Some(entry.port)),
+            ),
         });
         let counter = match outcome {
             Learned::New => &self.stats.learned,
             Learned::Moved => &self.stats.moved,
             Learned::Refused => &self.stats.refused,
-            Learned::Refreshed | Learned::Static => return outcome,
+            Learned::Refreshed | Learned::Static => return (outcome, from),
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        outcome
+        (outcome, from)
     }
 
     /// Takes a place for one learned entry, if the limit allows.
@@ -397,13 +496,21 @@ impl<S: Strategy> MacTable<S> {
     /// Adds or replaces a static entry: it never ages, and learning never
     /// overwrites it. Returns `true` when it replaced a learned entry.
     pub fn add_static(&self, key: FdbKey, port: PortId) -> bool {
+        self.add_configured(key, port, false)
+    }
+
+    /// Adds the address of port `port`'s own interface as a local entry:
+    /// frames to it belong to the host and are never forwarded, and no
+    /// frame's source moves it. Returns `true` when it replaced a learned
+    /// entry.
+    pub fn add_local(&self, key: FdbKey, port: PortId) -> bool {
+        self.add_configured(key, port, true)
+    }
+
+    fn add_configured(&self, key: FdbKey, port: PortId, is_local: bool) -> bool {
         let replaced_learned = self.map.write(|w| {
             w.update(key, |old| {
-                let entry = FdbEntry {
-                    port,
-                    is_static: true,
-                    last_seen: AtomicU32::new(0),
-                };
+                let entry = FdbEntry::configured(port, is_local);
                 (Update::Put(entry), old.is_some_and(|e| !e.is_static))
             })
         });
@@ -477,6 +584,7 @@ impl<S: Strategy> MacTable<S> {
                     key: *key,
                     port: entry.port,
                     is_static: entry.is_static,
+                    is_local: entry.is_local,
                     idle_secs: if entry.is_static {
                         0
                     } else {

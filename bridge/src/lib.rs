@@ -6,6 +6,7 @@
 //! - [`decision`]: where a frame goes, as a pure function.
 //! - [`port`]: the batched port abstraction and the in-memory port.
 //! - [`worker`]: the forwarding loop.
+//! - [`monitor`]: link state and local addresses of raw ports.
 //! - [`counters`]: per-port counters.
 
 #![deny(unsafe_code)]
@@ -13,6 +14,7 @@
 pub mod counters;
 pub mod decision;
 pub mod fdb;
+pub mod monitor;
 pub mod port;
 pub mod wire;
 pub mod worker;

@@ -16,16 +16,28 @@ use locks::Strategy;
 
 use crate::counters::{PortCounters, PortStats};
 use crate::decision::{classify, decide, Decision};
-use crate::fdb::{FdbKey, FdbReader, FdbSection, MacTable, PortId, Seconds};
-use crate::port::{Port, PortError, RxBatch};
+use crate::fdb::{FdbKey, FdbReader, FdbSection, MacTable, PortId, Seconds, SourceState};
+use crate::port::{wake, FaultKind, Port, PortError, RxBatch};
 
-/// How long a port whose receive failed is left alone, so that a port in a
-/// persistent error state (a deleted tap) never spins a core.
-const ERROR_BACKOFF: Duration = Duration::from_secs(1);
+/// How long a faulted port (link down, a persistent error) is first left
+/// alone before it is tried again: short, since most faults are brief (a
+/// tap moved to another namespace is down for a moment).
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+/// The back-off doubles while the fault lasts, up to this: a port down for
+/// long costs one look a second, and comes back within a second of its
+/// link.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// At most one log line per port per this interval.
 const LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// The longest a worker sleeps without looking at its stop flag.
 const MAX_SLEEP_MS: i32 = 500;
+/// Station moves onto one port within one second beyond which the worker
+/// warns of a flapping station (a loop, or two stations claiming one
+/// address).
+const FLAP_MOVES_PER_SEC: u32 = 20;
+/// A busy-polling worker looks for port errors once per this many idle
+/// rounds (the sleeping one sees them in `poll(2)`).
+const BUSY_POLL_ERROR_CHECK: u32 = 1024;
 
 /// Tells workers to stop, waking those asleep in `poll`.
 #[derive(Debug)]
@@ -39,7 +51,7 @@ impl Stopper {
     pub fn new() -> io::Result<Stopper> {
         Ok(Stopper {
             stopped: AtomicBool::new(false),
-            wake: crate::port::sys_eventfd()?,
+            wake: wake::eventfd()?,
         })
     }
 
@@ -49,7 +61,7 @@ impl Stopper {
         self.stopped.store(true, Ordering::Release);
         // The flag is what counts; a failed wake-up only delays the stop
         // by at most the workers' longest sleep.
-        let _ = crate::port::sys_eventfd_signal(self.wake.as_raw_fd());
+        let _ = wake::eventfd_signal(&self.wake);
     }
 
     /// Whether [`stop`](Self::stop) was called.
@@ -58,17 +70,51 @@ impl Stopper {
     }
 }
 
-/// Per-port fault state: when to look at the port again, when it last logged.
-#[derive(Debug, Clone, Copy, Default)]
+/// Where one port stands for one worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Health {
+    /// Passing frames.
+    Up,
+    /// Faulted: left alone until then (not polled, sent nothing).
+    Backoff(Instant),
+    /// Back from a back-off, not yet proven: a fault now belongs to the
+    /// same event and is not counted again.
+    Retrying,
+    /// The device is gone for good; the port is out of the bridge.
+    Gone,
+}
+
+/// Per-port fault state: its health and when it last logged.
+#[derive(Debug, Clone, Copy)]
 struct Fault {
-    quiet_until: Option<Instant>,
+    health: Health,
+    /// The back-off the next fault of this event gets.
+    backoff: Duration,
     logged_at: Option<Instant>,
     suppressed: u64,
 }
 
+impl Default for Fault {
+    fn default() -> Self {
+        Fault {
+            health: Health::Up,
+            backoff: FIRST_BACKOFF,
+            logged_at: None,
+            suppressed: 0,
+        }
+    }
+}
+
 impl Fault {
+    /// Leaves the port alone for the current back-off, and doubles it for
+    /// the next fault of the same event.
+    fn back_off(&mut self) {
+        self.health = Health::Backoff(Instant::now() + self.backoff);
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+    }
+
     /// Logs `error` unless this port logged within [`LOG_INTERVAL`].
-    fn log(&mut self, error: &PortError) {
+    fn log(&mut self, error: &PortError, what: &str) {
         let now = Instant::now();
         if self.logged_at.is_some_and(|at| now < at + LOG_INTERVAL) {
             self.suppressed += 1;
@@ -76,15 +122,35 @@ impl Fault {
         }
         if self.suppressed > 0 {
             log::warn!(
-                "{error} (and {} more since the last report)",
+                "{error}{what} (and {} more since the last report)",
                 self.suppressed
             );
         } else {
-            log::warn!("{error}");
+            log::warn!("{error}{what}");
         }
         self.logged_at = Some(now);
         self.suppressed = 0;
     }
+
+    /// Whether frames may be sent to the port now.
+    fn sendable(&self) -> bool {
+        matches!(self.health, Health::Up | Health::Retrying)
+    }
+}
+
+/// Which counter a port fault is charged to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Rx,
+    Tx,
+}
+
+/// Station moves onto one port in the current one-second window.
+#[derive(Debug, Clone, Copy, Default)]
+struct Flaps {
+    window: Option<Instant>,
+    moves: u32,
+    warned_at: Option<Instant>,
 }
 
 /// How long a read section lasts.
@@ -148,9 +214,14 @@ pub struct Worker<S: Strategy, P: Port> {
     decisions: Vec<Decision>,
     /// Per output port, the indices of the batch's frames to send there.
     outputs: Vec<Vec<usize>>,
-    to_learn: Vec<(FdbKey, PortId)>,
+    /// The batch's sources to learn, once each, with what the fast path saw.
+    to_learn: Vec<(FdbKey, PortId, SourceState)>,
+    learn_buffer: Vec<(FdbKey, PortId)>,
     stats: Vec<PortStats>,
     faults: Vec<Fault>,
+    flaps: Vec<Flaps>,
+    /// Per pollfd after the eventfd, the port it belongs to.
+    polled: Vec<usize>,
 }
 
 impl<S: Strategy, P: Port> Worker<S, P> {
@@ -172,8 +243,11 @@ impl<S: Strategy, P: Port> Worker<S, P> {
                 .map(|_| Vec::with_capacity(config.batch_size))
                 .collect(),
             to_learn: Vec::with_capacity(config.batch_size),
+            learn_buffer: Vec::with_capacity(config.batch_size),
             stats: vec![PortStats::default(); n],
             faults: vec![Fault::default(); n],
+            flaps: vec![Flaps::default(); n],
+            polled: Vec::with_capacity(n),
             ports,
         }
     }
@@ -199,21 +273,29 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         let mut received = 0;
         let mut now = None;
         for ingress in 0..self.ports.len() {
-            if let Some(until) = self.faults[ingress].quiet_until {
-                if *now.get_or_insert_with(Instant::now) < until {
-                    continue;
+            match self.faults[ingress].health {
+                Health::Up | Health::Retrying => {}
+                Health::Gone => continue,
+                Health::Backoff(until) => {
+                    if *now.get_or_insert_with(Instant::now) < until {
+                        continue;
+                    }
+                    if !self.retry(ingress) {
+                        continue;
+                    }
                 }
-                self.faults[ingress].quiet_until = None;
             }
             self.batch.clear();
             match self.ports[ingress].recv_batch(&mut self.batch) {
-                Ok(report) => self.stats[ingress].rx_oversize += report.oversize as u64,
-                Err(error) => {
-                    self.stats[ingress].rx_errors += 1;
-                    let fault = &mut self.faults[ingress];
-                    fault.quiet_until = Some(Instant::now() + ERROR_BACKOFF);
-                    fault.log(&error);
+                Ok(report) => {
+                    let stats = &mut self.stats[ingress];
+                    stats.rx_oversize += report.oversize as u64;
+                    stats.rx_errors += report.malformed as u64;
+                    if report.received > 0 {
+                        self.recovered(ingress);
+                    }
                 }
+                Err(error) => self.fault(ingress, error, Direction::Rx),
             }
             if !self.batch.is_empty() {
                 received += self.batch.len();
@@ -229,46 +311,151 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         received
     }
 
+    /// A port's back-off ended: clears an error left from the fault (so
+    /// that the first send does not fail on a stale one) and looks at the
+    /// link. Returns whether the port may be used again.
+    fn retry(&mut self, index: usize) -> bool {
+        if let Some(error) = self.ports[index].take_error() {
+            let error = PortError::Pending {
+                port: self.ports[index].name().to_owned(),
+                source: error,
+            };
+            self.faults[index].health = Health::Retrying;
+            self.fault(index, error, Direction::Rx);
+            return false;
+        }
+        if !self.ports[index].link_ready() {
+            self.faults[index].back_off();
+            return false;
+        }
+        self.faults[index].health = Health::Retrying;
+        true
+    }
+
+    /// A port passed frames: a fault it had is over.
+    fn recovered(&mut self, index: usize) {
+        let fault = &mut self.faults[index];
+        if fault.health == Health::Retrying {
+            fault.health = Health::Up;
+            fault.backoff = FIRST_BACKOFF;
+            log::info!("{}: passing frames again", self.ports[index].name());
+        }
+    }
+
+    /// Handles an error of port `index`: counts it once per fault event,
+    /// logs it at a bounded rate, flushes the stations learned there (as
+    /// the Linux bridge does when a port goes down), and leaves the port
+    /// alone for a while, or for good when its device is gone.
+    fn fault(&mut self, index: usize, error: PortError, direction: Direction) {
+        let kind = FaultKind::of(error.source_error());
+        let fault = &mut self.faults[index];
+        let first = fault.health == Health::Up;
+        if fault.health == Health::Gone {
+            return;
+        }
+        let stats = &mut self.stats[index];
+        let counter = match direction {
+            Direction::Rx => &mut stats.rx_errors,
+            Direction::Tx => &mut stats.tx_errors,
+        };
+        if kind == FaultKind::Gone {
+            *counter += 1;
+            fault.health = Health::Gone;
+            log::warn!("{error}: the device is gone; the port is out of the bridge");
+        } else {
+            if first {
+                *counter += 1;
+                fault.log(&error, "; retrying until it passes frames again");
+            } else {
+                log::debug!("{error} (still faulted)");
+            }
+            fault.back_off();
+        }
+        if first || kind == FaultKind::Gone {
+            self.fdb.flush_port(PortId(index as u16));
+        }
+    }
+
     /// Forwards until `stopper` says stop, sleeping in `poll(2)` on the
     /// ports' descriptors when none has frames.
     pub fn run(&mut self, stopper: &Stopper) {
         let mut fds = Vec::with_capacity(self.ports.len() + 1);
+        let mut idle_rounds = 0u32;
         while !stopper.is_stopped() {
-            if self.poll() > 0 || self.config.busy_poll {
+            if self.poll() > 0 {
+                idle_rounds = 0;
                 continue;
             }
-            fds.clear();
-            fds.push(libc::pollfd {
-                fd: stopper.wake.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
-            let now = Instant::now();
-            let mut timeout = MAX_SLEEP_MS;
-            let mut always_ready = false;
-            for (port, fault) in self.ports.iter().zip(&self.faults) {
-                if let Some(until) = fault.quiet_until {
+            if self.config.busy_poll {
+                idle_rounds = idle_rounds.wrapping_add(1);
+                if idle_rounds % BUSY_POLL_ERROR_CHECK == 0 {
+                    self.wait(stopper, &mut fds, false);
+                }
+                continue;
+            }
+            self.wait(stopper, &mut fds, true);
+        }
+    }
+
+    /// Sleeps in `poll(2)` until a port is readable, reports an error, or a
+    /// back-off ends (`sleep` false: only looks), then takes the errors.
+    fn wait(&mut self, stopper: &Stopper, fds: &mut Vec<libc::pollfd>, sleep: bool) {
+        fds.clear();
+        self.polled.clear();
+        fds.push(libc::pollfd {
+            fd: stopper.wake.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        let now = Instant::now();
+        let mut timeout = if sleep { MAX_SLEEP_MS } else { 0 };
+        let mut always_ready = false;
+        for (index, (port, fault)) in self.ports.iter().zip(&self.faults).enumerate() {
+            match fault.health {
+                Health::Gone => continue,
+                Health::Backoff(until) => {
                     let wait = until.saturating_duration_since(now).as_millis() as i32 + 1;
                     timeout = timeout.min(wait);
                     continue;
                 }
-                match port.raw_fd() {
-                    Some(fd) => fds.push(libc::pollfd {
+                Health::Up | Health::Retrying => {}
+            }
+            match port.raw_fd() {
+                Some(fd) => {
+                    fds.push(libc::pollfd {
                         fd,
                         events: libc::POLLIN,
                         revents: 0,
-                    }),
-                    None => always_ready = true,
+                    });
+                    self.polled.push(index);
                 }
+                None => always_ready = true,
             }
-            if always_ready {
-                std::thread::yield_now();
+        }
+        if always_ready && sleep {
+            std::thread::yield_now();
+            return;
+        }
+        if let Err(error) = wake::poll(fds, timeout) {
+            log::warn!("poll failed: {error}");
+            std::thread::sleep(Duration::from_millis(10));
+            return;
+        }
+        // POLLERR stays set until the error is read: read it here, or the
+        // next poll returns at once, and the next, and the core spins.
+        for slot in 0..self.polled.len() {
+            let (index, revents) = (self.polled[slot], fds[slot + 1].revents);
+            if revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) == 0 {
                 continue;
             }
-            if let Err(error) = crate::port::sys_poll(&mut fds, timeout) {
-                log::warn!("poll failed: {error}");
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            let source = self.ports[index]
+                .take_error()
+                .unwrap_or_else(|| io::Error::other(format!("poll reported {revents:#x}")));
+            let error = PortError::Pending {
+                port: self.ports[index].name().to_owned(),
+                source,
+            };
+            self.fault(index, error, Direction::Rx);
         }
     }
 
@@ -309,9 +496,68 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             }
         }
         self.dispatch(ingress);
-        if !self.to_learn.is_empty() {
-            self.fdb.learn_batch(&self.to_learn, now);
-            self.to_learn.clear();
+        self.learn(ingress, now);
+    }
+
+    /// Learns the batch's new and moved sources in one write section, and
+    /// watches the rate of station moves.
+    fn learn(&mut self, ingress: usize, now: Seconds) {
+        if self.to_learn.is_empty() {
+            return;
+        }
+        // A full table refuses new stations without a write section;
+        // moves still go through, since they take no new place.
+        if self.fdb.is_full() {
+            let before = self.to_learn.len();
+            self.to_learn
+                .retain(|(_, _, state)| *state == SourceState::Moved);
+            self.fdb.refuse(before - self.to_learn.len());
+        }
+        let mut moves = 0u32;
+        let mut last_move = None;
+        let sources = self.to_learn.iter().map(|&(key, port, _)| (key, port));
+        self.learn_buffer.clear();
+        self.learn_buffer.extend(sources);
+        self.fdb
+            .learn_batch_with(&self.learn_buffer, now, |key, from, to| {
+                moves += 1;
+                last_move = Some((key, from, to));
+            });
+        self.to_learn.clear();
+        if moves == 0 {
+            return;
+        }
+        self.stats[ingress].moves += u64::from(moves);
+        let flaps = &mut self.flaps[ingress];
+        let now = Instant::now();
+        if flaps
+            .window
+            .is_none_or(|start| now >= start + Duration::from_secs(1))
+        {
+            flaps.window = Some(now);
+            flaps.moves = 0;
+        }
+        flaps.moves += moves;
+        let warned_lately = flaps.warned_at.is_some_and(|at| now < at + LOG_INTERVAL);
+        if flaps.moves > FLAP_MOVES_PER_SEC && !warned_lately {
+            if let Some((key, from, to)) = last_move {
+                let name = |port: PortId| {
+                    self.ports
+                        .get(port.index())
+                        .map_or("?".to_owned(), |p| p.name().to_owned())
+                };
+                log::warn!(
+                    "station {} (vlan {}) moved from {} to {}; {} station moves onto {} \
+                     within a second: a forwarding loop, or two stations using one address?",
+                    key.mac,
+                    key.vlan,
+                    name(from),
+                    name(to),
+                    flaps.moves,
+                    name(to)
+                );
+            }
+            flaps.warned_at = Some(now);
         }
     }
 
@@ -343,27 +589,34 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             if output.is_empty() {
                 continue;
             }
+            // A faulted port is out of forwarding until it is retried, as a
+            // disabled port of the Linux bridge is: nothing is sent there.
+            if !self.faults[egress].sendable() {
+                output.clear();
+                continue;
+            }
             let batch = &self.batch;
             let frames = output.iter().map(|&index| batch.frame(index));
             let offered = output.len() as u64;
-            let tx = &mut self.stats[egress];
-            match self.ports[egress].send_batch(frames) {
-                Ok(sent) => {
-                    let sent = sent as u64;
-                    tx.tx_frames += sent;
-                    tx.tx_bytes += output
-                        .iter()
-                        .take(sent as usize)
-                        .map(|&index| payload_len::<P>(batch.frame(index)))
-                        .sum::<u64>();
-                    tx.tx_dropped += offered - sent;
-                }
-                Err(error) => {
-                    tx.tx_errors += offered;
-                    self.faults[egress].log(&error);
-                }
-            }
+            let report = self.ports[egress].send_batch(frames);
             output.clear();
+            let tx = &mut self.stats[egress];
+            let sent = report.sent as u64;
+            let refused = report.refused as u64;
+            tx.tx_frames += sent;
+            tx.tx_bytes += report.sent_bytes;
+            tx.tx_errors += refused;
+            tx.tx_dropped += offered - sent - refused;
+            if report.sent > 0 {
+                self.recovered(egress);
+            }
+            if let Some(source) = report.fault {
+                let error = PortError::Send {
+                    port: self.ports[egress].name().to_owned(),
+                    source,
+                };
+                self.fault(egress, error, Direction::Tx);
+            }
         }
     }
 }
@@ -381,11 +634,13 @@ fn decide_and_refresh<S: Strategy>(
     ingress: PortId,
     frame: &[u8],
     now: Seconds,
-    to_learn: &mut Vec<(FdbKey, PortId)>,
+    to_learn: &mut Vec<(FdbKey, PortId, SourceState)>,
 ) -> Decision {
     if let Ok((_, source)) = classify(frame) {
-        if !section.refresh_source(&source, ingress, now) {
-            to_learn.push((source, ingress));
+        let state = section.source_state(&source, ingress, now);
+        // A station sends many frames of a batch: learn it once.
+        if state != SourceState::Known && !to_learn.iter().any(|(key, ..)| *key == source) {
+            to_learn.push((source, ingress, state));
         }
     }
     decide(ingress, frame, section)

@@ -328,18 +328,21 @@ fn snapshots_list_every_entry<S: Strategy>() {
             key: key(A),
             port: PortId(2),
             is_static: true,
+            is_local: false,
             idle_secs: 0,
         },
         FdbRecord {
             key: key(B),
             port: PortId(0),
             is_static: false,
+            is_local: false,
             idle_secs: 6,
         },
         FdbRecord {
             key: FdbKey::new(5, station(B)),
             port: PortId(1),
             is_static: false,
+            is_local: false,
             idle_secs: 7,
         },
     ];

@@ -105,6 +105,7 @@ impl Model {
                 key: *key,
                 port,
                 is_static,
+                is_local: false,
                 idle_secs: if is_static { 0 } else { now - seen },
             })
             .collect()

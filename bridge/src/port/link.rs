@@ -1,9 +1,10 @@
 //! A port on a real link, tap or raw, as one type, so that a bridge can mix
 //! both kinds while the worker stays monomorphised (an enum, not `dyn`).
 
+use std::io;
 use std::os::fd::RawFd;
 
-use super::{Port, PortError, RawPort, RxBatch, RxReport, TapPort, VNET_HDR_LEN};
+use super::{Port, PortError, RawPort, RxBatch, RxReport, SendReport, TapPort, VNET_HDR_LEN};
 
 /// A tap queue or a packet socket.
 #[derive(Debug)]
@@ -40,13 +41,24 @@ impl Port for LinkPort {
         }
     }
 
-    fn send_batch<'a>(
-        &mut self,
-        frames: impl Iterator<Item = &'a [u8]>,
-    ) -> Result<usize, PortError> {
+    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = &'a [u8]>) -> SendReport {
         match self {
             LinkPort::Tap(port) => port.send_batch(frames),
             LinkPort::Raw(port) => port.send_batch(frames),
+        }
+    }
+
+    fn take_error(&mut self) -> Option<io::Error> {
+        match self {
+            LinkPort::Tap(port) => port.take_error(),
+            LinkPort::Raw(port) => port.take_error(),
+        }
+    }
+
+    fn link_ready(&self) -> bool {
+        match self {
+            LinkPort::Tap(port) => port.link_ready(),
+            LinkPort::Raw(port) => port.link_ready(),
         }
     }
 }

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{Port, PortError, RxBatch, RxReport};
+use super::{Port, PortError, RxBatch, RxReport, SendReport};
 
 #[derive(Debug, Default)]
 struct Queues {
@@ -92,21 +92,20 @@ impl Port for MemoryPort {
         Ok(report)
     }
 
-    fn send_batch<'a>(
-        &mut self,
-        frames: impl Iterator<Item = &'a [u8]>,
-    ) -> Result<usize, PortError> {
+    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = &'a [u8]>) -> SendReport {
         let mut queues = lock(&self.queues);
-        let mut sent = 0;
+        let mut report = SendReport::default();
         for frame in frames {
             if queues.from_bridge.len() >= queues.limit {
+                report.dropped += 1;
                 continue;
             }
             let buffer = queues.buffer(frame);
             queues.from_bridge.push_back(buffer);
-            sent += 1;
+            report.sent += 1;
+            report.sent_bytes += frame.len() as u64;
         }
-        Ok(sent)
+        report
     }
 }
 

@@ -2,23 +2,28 @@
 //!
 //! A worker owns one queue of every port and moves frames between them
 //! through a [`Port`]. Receiving fills a reusable [`RxBatch`], so the
-//! forwarding path allocates nothing per frame.
+//! forwarding path allocates nothing per frame. Each kind of port keeps its
+//! own system calls beside it (`tap/sys.rs`, `raw/sys.rs`); what they share
+//! is in `fd.rs` (descriptors), `netdev.rs` (interface ioctls) and
+//! `wake.rs` (the worker's poll and eventfd).
 
+mod fd;
 pub mod link;
 pub mod memory;
+pub mod netdev;
 pub mod raw;
-mod sys;
 pub mod tap;
+pub(crate) mod wake;
 
 pub use link::LinkPort;
 pub use memory::{MemoryPeer, MemoryPort};
 pub use raw::RawPort;
-pub use sys::VNET_HDR_LEN;
-pub(crate) use sys::{
-    eventfd as sys_eventfd, eventfd_signal as sys_eventfd_signal, poll as sys_poll,
-};
 pub use tap::TapPort;
 
+/// The length of the virtio-net header before every frame of a real port.
+pub const VNET_HDR_LEN: usize = crate::wire::VnetHeader::<&[u8]>::LEN;
+
+use std::io;
 use std::os::fd::RawFd;
 
 /// A fixed set of reusable receive buffers.
@@ -147,6 +152,91 @@ pub struct RxReport {
     pub received: usize,
     /// Frames dropped because they did not fit a buffer.
     pub oversize: usize,
+    /// Frames the port handed over malformed (a ring entry whose offsets
+    /// point outside its block, say), dropped.
+    pub malformed: usize,
+}
+
+/// What happened to the frames of one [`Port::send_batch`]: each frame
+/// offered is counted in exactly one of `sent`, `dropped`, `refused`, or,
+/// when a `fault` stopped the batch, left unsent.
+#[derive(Debug, Default)]
+pub struct SendReport {
+    /// Frames the port took.
+    pub sent: usize,
+    /// Their Ethernet bytes (without the port's metadata).
+    pub sent_bytes: u64,
+    /// Frames dropped because the port's queue was full (EAGAIN, ENOBUFS).
+    pub dropped: usize,
+    /// Frames the port refused one by one (larger than the egress MTU, an
+    /// offload header the egress kernel rejects): counted, and the rest of
+    /// the batch still goes.
+    pub refused: usize,
+    /// An error that says the port itself cannot send now (link down,
+    /// device gone); the frames after it were not tried.
+    pub fault: Option<io::Error>,
+}
+
+impl SendReport {
+    /// How many frames were sent, or the fault that stopped the batch: for
+    /// callers that only care whether the port works.
+    pub fn into_result(self) -> io::Result<usize> {
+        match self.fault {
+            Some(error) => Err(error),
+            None => Ok(self.sent),
+        }
+    }
+
+    /// Files one frame's outcome: `Ok(len)` sent, or the error it got.
+    /// Returns false when the error is a port fault, which ends the batch.
+    pub fn record(&mut self, outcome: io::Result<usize>) -> bool {
+        match outcome {
+            Ok(len) => {
+                self.sent += 1;
+                self.sent_bytes += len as u64;
+                true
+            }
+            Err(error) => match FaultKind::of(&error) {
+                FaultKind::QueueFull => {
+                    self.dropped += 1;
+                    true
+                }
+                FaultKind::Frame => {
+                    self.refused += 1;
+                    true
+                }
+                FaultKind::Port | FaultKind::Gone => {
+                    self.fault = Some(error);
+                    false
+                }
+            },
+        }
+    }
+}
+
+/// What an error from a port means for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    /// The queue is full: this frame is dropped, the next may pass.
+    QueueFull,
+    /// This frame was refused (EMSGSIZE, EINVAL, ...); others may pass.
+    Frame,
+    /// The port cannot pass frames now (ENETDOWN, EIO): back off, retry.
+    Port,
+    /// The device is gone (ENXIO, ENODEV, EBADFD): it will not come back.
+    Gone,
+}
+
+impl FaultKind {
+    /// Classifies `error` as a send or receive on a port returned it.
+    pub fn of(error: &io::Error) -> FaultKind {
+        match error.raw_os_error() {
+            Some(libc::EAGAIN | libc::ENOBUFS) => FaultKind::QueueFull,
+            Some(libc::ENXIO | libc::ENODEV | libc::EBADFD | libc::EBADF) => FaultKind::Gone,
+            Some(libc::ENETDOWN | libc::EIO) => FaultKind::Port,
+            _ => FaultKind::Frame,
+        }
+    }
 }
 
 /// An I/O failure on a port.
@@ -168,6 +258,25 @@ pub enum PortError {
         /// What the system said.
         source: std::io::Error,
     },
+    /// The port reported an error of its own (POLLERR, SO_ERROR).
+    #[error("{port}: {source}")]
+    Pending {
+        /// The port's name.
+        port: String,
+        /// What the system said.
+        source: std::io::Error,
+    },
+}
+
+impl PortError {
+    /// What the system said.
+    pub fn source_error(&self) -> &io::Error {
+        match self {
+            PortError::Recv { source, .. }
+            | PortError::Send { source, .. }
+            | PortError::Pending { source, .. } => source,
+        }
+    }
 }
 
 /// One queue of a bridge port, owned by one worker.
@@ -188,10 +297,18 @@ pub trait Port: Send {
     /// Receives frames into the batch's free buffers without blocking.
     fn recv_batch(&mut self, batch: &mut RxBatch) -> Result<RxReport, PortError>;
 
-    /// Sends the frames, in order; returns how many were accepted (the rest
-    /// were dropped because the port's queue was full).
-    fn send_batch<'a>(
-        &mut self,
-        frames: impl Iterator<Item = &'a [u8]>,
-    ) -> Result<usize, PortError>;
+    /// Sends the frames, in order, and says what became of each.
+    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = &'a [u8]>) -> SendReport;
+
+    /// Reads and clears an error the port signals out of band (POLLERR on
+    /// its descriptor): a packet socket's SO_ERROR, a tap's detached queue.
+    fn take_error(&mut self) -> Option<io::Error> {
+        None
+    }
+
+    /// Whether the port's link can pass frames now; asked before a port in
+    /// back-off is tried again.
+    fn link_ready(&self) -> bool {
+        true
+    }
 }

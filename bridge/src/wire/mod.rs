@@ -1,4 +1,5 @@
-//! Zero-copy views over Ethernet frames.
+//! Zero-copy views over Ethernet frames and the virtio-net header that
+//! real ports put before them.
 //!
 //! A view such as [`EthernetFrame`] wraps any `T: AsRef<[u8]>` without
 //! copying it. Build one with `new_checked`, which checks the length once;
@@ -8,9 +9,11 @@
 
 mod ethernet;
 mod mac;
+pub mod vnet;
 
 pub use ethernet::{EtherType, EthernetFrame, VlanId};
 pub use mac::{MacAddr, MacKind, ParseMacError};
+pub use vnet::VnetHeader;
 
 /// A frame too short for the headers it claims to carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

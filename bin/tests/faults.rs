@@ -1,0 +1,578 @@
+//! mpbridge under faults: links that go down or away, frames a port
+//! refuses, hostile traffic, taps that other programs made, and faults of
+//! the process itself. Each test measures the cost of the fault too (CPU
+//! time, memory) where a fault could burn one. Needs root; skips with a
+//! reason otherwise (fails under MPBRIDGE_REQUIRE_PRIV=1).
+
+mod netns;
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use netns::{
+    cpu_over, link_mac, mac, port_counter, privileged, proc_status, rss_kib, tcp_transfer,
+    test_frame, Daemon, Netns, PortKind, Station, Topology, BROADCAST,
+};
+
+/// CPU seconds an idle bridge with a faulted port may use over 2 s: about
+/// 1% of a core, with room for the once-a-second link monitor and the
+/// clock tick's granularity. A port that spins uses about 2 s.
+const IDLE_CPU_LIMIT: f64 = 0.04;
+
+fn settle(stations: &mut [Station]) -> Vec<usize> {
+    std::thread::sleep(Duration::from_millis(250));
+    stations
+        .iter_mut()
+        .map(|s| s.collect(Duration::from_millis(1)).len())
+        .collect()
+}
+
+fn pid(topology: &Topology) -> u32 {
+    topology.daemon.as_ref().unwrap().child.id()
+}
+
+/// Log lines that mention `needle`.
+fn lines_with(log: &[String], needle: &str) -> usize {
+    log.iter().filter(|l| l.contains(needle)).count()
+}
+
+#[test]
+fn a_raw_port_down_then_deleted_costs_no_cpu_and_is_reported_once() {
+    if !privileged("a_raw_port_down_then_deleted_costs_no_cpu_and_is_reported_once") {
+        return;
+    }
+    let mut topology = Topology::new(PortKind::Raw, 3, &["-v"]);
+    tcp_transfer(&topology.hosts, 0, 2, 5101, 1);
+    let pid = pid(&topology);
+
+    topology.bridge.ip(&["link", "set", "p2", "down"]);
+    let used = cpu_over(pid, Duration::from_secs(2));
+    assert!(
+        used < IDLE_CPU_LIMIT,
+        "link down: {used:.2} s of CPU in 2 s"
+    );
+    // The other ports keep forwarding.
+    tcp_transfer(&topology.hosts, 0, 1, 5102, 2);
+
+    topology.bridge.ip(&["link", "set", "p2", "up"]);
+    tcp_transfer(&topology.hosts, 2, 0, 5103, 3);
+    let used = cpu_over(pid, Duration::from_secs(2));
+    assert!(
+        used < IDLE_CPU_LIMIT,
+        "link up again: {used:.2} s of CPU in 2 s"
+    );
+
+    // A container's veth going away.
+    topology.bridge.ip(&["link", "del", "p2"]);
+    let used = cpu_over(pid, Duration::from_secs(2));
+    assert!(
+        used < IDLE_CPU_LIMIT,
+        "link deleted: {used:.2} s of CPU in 2 s"
+    );
+    tcp_transfer(&topology.hosts, 1, 0, 5104, 4);
+    let used = cpu_over(pid, Duration::from_secs(2));
+    assert!(
+        used < IDLE_CPU_LIMIT,
+        "after deletion: {used:.2} s of CPU in 2 s"
+    );
+
+    let (status, log) = topology.daemon.take().unwrap().stop(Duration::from_secs(3));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+    assert_eq!(
+        lines_with(&log, "raw:p2: interface deleted"),
+        1,
+        "deletion not reported once: {log:?}"
+    );
+    assert_eq!(lines_with(&log, "raw:p2: link down"), 1, "{log:?}");
+    // The down event and the deletion: at most one error each, never one
+    // per poll.
+    let errors =
+        port_counter(&log, "raw:p2", "rx_errors") + port_counter(&log, "raw:p2", "tx_errors");
+    assert!(
+        errors <= 2,
+        "errors counted per poll, not per event: {log:?}"
+    );
+}
+
+/// A port whose link goes down forgets its stations: frames to them flood
+/// until they are heard again, as on the Linux bridge.
+fn a_port_going_down_flushes_its_stations(kind: PortKind) {
+    let topology = Topology::new(kind, 3, &[]);
+    let mut st: Vec<Station> = topology.hosts.iter().map(Station::on).collect();
+    settle(&mut st);
+    st[2].send(&test_frame(BROADCAST, mac(3), 1, 60));
+    settle(&mut st);
+    st[0].send(&test_frame(mac(3), mac(1), 2, 60));
+    assert_eq!(settle(&mut st), [0, 0, 1], "station 3 learned");
+
+    match kind {
+        PortKind::Raw => topology.bridge.ip(&["link", "set", "p2", "down"]),
+        PortKind::Tap => topology.hosts[2].ip(&["link", "set", "eth0", "down"]),
+    }
+    // A tap's link is seen down when a frame is sent to it; a raw port's by
+    // the link monitor within a second.
+    st[0].send(&test_frame(BROADCAST, mac(1), 3, 60));
+    std::thread::sleep(Duration::from_millis(1500));
+    match kind {
+        PortKind::Raw => topology.bridge.ip(&["link", "set", "p2", "up"]),
+        PortKind::Tap => topology.hosts[2].ip(&["link", "set", "eth0", "up"]),
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    settle(&mut st);
+    st[0].send(&test_frame(mac(3), mac(1), 4, 60));
+    assert_eq!(
+        settle(&mut st),
+        [0, 1, 1],
+        "station 3 not flushed when its port went down"
+    );
+}
+
+#[test]
+fn a_raw_port_going_down_flushes_its_stations() {
+    if privileged("a_raw_port_going_down_flushes_its_stations") {
+        a_port_going_down_flushes_its_stations(PortKind::Raw);
+    }
+}
+
+#[test]
+fn a_tap_port_going_down_flushes_its_stations() {
+    if privileged("a_tap_port_going_down_flushes_its_stations") {
+        a_port_going_down_flushes_its_stations(PortKind::Tap);
+    }
+}
+
+#[test]
+fn a_frame_above_the_egress_mtu_costs_only_itself() {
+    if !privileged("a_frame_above_the_egress_mtu_costs_only_itself") {
+        return;
+    }
+    let mut topology = Topology::new(PortKind::Raw, 2, &[]);
+    // Host 0 and its side of the bridge take jumbo frames; host 1's link
+    // stays at 1500.
+    topology.hosts[0].ip(&["link", "set", "eth0", "mtu", "9000"]);
+    topology.bridge.ip(&["link", "set", "p0", "mtu", "9000"]);
+    let mut st: Vec<Station> = topology.hosts.iter().map(Station::on).collect();
+    settle(&mut st);
+    let small = |tag| test_frame(BROADCAST, mac(1), tag, 60);
+    let frames = vec![
+        small(1),
+        small(2),
+        test_frame(BROADCAST, mac(1), 3, 3000),
+        small(4),
+        small(5),
+    ];
+    assert_eq!(st[0].send_many(&frames), frames.len());
+    std::thread::sleep(Duration::from_millis(250));
+    let got = st[1].collect(Duration::from_millis(1));
+    let tags: Vec<u8> = got.iter().map(|f| f[20]).collect();
+    assert_eq!(tags, [1, 2, 4, 5], "the small frames around the jumbo");
+    tcp_transfer(&topology.hosts, 0, 1, 5105, 5);
+    let (status, log) = topology.daemon.take().unwrap().stop(Duration::from_secs(3));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+    assert_eq!(
+        port_counter(&log, "raw:p1", "tx_errors"),
+        1,
+        "the jumbo frame, counted once: {log:?}"
+    );
+}
+
+#[test]
+fn frames_to_a_raw_ports_own_address_stay_with_the_host() {
+    if !privileged("frames_to_a_raw_ports_own_address_stay_with_the_host") {
+        return;
+    }
+    let mut topology = Topology::new(PortKind::Raw, 3, &[]);
+    // The bridge's namespace has an address on p0, as a host has on the
+    // NIC it bridges.
+    topology
+        .bridge
+        .ip(&["addr", "add", "198.18.0.100/24", "dev", "p0"]);
+    let own = link_mac(&topology.bridge, "p0");
+    let mut st: Vec<Station> = topology.hosts.iter().map(Station::on).collect();
+    // Give the monitor a tick to see the address.
+    std::thread::sleep(Duration::from_millis(1500));
+    settle(&mut st);
+    // From the far side of p0 and from another port: never forwarded.
+    st[0].send(&test_frame(own, mac(1), 1, 60));
+    st[1].send(&test_frame(own, mac(2), 2, 60));
+    assert_eq!(settle(&mut st), [0, 0, 0], "host-bound frames leaked");
+
+    // The host still gets what arrives on its interface: a TCP session
+    // from host 0 to the bridge namespace's address.
+    let addr = std::net::SocketAddr::from(([198, 18, 0, 100], 5106));
+    let listener = topology
+        .bridge
+        .run(move || std::net::TcpListener::bind(addr).expect("bind"));
+    let connected = topology.hosts[0]
+        .run(move || std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).is_ok());
+    assert!(connected, "the host did not get frames to its own address");
+    drop(listener);
+
+    // An address the interface takes while running is the host's too.
+    let new = [0x02, 0x42, 0xaa, 0, 0, 1];
+    topology
+        .bridge
+        .ip(&["link", "set", "p0", "address", "02:42:aa:00:00:01"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    settle(&mut st);
+    st[1].send(&test_frame(new, mac(2), 3, 60));
+    assert_eq!(settle(&mut st), [0, 0, 0], "the new address leaked");
+    // The old one is nobody's now: it floods like any unknown station.
+    st[1].send(&test_frame(own, mac(2), 4, 60));
+    assert_eq!(settle(&mut st), [1, 0, 1], "the old address");
+
+    let (status, log) = topology.daemon.take().unwrap().stop(Duration::from_secs(3));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+    let p1 = log.iter().find(|l| l.contains("raw:p1: rx")).unwrap();
+    assert!(p1.contains("local=2"), "{p1}");
+}
+
+/// Opens tap `name` in the calling thread's namespace the way a hypervisor
+/// does: one queue, a 12-byte virtio-net header (virtio 1.0).
+fn hypervisor_queue(name: &str, multi_queue: bool) -> OwnedFd {
+    #[allow(unsafe_code)]
+    // SAFETY: plain ioctls on a descriptor this function owns, with an
+    // ifreq and an int that outlive the calls; results are checked.
+    unsafe {
+        let fd = libc::open(
+            c"/dev/net/tun".as_ptr(),
+            libc::O_RDWR | libc::O_CLOEXEC | libc::O_NONBLOCK,
+        );
+        assert!(fd >= 0, "open /dev/net/tun");
+        let fd = OwnedFd::from_raw_fd(fd);
+        let mut req: libc::ifreq = std::mem::zeroed();
+        for (dst, src) in req.ifr_name.iter_mut().zip(name.as_bytes()) {
+            *dst = *src as libc::c_char;
+        }
+        let mut flags = libc::IFF_TAP | libc::IFF_NO_PI | libc::IFF_VNET_HDR;
+        if multi_queue {
+            flags |= libc::IFF_MULTI_QUEUE;
+        }
+        req.ifr_ifru.ifru_flags = flags as libc::c_short;
+        assert_eq!(libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut req), 0);
+        let size: libc::c_int = 12;
+        assert_eq!(libc::ioctl(fd.as_raw_fd(), libc::TUNSETVNETHDRSZ, &size), 0);
+        fd
+    }
+}
+
+#[test]
+fn a_vms_tap_is_bridged_on_its_host_side() {
+    if !privileged("a_vms_tap_is_bridged_on_its_host_side") {
+        return;
+    }
+    let bridge = Netns::new();
+    let host = Netns::new();
+    host.ip(&[
+        "link",
+        "add",
+        "eth0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "p1",
+        "netns",
+        &bridge.name,
+    ]);
+    host.ip(&["link", "set", "eth0", "up"]);
+    // The guest's queue, held as QEMU would hold it.
+    let guest = bridge.run(|| hypervisor_queue("vm0", false));
+    bridge.ip(&["link", "set", "vm0", "up"]);
+
+    // mpbridge refuses to attach as a second queue of the VM's tap...
+    let output = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &bridge.name,
+            env!("CARGO_BIN_EXE_mpbridge"),
+        ])
+        .args(["run", "--port", "tap:vm0", "--port", "raw:p1"])
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("raw:vm0"), "{err}");
+
+    // ...and bridges its host side as a raw port.
+    let _daemon = Daemon::start(&bridge, &["run", "--port", "raw:vm0", "--port", "raw:p1"]);
+    let mut station = Station::on(&host);
+    station.clear();
+    let guest_mac = mac(0x10);
+    // Guest to host: a 12-byte zero header, then the frame.
+    let frame = test_frame(BROADCAST, guest_mac, 7, 100);
+    let mut written = vec![0u8; 12];
+    written.extend_from_slice(&frame);
+    let n = netns::write_fd(&guest, &written);
+    assert_eq!(n, written.len());
+    let got = station.collect(Duration::from_millis(500));
+    assert_eq!(got, vec![frame], "guest to host");
+
+    // Host to guest (the guest is learned now).
+    let reply = test_frame(guest_mac, mac(0x11), 8, 80);
+    station.send(&reply);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut received = Vec::new();
+    let mut buffer = vec![0u8; 2048];
+    while Instant::now() < deadline {
+        match netns::read_fd(&guest, &mut buffer) {
+            Some(len) if buffer[12..len] == reply[..] => {
+                received.push(buffer[..len].to_vec());
+                break;
+            }
+            // IPv6 and other noise of the host side.
+            Some(_) => {}
+            None => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+    assert_eq!(received.len(), 1, "host to guest");
+    assert!(received[0][..12].iter().all(|&b| b == 0), "header");
+}
+
+#[test]
+fn taps_other_programs_made_open_or_say_why_not() {
+    if !privileged("taps_other_programs_made_open_or_say_why_not") {
+        return;
+    }
+    let bridge = Netns::new();
+    // The default of most tools: single-queue.
+    bridge.ip(&["tuntap", "add", "mode", "tap", "name", "sq0"]);
+    let daemon = Daemon::start(&bridge, &["run", "--port", "tap:sq0", "--port", "tap:sq1"]);
+    let (status, log) = daemon.stop(Duration::from_secs(3));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+
+    let output = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &bridge.name,
+            env!("CARGO_BIN_EXE_mpbridge"),
+        ])
+        .args([
+            "run",
+            "--port",
+            "tap:sq0",
+            "--port",
+            "tap:sq1",
+            "--workers",
+            "2",
+        ])
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("single-queue") && err.contains("multi_queue"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_worker_that_panics_stops_the_daemon_with_an_error() {
+    if !privileged("a_worker_that_panics_stops_the_daemon_with_an_error") {
+        return;
+    }
+    let bridge = Netns::new();
+    let args = [
+        "run",
+        "--port",
+        "tap:w0",
+        "--port",
+        "tap:w1",
+        "--workers",
+        "2",
+        "--inject-fault",
+        "worker-panic",
+    ];
+    let (status, err) = netns::run_to_exit(Some(&bridge), &args, Duration::from_secs(5));
+    assert!(!status.success(), "{err}");
+    assert!(err.contains("worker 0"), "{err}");
+    assert!(
+        !err.contains("ready"),
+        "announced ready with a dead worker: {err}"
+    );
+}
+
+#[test]
+fn sighup_is_ignored() {
+    if !privileged("sighup_is_ignored") {
+        return;
+    }
+    let mut topology = Topology::new(PortKind::Raw, 2, &[]);
+    let pid = pid(&topology);
+    #[allow(unsafe_code)]
+    // SAFETY: kill has no memory preconditions; the pid is our child's.
+    unsafe {
+        libc::kill(pid as libc::pid_t, libc::SIGHUP);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    tcp_transfer(&topology.hosts, 0, 1, 5107, 7);
+    let (status, log) = topology.daemon.take().unwrap().stop(Duration::from_secs(3));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+}
+
+#[test]
+fn a_closed_stderr_is_no_crash() {
+    if !privileged("a_closed_stderr_is_no_crash") {
+        return;
+    }
+    let bridge = Netns::new();
+    let dir = std::env::temp_dir().join(netns::unique("mpbstderr"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("notify.sock");
+    let socket = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut child = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &bridge.name,
+            env!("CARGO_BIN_EXE_mpbridge"),
+        ])
+        .args(["run", "--port", "tap:e0", "--port", "tap:e1", "-vv"])
+        .env("NOTIFY_SOCKET", &path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader of its stderr goes away (a service manager's log, a pipe
+    // to a program that ended): every later write gets EPIPE.
+    drop(child.stderr.take());
+    let mut message = [0u8; 64];
+    let len = socket.recv(&mut message).expect("not ready");
+    assert_eq!(&message[..len], b"READY=1");
+    #[allow(unsafe_code)]
+    // SAFETY: kill has no memory preconditions; the pid is our child's.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let status = netns::wait_exit(&mut child, Duration::from_secs(3));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(status.success(), "exit with a closed stderr: {status:?}");
+}
+
+#[test]
+fn the_running_daemon_holds_no_capability() {
+    if !privileged("the_running_daemon_holds_no_capability") {
+        return;
+    }
+    for extra in [&["--workers", "2"][..], &["--keep-caps"][..]] {
+        let topology = Topology::new(PortKind::Raw, 2, extra);
+        let pid = pid(&topology);
+        let tasks: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().parse().unwrap())
+            .collect();
+        assert!(tasks.len() >= 2, "main thread and workers");
+        for task in tasks {
+            let status = |field: &str| proc_status(task, field);
+            let keep = extra.contains(&"--keep-caps");
+            for set in ["CapEff", "CapPrm", "CapInh", "CapAmb", "CapBnd"] {
+                let value = u64::from_str_radix(&status(set), 16).unwrap();
+                if keep {
+                    if set == "CapEff" {
+                        assert_ne!(value, 0, "--keep-caps kept nothing");
+                    }
+                } else {
+                    assert_eq!(value, 0, "thread {task}: {set} {value:#x}");
+                }
+            }
+            let nnp = status("NoNewPrivs");
+            assert_eq!(nnp, if keep { "0" } else { "1" }, "thread {task}");
+        }
+        tcp_transfer(&topology.hosts, 0, 1, 5108, 8);
+    }
+}
+
+/// Thousands of stations alternate between two ports as fast as two
+/// senders can drive them, for 20 s: every frame is a station move. The
+/// daemon's memory must stay flat, and the flapping must be reported.
+fn a_flap_storm_keeps_memory_flat(lock: &str) {
+    const STATIONS: u16 = 2000;
+    const STORM: Duration = Duration::from_secs(20);
+    const WARM_UP: Duration = Duration::from_secs(4);
+    let mut topology = Topology::new(PortKind::Raw, 2, &["--lock", lock]);
+    let pid = pid(&topology);
+    let stop_at = Instant::now() + STORM;
+    let senders: Vec<_> = topology
+        .hosts
+        .iter()
+        .enumerate()
+        .map(|(side, host)| {
+            let mut station = Station::on(host);
+            std::thread::spawn(move || {
+                let frames: Vec<Vec<u8>> = (0..STATIONS)
+                    .map(|n| test_frame(mac(0x4000 + n), mac(n + 1), side as u8, 60))
+                    .collect();
+                let mut sent = 0usize;
+                while Instant::now() < stop_at {
+                    for chunk in frames.chunks(64) {
+                        sent += station.send_many(chunk);
+                    }
+                    // Read what was flooded back, so the socket's ring
+                    // never holds the storm.
+                    station.clear();
+                }
+                sent
+            })
+        })
+        .collect();
+    std::thread::sleep(WARM_UP);
+    let warm = rss_kib(pid);
+    let mut peak = warm;
+    while Instant::now() < stop_at {
+        std::thread::sleep(Duration::from_millis(500));
+        peak = peak.max(rss_kib(pid));
+    }
+    let sent: usize = senders.into_iter().map(|s| s.join().unwrap()).sum();
+    let end = rss_kib(pid);
+    let (status, log) = topology.daemon.take().unwrap().stop(Duration::from_secs(3));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+    let moves = port_counter(&log, "raw:p0", "moves") + port_counter(&log, "raw:p1", "moves");
+    eprintln!(
+        "{lock}: {sent} frames sent, {moves} station moves, RSS {warm} KiB after warm-up, \
+         peak {peak} KiB, {end} KiB at the end"
+    );
+    assert!(
+        moves > u64::from(STATIONS) * 10,
+        "not a storm: {moves} moves"
+    );
+    assert!(
+        peak <= warm + 8 * 1024,
+        "{lock}: RSS grew from {warm} KiB to {peak} KiB under station moves"
+    );
+    assert!(
+        lines_with(&log, "station moves onto") >= 1,
+        "the flapping was not reported: {log:?}"
+    );
+}
+
+macro_rules! flap_storm_tests {
+    ($($name:ident: $lock:literal;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                if privileged(stringify!($name)) {
+                    a_flap_storm_keeps_memory_flat($lock);
+                }
+            }
+        )*
+    };
+}
+
+flap_storm_tests! {
+    flap_storm_mutex: "mutex";
+    flap_storm_rwlock: "rwlock";
+    flap_storm_rmlock: "rmlock";
+    flap_storm_sharded: "sharded";
+    flap_storm_rcu: "rcu";
+    flap_storm_epoch: "epoch";
+}

@@ -1,0 +1,121 @@
+//! Raw ports: an existing interface (a NIC, a veth, a VM's tap on its host
+//! side) through AF_PACKET, one socket per worker joined in a hash fanout
+//! group, so that a flow stays on one worker and its frames keep their
+//! order.
+
+pub mod block;
+mod ring;
+mod sys;
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+
+use super::{fd, netdev, Port, PortError, RxBatch, RxReport, SendReport, VNET_HDR_LEN};
+use crate::wire::vnet::{copy_with_vlan_tag, CopyError};
+use ring::RxRing;
+use sys::Fanout;
+
+/// One packet socket on an interface.
+#[derive(Debug)]
+pub struct RawPort {
+    name: String,
+    ifindex: u32,
+    fd: OwnedFd,
+    ring: RxRing,
+}
+
+impl RawPort {
+    /// Opens `queues` sockets on interface `name`, in one fanout group when
+    /// there are several, and brings the interface up.
+    pub fn open(name: &str, queues: usize) -> io::Result<Vec<RawPort>> {
+        let ifindex = netdev::if_index(name)?;
+        netdev::set_link_up(name)?;
+        // A single socket needs no fanout, and skips its per-frame flow hash.
+        let mut fanout = if queues > 1 {
+            Fanout::New
+        } else {
+            Fanout::None
+        };
+        (0..queues.max(1))
+            .map(|_| {
+                let (fd, ring, group) = sys::open_packet_socket(ifindex, fanout)?;
+                if let Some(id) = group {
+                    fanout = Fanout::Join(id);
+                }
+                Ok(RawPort {
+                    name: name.to_owned(),
+                    ifindex,
+                    fd,
+                    ring,
+                })
+            })
+            .collect()
+    }
+}
+
+impl Port for RawPort {
+    const METADATA_LEN: usize = VNET_HDR_LEN;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn raw_fd(&self) -> Option<RawFd> {
+        Some(self.fd.as_raw_fd())
+    }
+
+    /// Copies frames out of the receive ring, putting back VLAN tags the
+    /// kernel took off.
+    fn recv_batch(&mut self, batch: &mut RxBatch) -> Result<RxReport, PortError> {
+        let mut report = RxReport::default();
+        if batch.is_full() {
+            return Ok(report);
+        }
+        let mut malformed = 0;
+        self.ring.read(
+            |frame| {
+                let buffer = batch.next_buffer().expect("checked before each frame");
+                if frame.truncated {
+                    report.oversize += 1;
+                    return true;
+                }
+                match copy_with_vlan_tag(frame.vnet, frame.frame, frame.vlan, buffer) {
+                    Ok(len) => {
+                        batch.commit(len);
+                        report.received += 1;
+                    }
+                    Err(CopyError::Oversize { .. }) => report.oversize += 1,
+                    Err(CopyError::Runt) => report.malformed += 1,
+                }
+                !batch.is_full()
+            },
+            |error| {
+                malformed += 1;
+                log::debug!("{}: malformed ring block: {error}", self.name);
+            },
+        );
+        report.malformed += malformed;
+        Ok(report)
+    }
+
+    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = &'a [u8]>) -> SendReport {
+        sys::send_packets(&self.fd, frames)
+    }
+
+    /// The socket's SO_ERROR: ENETDOWN when the link went down or the
+    /// interface went away, which this tells apart as ENODEV.
+    fn take_error(&mut self) -> Option<io::Error> {
+        let error = fd::take_socket_error(self.fd.as_fd())?;
+        if error.raw_os_error() == Some(libc::ENETDOWN)
+            && netdev::if_index(&self.name).ok() != Some(self.ifindex)
+        {
+            return Some(io::Error::from_raw_os_error(libc::ENODEV));
+        }
+        Some(error)
+    }
+
+    fn link_ready(&self) -> bool {
+        netdev::if_index(&self.name).ok() == Some(self.ifindex)
+            && netdev::link_state(&self.name).is_ok_and(|state| state.running)
+    }
+}
