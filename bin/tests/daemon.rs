@@ -19,7 +19,7 @@ fn tcp_through(kind: PortKind, lock: &str) {
 
 macro_rules! tcp_tests {
     ($($name:ident: $kind:expr, $lock:literal;)*) => {
-        $( #[test] fn $name() { tcp_through($kind, $lock); } )*
+        $( fn $name() { tcp_through($kind, $lock); } )*
     };
 }
 
@@ -109,17 +109,14 @@ fn forwarding_rules(kind: PortKind) {
     assert_eq!(got[2][0], tagged, "tagged frame changed");
 }
 
-#[test]
 fn forwarding_rules_tap() {
     forwarding_rules(PortKind::Tap);
 }
 
-#[test]
 fn forwarding_rules_raw() {
     forwarding_rules(PortKind::Raw);
 }
 
-#[test]
 fn stations_age_out() {
     if !privileged("stations_age_out") {
         return;
@@ -157,7 +154,6 @@ fn fdb_report(log: &[String]) -> (usize, usize, u64) {
     (numbers[0] as usize, numbers[1] as usize, numbers[4])
 }
 
-#[test]
 fn the_learning_limit_holds_under_a_mac_flood() {
     if !privileged("the_learning_limit_holds_under_a_mac_flood") {
         return;
@@ -176,7 +172,6 @@ fn the_learning_limit_holds_under_a_mac_flood() {
     assert!(refused > 0, "{log:?}");
 }
 
-#[test]
 fn a_port_set_down_and_up_again_recovers() {
     if !privileged("a_port_set_down_and_up_again_recovers") {
         return;
@@ -202,7 +197,6 @@ fn a_port_set_down_and_up_again_recovers() {
     }
 }
 
-#[test]
 fn two_workers_carry_two_concurrent_flows() {
     if !privileged("two_workers_carry_two_concurrent_flows") {
         return;
@@ -218,7 +212,6 @@ fn two_workers_carry_two_concurrent_flows() {
     }
 }
 
-#[test]
 fn sigterm_stops_and_removes_created_taps() {
     if !privileged("sigterm_stops_and_removes_created_taps") {
         return;
@@ -275,7 +268,6 @@ fn run_bad(ns: Option<&Netns>, args: &[&str]) -> (i32, String) {
     (status.code().unwrap_or(-1), stderr)
 }
 
-#[test]
 fn bad_input_gives_one_line_and_a_non_zero_exit() {
     let (code, err) = run_bad(
         None,
@@ -309,7 +301,6 @@ fn bad_input_gives_one_line_and_a_non_zero_exit() {
     assert_eq!(code, 2, "{err}");
 }
 
-#[test]
 fn ports_that_cannot_be_opened_give_one_line() {
     if !privileged("ports_that_cannot_be_opened_give_one_line") {
         return;
@@ -354,7 +345,6 @@ fn ports_that_cannot_be_opened_give_one_line() {
     );
 }
 
-#[test]
 fn a_deleted_tap_is_survived_without_spinning() {
     if !privileged("a_deleted_tap_is_survived_without_spinning") {
         return;
@@ -397,7 +387,6 @@ fn a_deleted_tap_is_survived_without_spinning() {
     );
 }
 
-#[test]
 fn readiness_is_notified_and_sigint_stops_too() {
     if !privileged("readiness_is_notified_and_sigint_stops_too") {
         return;
@@ -444,7 +433,6 @@ fn readiness_is_notified_and_sigint_stops_too() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
 fn relay_mode_passes_everything_to_the_other_port() {
     if !privileged("relay_mode_passes_everything_to_the_other_port") {
         return;
@@ -468,7 +456,6 @@ fn relay_mode_passes_everything_to_the_other_port() {
     assert!(err.contains("exactly two ports"), "{err}");
 }
 
-#[test]
 fn poll_mode_forwards_too() {
     if !privileged("poll_mode_forwards_too") {
         return;
@@ -484,4 +471,34 @@ fn poll_mode_forwards_too() {
             .any(|l| l.contains("poll")));
         tcp_transfer(&topology.hosts, 0, 1, 5011, 13);
     }
+}
+
+crate::test_main! {
+    privileged: [
+        tcp_tap_mutex,
+        tcp_tap_rwlock,
+        tcp_tap_rmlock,
+        tcp_tap_sharded,
+        tcp_tap_rcu,
+        tcp_tap_epoch,
+        tcp_raw_mutex,
+        tcp_raw_rwlock,
+        tcp_raw_rmlock,
+        tcp_raw_sharded,
+        tcp_raw_rcu,
+        tcp_raw_epoch,
+        forwarding_rules_tap,
+        forwarding_rules_raw,
+        stations_age_out,
+        the_learning_limit_holds_under_a_mac_flood,
+        a_port_set_down_and_up_again_recovers,
+        two_workers_carry_two_concurrent_flows,
+        sigterm_stops_and_removes_created_taps,
+        ports_that_cannot_be_opened_give_one_line,
+        a_deleted_tap_is_survived_without_spinning,
+        readiness_is_notified_and_sigint_stops_too,
+        relay_mode_passes_everything_to_the_other_port,
+        poll_mode_forwards_too,
+    ],
+    plain: [bad_input_gives_one_line_and_a_non_zero_exit],
 }

@@ -37,7 +37,6 @@ fn lines_with(log: &[String], needle: &str) -> usize {
     log.iter().filter(|l| l.contains(needle)).count()
 }
 
-#[test]
 fn a_raw_port_down_then_deleted_costs_no_cpu_and_is_reported_once() {
     if !privileged("a_raw_port_down_then_deleted_costs_no_cpu_and_is_reported_once") {
         return;
@@ -128,21 +127,18 @@ fn a_port_going_down_flushes_its_stations(kind: PortKind) {
     );
 }
 
-#[test]
 fn a_raw_port_going_down_flushes_its_stations() {
     if privileged("a_raw_port_going_down_flushes_its_stations") {
         a_port_going_down_flushes_its_stations(PortKind::Raw);
     }
 }
 
-#[test]
 fn a_tap_port_going_down_flushes_its_stations() {
     if privileged("a_tap_port_going_down_flushes_its_stations") {
         a_port_going_down_flushes_its_stations(PortKind::Tap);
     }
 }
 
-#[test]
 fn a_frame_above_the_egress_mtu_costs_only_itself() {
     if !privileged("a_frame_above_the_egress_mtu_costs_only_itself") {
         return;
@@ -177,7 +173,6 @@ fn a_frame_above_the_egress_mtu_costs_only_itself() {
     );
 }
 
-#[test]
 fn frames_to_a_raw_ports_own_address_stay_with_the_host() {
     if !privileged("frames_to_a_raw_ports_own_address_stay_with_the_host") {
         return;
@@ -257,7 +252,6 @@ fn hypervisor_queue(name: &str, multi_queue: bool) -> OwnedFd {
     }
 }
 
-#[test]
 fn a_vms_tap_is_bridged_on_its_host_side() {
     if !privileged("a_vms_tap_is_bridged_on_its_host_side") {
         return;
@@ -333,7 +327,6 @@ fn a_vms_tap_is_bridged_on_its_host_side() {
     assert!(received[0][..12].iter().all(|&b| b == 0), "header");
 }
 
-#[test]
 fn taps_other_programs_made_open_or_say_why_not() {
     if !privileged("taps_other_programs_made_open_or_say_why_not") {
         return;
@@ -373,7 +366,6 @@ fn taps_other_programs_made_open_or_say_why_not() {
     );
 }
 
-#[test]
 fn a_worker_that_panics_stops_the_daemon_with_an_error() {
     if !privileged("a_worker_that_panics_stops_the_daemon_with_an_error") {
         return;
@@ -399,7 +391,6 @@ fn a_worker_that_panics_stops_the_daemon_with_an_error() {
     );
 }
 
-#[test]
 fn sighup_is_ignored() {
     if !privileged("sighup_is_ignored") {
         return;
@@ -417,7 +408,6 @@ fn sighup_is_ignored() {
     assert!(status.is_some_and(|s| s.success()), "{log:?}");
 }
 
-#[test]
 fn a_closed_stderr_is_no_crash() {
     if !privileged("a_closed_stderr_is_no_crash") {
         return;
@@ -459,7 +449,6 @@ fn a_closed_stderr_is_no_crash() {
     assert!(status.success(), "exit with a closed stderr: {status:?}");
 }
 
-#[test]
 fn the_running_daemon_holds_no_capability() {
     if !privileged("the_running_daemon_holds_no_capability") {
         return;
@@ -558,8 +547,7 @@ fn a_flap_storm_keeps_memory_flat(lock: &str) {
 macro_rules! flap_storm_tests {
     ($($name:ident: $lock:literal;)*) => {
         $(
-            #[test]
-            fn $name() {
+                        fn $name() {
                 if privileged(stringify!($name)) {
                     a_flap_storm_keeps_memory_flat($lock);
                 }
@@ -575,4 +563,27 @@ flap_storm_tests! {
     flap_storm_sharded: "sharded";
     flap_storm_rcu: "rcu";
     flap_storm_epoch: "epoch";
+}
+
+crate::test_main! {
+    privileged: [
+        a_raw_port_down_then_deleted_costs_no_cpu_and_is_reported_once,
+        a_raw_port_going_down_flushes_its_stations,
+        a_tap_port_going_down_flushes_its_stations,
+        a_frame_above_the_egress_mtu_costs_only_itself,
+        frames_to_a_raw_ports_own_address_stay_with_the_host,
+        a_vms_tap_is_bridged_on_its_host_side,
+        taps_other_programs_made_open_or_say_why_not,
+        a_worker_that_panics_stops_the_daemon_with_an_error,
+        sighup_is_ignored,
+        a_closed_stderr_is_no_crash,
+        the_running_daemon_holds_no_capability,
+        flap_storm_mutex,
+        flap_storm_rwlock,
+        flap_storm_rmlock,
+        flap_storm_sharded,
+        flap_storm_rcu,
+        flap_storm_epoch,
+    ],
+    plain: [],
 }
