@@ -13,8 +13,8 @@
 //! most 8 bags of 64 objects, while a write section of 64 station moves
 //! retires 64 nodes: two ports that keep sending the same sources would grow
 //! the garbage without bound. So writers count what they retire and, once a
-//! bag's worth is owed, collect explicitly after the section (see
-//! [`reclaim`]), outside the writers' mutex.
+//! bag's worth is owed, collect explicitly at the end of the section (see
+//! [`reclaim`]).
 
 use std::hash::BuildHasher;
 
@@ -160,12 +160,19 @@ impl<K: Key, V: Value> LockedMap<K, V> for EpochMap<K, V> {
         } else {
             0
         };
-        // Collect once the next writer may start: the values freed here are
-        // dropped on this thread and need not hold up other writers.
-        drop(unreclaimed);
+        // Collect still holding the writers' mutex, and unpin before letting
+        // the next writer in: a writer pinned outside the mutex (collecting,
+        // or preempted as it wakes the next writer) keeps the epoch from
+        // advancing while the next writer goes on retiring nodes. Measured
+        // with two writer threads taking turns: 75,000 values alive for 8,192
+        // keys that way, at most 8,320 this way. Collecting under the mutex
+        // also makes a writer that retires nodes pay for freeing them before
+        // it retires more.
         if owed > 0 {
             reclaim(&mut guard, owed);
         }
+        drop(guard);
+        drop(unreclaimed);
         result
     }
 

@@ -4,7 +4,9 @@
 //! frame (`Update::Put` over an existing key). Each replaced value must be
 //! freed once no reader can see it any more, soon enough that the values
 //! alive at any time stay within a small multiple of the table's size,
-//! however many moves there have been. The values here count themselves.
+//! however many moves there have been. The values here count themselves;
+//! two writers take turns, as two workers learning from two ports do, while
+//! a reader holds read sections.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -14,6 +16,8 @@ use locks::{LockedMap, ReadSection, Strategy, Update, WriteSection};
 
 /// Stations in the table.
 const KEYS: u32 = 4096;
+/// Writer threads, each moving its own share of the stations.
+const WRITERS: u32 = 2;
 /// Moves per write section, as the bridge's worker learns one received
 /// batch in one section.
 const BATCH: u32 = 64;
@@ -47,6 +51,18 @@ impl Drop for Counted {
     }
 }
 
+/// Sets a flag when dropped in a panic: a thread that fails stops the
+/// others.
+struct StopOnPanic<'a>(&'a AtomicBool);
+
+impl Drop for StopOnPanic<'_> {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
 type Map<S> = <S as Strategy>::Map<u32, Counted>;
 
 fn live_values_stay_bounded_under_batched_moves<S: Strategy>() {
@@ -61,7 +77,7 @@ fn live_values_stay_bounded_under_batched_moves<S: Strategy>() {
 
     // The reader holds read sections throughout, as the workers do. It says
     // since which write section it has been in its current one, and the
-    // writer waits for it when it has been in one for more than LAG write
+    // writers wait for it when it has been in one for more than LAG write
     // sections: a reader the scheduler stalls inside a section holds back
     // reclamation under every deferred-free scheme, for a time the test
     // cannot bound, and that is not what is tested here.
@@ -69,13 +85,14 @@ fn live_values_stay_bounded_under_batched_moves<S: Strategy>() {
     const IDLE: usize = usize::MAX;
     let written = AtomicUsize::new(0);
     let reading_since = AtomicUsize::new(IDLE);
-    let done = AtomicBool::new(false);
-    let mut most = 0;
+    let stop = AtomicBool::new(false);
+    let most = AtomicUsize::new(0);
     thread::scope(|scope| {
-        let reader = scope.spawn(|| {
+        scope.spawn(|| {
+            let _stop_all = StopOnPanic(&stop);
             let mut key = 0;
             let mut reads = 0;
-            while !done.load(Ordering::Relaxed) {
+            while !stop.load(Ordering::Relaxed) {
                 // At most one read section per write section, as a worker
                 // reads once per batch: pinning is not what reclaims.
                 let now = written.load(Ordering::Acquire);
@@ -98,45 +115,64 @@ fn live_values_stay_bounded_under_batched_moves<S: Strategy>() {
                 reading_since.store(IDLE, Ordering::Release);
             }
         });
-        let mut sections = 0;
-        'rounds: for round in 1..=ROUNDS {
-            // Every station moves to the other port, BATCH per section.
-            let port = round % 2;
-            for first in (0..KEYS).step_by(BATCH as usize) {
-                map.write(|w| {
-                    for key in first..first + BATCH {
-                        w.update(key, |old| {
-                            let old = old.expect("a station vanished");
-                            assert_ne!(old.port, port);
-                            (Update::Put(Counted::new(&live, key, port)), ())
-                        });
+        // Writers of their own halves of the stations, as two workers
+        // learning from two ports: they take turns at the write side.
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|writer| {
+                let (map, live, stop, written, reading_since, most) =
+                    (&map, &live, &stop, &written, &reading_since, &most);
+                scope.spawn(move || {
+                    let _stop_all = StopOnPanic(stop);
+                    let share = KEYS / WRITERS;
+                    let mine = writer * share..(writer + 1) * share;
+                    for round in 1..=ROUNDS {
+                        // Every station moves to the other port, BATCH per
+                        // section.
+                        let port = round % 2;
+                        for first in mine.clone().step_by(BATCH as usize) {
+                            if stop.load(Ordering::Relaxed) {
+                                return;
+                            }
+                            map.write(|w| {
+                                for key in first..first + BATCH {
+                                    w.update(key, |old| {
+                                        let old = old.expect("a station vanished");
+                                        assert_ne!(old.port, port);
+                                        (Update::Put(Counted::new(live, key, port)), ())
+                                    });
+                                }
+                            });
+                            let sections = written.fetch_add(1, Ordering::AcqRel) + 1;
+                            let now = live.load(Ordering::Relaxed);
+                            most.fetch_max(now, Ordering::Relaxed);
+                            assert!(
+                                now <= BOUND,
+                                "{now} values alive after {} moves (bound {BOUND})",
+                                sections * BATCH as usize
+                            );
+                            loop {
+                                let since = reading_since.load(Ordering::SeqCst);
+                                if since == IDLE
+                                    || sections.saturating_sub(since) <= LAG
+                                    || stop.load(Ordering::Relaxed)
+                                {
+                                    break;
+                                }
+                                thread::yield_now();
+                            }
+                        }
                     }
-                });
-                sections += 1;
-                written.store(sections, Ordering::Release);
-                let now = live.load(Ordering::Relaxed);
-                most = most.max(now);
-                if now > BOUND {
-                    done.store(true, Ordering::Relaxed);
-                    panic!(
-                        "{now} values alive after {} moves (bound {BOUND})",
-                        sections * BATCH as usize
-                    );
-                }
-                loop {
-                    let since = reading_since.load(Ordering::SeqCst);
-                    if since == IDLE || sections - since <= LAG {
-                        break;
-                    }
-                    if reader.is_finished() {
-                        break 'rounds;
-                    }
-                    thread::yield_now();
-                }
+                })
+            })
+            .collect();
+        for writer in writers {
+            if let Err(panic) = writer.join() {
+                std::panic::resume_unwind(panic);
             }
         }
-        done.store(true, Ordering::Relaxed);
+        stop.store(true, Ordering::Relaxed);
     });
+    let most = most.into_inner();
     let end = live.load(Ordering::Relaxed);
     eprintln!("{}: at most {most} values alive, {end} at the end", S::KIND);
     assert!(
