@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bridge::port::{MemoryPeer, MemoryPort};
-use bridge::wire::{EtherType, EthernetFrame, MacAddr};
+use bridge::wire::{FrameSpec, MacAddr};
 use bridge::{FdbConfig, MacTable, SectionMode, Worker, WorkerConfig};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use locks::{Strategy, StrategyKind};
@@ -16,12 +16,7 @@ const STATIONS: u32 = 64;
 const FRAME_LEN: usize = 60;
 
 fn frame(dst: MacAddr, src: MacAddr) -> Vec<u8> {
-    let mut bytes = vec![0u8; FRAME_LEN];
-    let mut view = EthernetFrame::new_unchecked(&mut bytes[..]);
-    view.set_dst_addr(dst);
-    view.set_src_addr(src);
-    view.set_ethertype(EtherType::IPV4);
-    bytes
+    FrameSpec::new(dst, src).len(FRAME_LEN).build()
 }
 
 fn station(side: u8, n: u32) -> MacAddr {

@@ -6,6 +6,8 @@
 mod lab;
 
 use std::fs::File;
+
+use bridge::wire::{EtherType, FrameSpec, MacAddr, Payload};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -482,24 +484,19 @@ fn is_test_frame(frame: &[u8]) -> bool {
 
 /// A test frame from `src` to `dst`, `len` bytes, payload tagged with `tag`.
 pub fn test_frame(dst: [u8; 6], src: [u8; 6], tag: u8, len: usize) -> Vec<u8> {
-    let mut frame = Vec::with_capacity(len);
-    frame.extend_from_slice(&dst);
-    frame.extend_from_slice(&src);
-    frame.extend_from_slice(&TEST_ETHERTYPE.to_be_bytes());
-    frame.resize(len, tag);
-    frame
+    test_spec(dst, src, tag, len).build()
 }
 
 /// The same, with an 802.1Q tag for `vlan`.
 pub fn tagged_test_frame(dst: [u8; 6], src: [u8; 6], vlan: u16, tag: u8, len: usize) -> Vec<u8> {
-    let mut frame = Vec::with_capacity(len);
-    frame.extend_from_slice(&dst);
-    frame.extend_from_slice(&src);
-    frame.extend_from_slice(&0x8100u16.to_be_bytes());
-    frame.extend_from_slice(&vlan.to_be_bytes());
-    frame.extend_from_slice(&TEST_ETHERTYPE.to_be_bytes());
-    frame.resize(len, tag);
-    frame
+    test_spec(dst, src, tag, len).tagged(vlan).build()
+}
+
+fn test_spec(dst: [u8; 6], src: [u8; 6], tag: u8, len: usize) -> FrameSpec {
+    FrameSpec::new(MacAddr(dst), MacAddr(src))
+        .ethertype(EtherType(TEST_ETHERTYPE))
+        .len(len)
+        .payload(Payload::Fill(tag))
 }
 
 /// A locally administered unicast MAC ending in `n`.

@@ -7,10 +7,12 @@
 //! callers that have done it. Getters need `AsRef<[u8]>`, setters
 //! `AsMut<[u8]>`. Byte ranges live in a private `field` module per format.
 
+mod build;
 mod ethernet;
 mod mac;
 pub mod vnet;
 
+pub use build::{FrameSpec, Payload};
 pub use ethernet::{EtherType, EthernetFrame, VlanId};
 pub use mac::{MacAddr, MacKind, ParseMacError};
 pub use vnet::VnetHeader;

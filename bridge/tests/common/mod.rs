@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bridge::counters::PortStats;
 use bridge::port::{MemoryPeer, MemoryPort};
-use bridge::wire::{EtherType, EthernetFrame, MacAddr};
+use bridge::wire::{FrameSpec, MacAddr, Payload};
 use bridge::{FdbConfig, MacTable, SectionMode, Worker, WorkerConfig};
 use locks::Strategy;
 
@@ -42,22 +42,19 @@ pub fn station(n: u32) -> MacAddr {
 /// An untagged IPv4 frame of `len` bytes (at least 14) from `src` to `dst`,
 /// its payload a pattern that tells frames apart.
 pub fn frame(dst: MacAddr, src: MacAddr, len: usize) -> Vec<u8> {
-    let mut bytes: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
-    let mut view = EthernetFrame::new_unchecked(&mut bytes[..]);
-    view.set_dst_addr(dst);
-    view.set_src_addr(src);
-    view.set_ethertype(EtherType::IPV4);
-    bytes
+    FrameSpec::new(dst, src)
+        .len(len)
+        .payload(Payload::Pattern)
+        .build()
 }
 
 /// An 802.1Q-tagged frame in `vlan`.
 pub fn tagged(dst: MacAddr, src: MacAddr, vlan: u16, len: usize) -> Vec<u8> {
-    let mut bytes = frame(dst, src, len);
-    let mut view = EthernetFrame::new_unchecked(&mut bytes[..]);
-    view.set_ethertype(EtherType::VLAN);
-    view.set_vlan_tci(0x2000 | vlan);
-    bytes[16..18].copy_from_slice(&EtherType::IPV4.0.to_be_bytes());
-    bytes
+    FrameSpec::new(dst, src)
+        .tagged(0x2000 | vlan)
+        .len(len)
+        .payload(Payload::Pattern)
+        .build()
 }
 
 /// A bridge over in-memory ports, with one worker driven by hand.
