@@ -1,6 +1,7 @@
 //! `mpbench locks`: MAC table contention across strategies, thread counts,
 //! workloads and table sizes, with lockstat-style figures for the
-//! lock-based strategies. Needs no privileges.
+//! lock-based strategies and the process's resident memory per run. Needs
+//! no privileges.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,11 +24,13 @@ pub struct LocksArgs {
     /// Thread counts, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     threads: Vec<usize>,
-    /// Workloads, comma-separated: lookup, mixed, moves, capacity.
+    /// Workloads, comma-separated: lookup, mixed, moves, batched-moves,
+    /// capacity. Every row of the CSV and JSON files carries the process's
+    /// resident memory around its runs; batched-moves also prints it.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "lookup,mixed,moves,capacity"
+        default_value = "lookup,mixed,moves,batched-moves,capacity"
     )]
     workloads: Vec<Workload>,
     /// Table sizes in stations, comma-separated (the full matrix:
@@ -69,6 +72,91 @@ impl Config {
 struct Sample {
     mops: f64,
     locks: LockStats,
+    memory: Memory,
+}
+
+/// The process's resident set around one run, in KiB (NaN where
+/// /proc/self/status does not say). The whole process: every table of the
+/// workload being measured is alive, and freed memory goes back to the
+/// allocator, not always to the system.
+#[derive(Clone, Copy)]
+struct Memory {
+    /// VmRSS as the run began.
+    start_kib: f64,
+    /// VmHWM after the run: the peak during it, where the peak could be
+    /// reset as the run began, else the peak since the process began.
+    peak_kib: f64,
+    /// VmRSS after the run.
+    end_kib: f64,
+    /// Whether the peak was reset as the run began.
+    peak_is_the_runs: bool,
+}
+
+impl Memory {
+    /// Resets the peak (VmHWM) to the current RSS and reads the RSS; call
+    /// as the run begins.
+    fn start() -> Memory {
+        // Linux >= 4.0: writing 5 resets the process's peak RSS.
+        let peak_is_the_runs = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+        let (rss, _) = rss_kib();
+        Memory {
+            start_kib: rss,
+            peak_kib: f64::NAN,
+            end_kib: f64::NAN,
+            peak_is_the_runs,
+        }
+    }
+
+    /// Reads the RSS and the peak; call as the run ends.
+    fn end(self) -> Memory {
+        let (rss, peak) = rss_kib();
+        Memory {
+            peak_kib: peak,
+            end_kib: rss,
+            ..self
+        }
+    }
+
+    /// How far the peak rose above the RSS at the start.
+    fn growth_kib(&self) -> f64 {
+        self.peak_kib - self.start_kib
+    }
+}
+
+/// One point's memory over its runs.
+struct MemorySummary {
+    /// The highest peak of any run.
+    peak_kib: f64,
+    /// The most any run's peak rose above the RSS at its start.
+    growth_kib: f64,
+    /// The RSS after the last run.
+    end_kib: f64,
+}
+
+impl MemorySummary {
+    fn of(runs: &[Sample]) -> MemorySummary {
+        // f64::max skips NaN, so unknown figures stay unknown only if all are.
+        let most =
+            |f: fn(&Memory) -> f64| runs.iter().map(|s| f(&s.memory)).fold(f64::NAN, f64::max);
+        MemorySummary {
+            peak_kib: most(|m| m.peak_kib),
+            growth_kib: most(Memory::growth_kib),
+            end_kib: runs.last().map_or(f64::NAN, |s| s.memory.end_kib),
+        }
+    }
+}
+
+/// VmRSS and VmHWM of this process in KiB, NaN where unknown.
+fn rss_kib() -> (f64, f64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(f64::NAN)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
 }
 
 /// Runs `threads` threads of `workload` on `table` for `seconds`.
@@ -83,7 +171,7 @@ fn measure<S: Strategy>(
     let stop = AtomicBool::new(false);
     let barrier = Barrier::new(threads + 1);
     lockstat::enable(S::KIND.is_lock_based());
-    let (ops, locks, elapsed) = thread::scope(|scope| {
+    let (ops, locks, elapsed, memory) = thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let (table, keys, stop, barrier) = (&**table, &**keys, &stop, &barrier);
@@ -103,6 +191,7 @@ fn measure<S: Strategy>(
                 })
             })
             .collect();
+        let memory = Memory::start();
         barrier.wait();
         let start = Instant::now();
         thread::sleep(Duration::from_secs_f64(seconds));
@@ -114,17 +203,19 @@ fn measure<S: Strategy>(
             ops += o;
             locks += l;
         }
-        (ops, locks, start.elapsed())
+        (ops, locks, start.elapsed(), memory.end())
     });
     lockstat::enable(false);
     Sample {
         mops: ops as f64 / elapsed.as_secs_f64() / 1e6,
         locks,
+        memory,
     }
 }
 
 fn measure_floor(floor: &mut Floor, keys: &[FdbKey], workload: Workload, seconds: f64) -> Sample {
     let stop = AtomicBool::new(false);
+    let memory = Memory::start();
     let (ops, elapsed) = thread::scope(|scope| {
         let start = Instant::now();
         let handle = scope.spawn(|| floor.run(keys, workload, Budget::Until(&stop)));
@@ -138,6 +229,7 @@ fn measure_floor(floor: &mut Floor, keys: &[FdbKey], workload: Workload, seconds
     Sample {
         mops: ops as f64 / elapsed.as_secs_f64() / 1e6,
         locks: LockStats::default(),
+        memory: memory.end(),
     }
 }
 
@@ -281,6 +373,7 @@ pub fn run(args: LocksArgs) -> Result<(), String> {
                     }
                     let mops: Vec<f64> = runs.iter().map(|s| s.mops).collect();
                     let locks = runs[runs.len() / 2].locks;
+                    let memory = MemorySummary::of(runs);
                     records.push(Record {
                         fields: vec![
                             ("workload", Field::Text(workload.name().to_owned())),
@@ -301,6 +394,9 @@ pub fn run(args: LocksArgs) -> Result<(), String> {
                             ("acquisitions", Field::Number(locks.acquisitions as f64)),
                             ("contended", Field::Number(locks.contended as f64)),
                             ("wait_ns", Field::Number(locks.wait_ns as f64)),
+                            ("rss_peak_kib", Field::Number(memory.peak_kib)),
+                            ("rss_growth_kib", Field::Number(memory.growth_kib)),
+                            ("rss_end_kib", Field::Number(memory.end_kib)),
                         ],
                     });
                 }
@@ -402,6 +498,9 @@ fn print_tables(
         line += &format!(" | {:>6.2}x", floor / row[0]);
         println!("{line}");
     }
+    if workload == Workload::BatchedMoves {
+        print_memory(args, configs, samples);
+    }
     let locked: Vec<_> = configs
         .iter()
         .zip(samples)
@@ -430,6 +529,39 @@ fn print_tables(
                 human(s.acquisitions),
                 pct,
                 nanos(wait)
+            );
+        }
+        println!("{line}");
+    }
+}
+
+/// The memory table: per point, the highest peak RSS of its runs and the
+/// most it rose during one run.
+fn print_memory(args: &LocksArgs, configs: &[Config], samples: &[Vec<Vec<Sample>>]) {
+    let reset = samples
+        .iter()
+        .flatten()
+        .flatten()
+        .all(|s| s.memory.peak_is_the_runs);
+    println!(
+        "process memory (highest of the runs): peak RSS during a run in MiB, (+ its rise over the RSS at the run's start){}",
+        if reset {
+            ""
+        } else {
+            "; peaks since the process began, as /proc/self/clear_refs is not writable"
+        }
+    );
+    for (config, per_threads) in configs.iter().zip(samples) {
+        let mut line = format!("{:<18}", config.label());
+        for (t, runs) in args.threads.iter().zip(per_threads) {
+            if runs.is_empty() {
+                continue;
+            }
+            let memory = MemorySummary::of(runs);
+            line += &format!(
+                "  {t} thr: {:.1} (+{:.1})",
+                memory.peak_kib / 1024.0,
+                memory.growth_kib / 1024.0
             );
         }
         println!("{line}");

@@ -15,6 +15,9 @@ use locks::Strategy;
 
 /// Lookups per read section: one receive batch's worth.
 pub const BATCH: usize = 32;
+/// Station moves per write section in the batched-moves workload: as many
+/// as a worker learns after one full receive batch (64 frames).
+pub const MOVE_BATCH: usize = 64;
 /// Stations that arrive in the mixed workload, per thread, before their
 /// departures start.
 const ARRIVALS_IN_FLIGHT: u64 = 64;
@@ -29,6 +32,11 @@ pub enum Workload {
     Mixed,
     /// Every operation learns a known station on another port.
     Moves,
+    /// Every operation learns a known station on another port, in write
+    /// sections of [`MOVE_BATCH`] moves, as the worker learns a batch's
+    /// sources: what two ports sending the same sources cause. Each move
+    /// replaces an entry, so this is where garbage not yet reclaimed shows.
+    BatchedMoves,
     /// The table is full and every operation is a new source MAC that is
     /// refused: a MAC flood against the learning limit (RFC 2889, address
     /// caching).
@@ -37,10 +45,11 @@ pub enum Workload {
 
 impl Workload {
     /// Every workload, in report order.
-    pub const ALL: [Workload; 4] = [
+    pub const ALL: [Workload; 5] = [
         Workload::Lookup,
         Workload::Mixed,
         Workload::Moves,
+        Workload::BatchedMoves,
         Workload::Capacity,
     ];
 
@@ -50,6 +59,7 @@ impl Workload {
             Workload::Lookup => "lookup",
             Workload::Mixed => "mixed",
             Workload::Moves => "moves",
+            Workload::BatchedMoves => "batched-moves",
             Workload::Capacity => "capacity",
         }
     }
@@ -60,6 +70,7 @@ impl Workload {
             Workload::Lookup => "lookup only",
             Workload::Mixed => "99% lookups, 1% new stations",
             Workload::Moves => "station-move storm",
+            Workload::BatchedMoves => "station-move storm, 64 moves per write section",
             Workload::Capacity => "learning at capacity (MAC flood)",
         }
     }
@@ -72,7 +83,8 @@ impl std::str::FromStr for Workload {
             .into_iter()
             .find(|w| w.name() == s)
             .ok_or_else(|| {
-                format!("unknown workload '{s}' (valid: lookup, mixed, moves, capacity)")
+                let valid: Vec<_> = Workload::ALL.iter().map(|w| w.name()).collect();
+                format!("unknown workload '{s}' (valid: {})", valid.join(", "))
             })
     }
 }
@@ -165,6 +177,7 @@ pub fn run_thread<S: Strategy>(
     };
     let mut done = 0u64;
     let mut fresh = 0u64;
+    let mut moves = Vec::with_capacity(MOVE_BATCH);
     while budget.more(done) {
         match workload {
             Workload::Lookup if per_frame => {
@@ -206,6 +219,17 @@ pub fn run_thread<S: Strategy>(
                     black_box(table.learn(next(&mut at), port, 0));
                     done += 1;
                 }
+            }
+            Workload::BatchedMoves => {
+                // The same moves as `Moves`, learned a batch at a time.
+                moves.clear();
+                for _ in 0..MOVE_BATCH {
+                    let pass = done as usize / n;
+                    let port = PortId(((done as usize + pass + thread) % 4) as u16);
+                    moves.push((next(&mut at), port));
+                    done += 1;
+                }
+                black_box(table.learn_batch(&moves, 0));
             }
             Workload::Capacity => {
                 for _ in 0..BATCH {
@@ -270,7 +294,7 @@ fn run_floor(
                 Workload::Mixed => {
                     black_box(map.get(&k).map(|e| e.0));
                 }
-                Workload::Moves => {
+                Workload::Moves | Workload::BatchedMoves => {
                     let i = done as usize;
                     black_box(map.insert(k, (PortId(((i + i / n) % 4) as u16), 0)));
                 }

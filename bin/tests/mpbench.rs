@@ -97,6 +97,71 @@ fn locks_prints_tables_and_writes_csv_json_and_plots() {
 }
 
 #[test]
+fn locks_batched_moves_reports_resident_memory() {
+    let out = std::env::temp_dir().join(format!("mpbench-moves-{}", std::process::id()));
+    let output = mpbench(&[
+        "locks",
+        "--lock",
+        "epoch",
+        "--lock",
+        "rcu",
+        "--seconds",
+        "0.02",
+        "--runs",
+        "1",
+        "--threads",
+        "1,2",
+        "--sizes",
+        "64",
+        "--workloads",
+        "batched-moves",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let stdout = succeeded(&output);
+    assert!(
+        stdout.contains("station-move storm, 64 moves per write section, 64 stations"),
+        "{stdout}"
+    );
+    let memory = stdout
+        .split("process memory")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no memory table in:\n{stdout}"));
+    for name in ["unsync", "rcu", "epoch"] {
+        assert!(
+            memory
+                .lines()
+                .any(|l| l.starts_with(name) && l.contains("1 thr: ")),
+            "no memory row for {name}:\n{stdout}"
+        );
+    }
+    let csv = std::fs::read_to_string(out.join("locks.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    // The floor at 1 thread, two strategies at 2 thread counts.
+    assert_eq!(rows.len(), 1 + 4, "{csv}");
+    for row in &rows {
+        assert_eq!(row[col("workload")], "batched-moves");
+        let mops: f64 = row[col("mops_median")].parse().unwrap();
+        assert!(mops > 0.0, "no moves measured: {row:?}");
+        let peak: f64 = row[col("rss_peak_kib")].parse().unwrap();
+        let end: f64 = row[col("rss_end_kib")].parse().unwrap();
+        // A process this size holds a few MiB at least, and far less than
+        // a GiB for 64 stations.
+        assert!(
+            (1024.0..1048576.0).contains(&peak),
+            "peak RSS {peak} KiB: {row:?}"
+        );
+        assert!(end > 0.0 && end <= peak, "end RSS {end} KiB: {row:?}");
+    }
+    let json = std::fs::read_to_string(out.join("locks.json")).unwrap();
+    assert_eq!(json.matches("\"rss_peak_kib\"").count(), rows.len());
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
 fn unknown_strategies_and_workloads_are_one_line_errors() {
     for args in [
         ["locks", "--lock", "spinlock"],
