@@ -11,18 +11,14 @@
 //! On a machine with fewer cores than threads, the higher thread counts
 //! measure preemption, not parallelism.
 
-#[path = "../bin/mpbench/workload.rs"]
-#[allow(dead_code)]
-mod workload;
-
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
+use lab::workload::{self, Budget, Floor, Workload};
 use locks::{Strategy, StrategyKind};
-use workload::{Budget, Floor, Workload};
 
 const SIZES: [usize; 2] = [64, 8192];
 

@@ -15,7 +15,7 @@ for n in 1 2 4 8 12 16; do
     [ "$n" -lt "$cpus" ] && workers="${workers:+$workers,}$n"
 done
 out=mpbench-results/many-core
-cargo build --release
+cargo build --release --workspace
 ./target/release/mpbench locks --threads "$counts" --sizes 64,8192,1048576 --per-frame \
     --runs 5 --seconds 0.5 --out "$out/locks" | tee "$out-locks.txt"
 MPBRIDGE_BENCH_THREADS="$counts" cargo bench --bench lock_contention | tee "$out-criterion.txt"

@@ -14,12 +14,13 @@ use locks::lockstat::{self, LockStats};
 use locks::{Strategy, StrategyKind};
 
 use crate::report::{self, Field, Plot, Record};
-use crate::workload::{self, Budget, Floor, Workload};
+use lab::workload::{self, Budget, Floor, Workload};
 
 #[derive(clap::Args)]
 pub struct LocksArgs {
-    /// Strategies to measure (repeat the flag); all six by default.
-    #[arg(long = "lock", value_name = "STRATEGY")]
+    /// Strategies to measure, comma-separated or with the flag repeated;
+    /// all six by default.
+    #[arg(long = "lock", value_name = "STRATEGY", value_delimiter = ',')]
     locks: Vec<StrategyKind>,
     /// Thread counts, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 use bridge::port::{Port, RawPort, VNET_HDR_LEN};
 use locks::StrategyKind;
 
-use crate::lab::{self, Netns, Process};
 use crate::report::{self, Field, Plot, Record};
+use lab::{self, Netns, Process};
 
 const GENERATOR_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 const SINK_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
@@ -35,8 +35,13 @@ pub struct ForwardArgs {
     /// Port kinds: raw (veth pairs through AF_PACKET), tap, or both.
     #[arg(long, value_delimiter = ',', default_value = "raw")]
     ports: Vec<PortKindArg>,
-    /// mpbridge lock strategies to measure.
-    #[arg(long = "lock", value_delimiter = ',', default_value = "epoch")]
+    /// Strategies to measure, comma-separated or with the flag repeated.
+    #[arg(
+        long = "lock",
+        value_name = "STRATEGY",
+        value_delimiter = ',',
+        default_value = "epoch"
+    )]
     locks: Vec<StrategyKind>,
     /// mpbridge worker counts (a worker-scaling table when more than one).
     #[arg(long, value_delimiter = ',', default_value = "1")]

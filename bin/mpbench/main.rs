@@ -2,10 +2,8 @@
 
 mod contention;
 mod forward;
-mod lab;
 mod report;
 mod rfc2889;
-mod workload;
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,8 +59,9 @@ enum Command {
 
 #[derive(clap::Args)]
 struct MemoryArgs {
-    /// Lock strategies to measure (repeat the flag); all six by default.
-    #[arg(long = "lock", value_name = "STRATEGY")]
+    /// Strategies to measure, comma-separated or with the flag repeated;
+    /// all six by default.
+    #[arg(long = "lock", value_name = "STRATEGY", value_delimiter = ',')]
     locks: Vec<StrategyKind>,
     /// Forwarding threads sharing the table.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]

@@ -18,17 +18,18 @@ use std::time::{Duration, Instant};
 use bridge::port::{Port, RawPort, VNET_HDR_LEN};
 use locks::StrategyKind;
 
-use crate::lab::{Netns, Process};
 use crate::report::{self, Field, Record};
+use lab::{Netns, Process};
 
 const TEST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
 const ETHERTYPE: u16 = 0x88b5;
 
 #[derive(clap::Args)]
 pub struct Rfc2889Args {
-    /// mpbridge lock strategies to test.
+    /// Strategies to measure, comma-separated or with the flag repeated.
     #[arg(
         long = "lock",
+        value_name = "STRATEGY",
         value_delimiter = ',',
         default_value = "mutex,rwlock,rmlock,sharded,rcu,epoch"
     )]

@@ -60,7 +60,11 @@ fn forwarding_rules(kind: PortKind) {
         return;
     }
     let topology = Topology::new(kind, 3, &[]);
-    let mut st: Vec<Station> = topology.hosts.iter().map(Station::on).collect();
+    let mut st: Vec<Station> = topology
+        .hosts
+        .iter()
+        .map(|host| Station::on(host))
+        .collect();
     let (a, b, c) = (mac(1), mac(2), mac(3));
     settle(&mut st);
 
@@ -122,7 +126,11 @@ fn stations_age_out() {
         return;
     }
     let topology = Topology::new(PortKind::Raw, 3, &["--age", "2"]);
-    let mut st: Vec<Station> = topology.hosts.iter().map(Station::on).collect();
+    let mut st: Vec<Station> = topology
+        .hosts
+        .iter()
+        .map(|host| Station::on(host))
+        .collect();
     st[1].send(&test_frame(BROADCAST, mac(2), 1, 60));
     settle(&mut st);
     st[0].send(&test_frame(mac(2), mac(1), 2, 60));
@@ -269,6 +277,15 @@ fn run_bad(ns: Option<&Netns>, args: &[&str]) -> (i32, String) {
 }
 
 fn bad_input_gives_one_line_and_a_non_zero_exit() {
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_mpbridge"))
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("possible values: mutex, rwlock, rmlock, sharded, rcu, epoch"),
+        "--lock's values are not in run --help: {help}"
+    );
     let (code, err) = run_bad(
         None,
         &[
@@ -438,7 +455,11 @@ fn relay_mode_passes_everything_to_the_other_port() {
         return;
     }
     let topology = Topology::new(PortKind::Raw, 2, &["--mode", "relay"]);
-    let mut st: Vec<Station> = topology.hosts.iter().map(Station::on).collect();
+    let mut st: Vec<Station> = topology
+        .hosts
+        .iter()
+        .map(|host| Station::on(host))
+        .collect();
     // What a bridge drops, a relay passes: reserved destinations, frames
     // to a station known on the same side.
     st[0].send(&test_frame([0x01, 0x80, 0xc2, 0, 0, 0x0e], mac(1), 1, 60));
@@ -473,7 +494,7 @@ fn poll_mode_forwards_too() {
     }
 }
 
-crate::test_main! {
+lab::test_main! {
     privileged: [
         tcp_tap_mutex,
         tcp_tap_rwlock,

@@ -102,7 +102,11 @@ fn a_raw_port_down_then_deleted_costs_no_cpu_and_is_reported_once() {
 /// until they are heard again, as on the Linux bridge.
 fn a_port_going_down_flushes_its_stations(kind: PortKind) {
     let topology = Topology::new(kind, 3, &[]);
-    let mut st: Vec<Station> = topology.hosts.iter().map(Station::on).collect();
+    let mut st: Vec<Station> = topology
+        .hosts
+        .iter()
+        .map(|host| Station::on(host))
+        .collect();
     settle(&mut st);
     st[2].send(&test_frame(BROADCAST, mac(3), 1, 60));
     settle(&mut st);
@@ -152,7 +156,11 @@ fn a_frame_above_the_egress_mtu_costs_only_itself() {
     // stays at 1500.
     topology.hosts[0].ip(&["link", "set", "eth0", "mtu", "9000"]);
     topology.bridge.ip(&["link", "set", "p0", "mtu", "9000"]);
-    let mut st: Vec<Station> = topology.hosts.iter().map(Station::on).collect();
+    let mut st: Vec<Station> = topology
+        .hosts
+        .iter()
+        .map(|host| Station::on(host))
+        .collect();
     settle(&mut st);
     let small = |tag| test_frame(BROADCAST, mac(1), tag, 60);
     let frames = vec![
@@ -188,7 +196,11 @@ fn frames_to_a_raw_ports_own_address_stay_with_the_host() {
         .bridge
         .ip(&["addr", "add", "198.18.0.100/24", "dev", "p0"]);
     let own = link_mac(&topology.bridge, "p0");
-    let mut st: Vec<Station> = topology.hosts.iter().map(Station::on).collect();
+    let mut st: Vec<Station> = topology
+        .hosts
+        .iter()
+        .map(|host| Station::on(host))
+        .collect();
     // Give the monitor a tick to see the address.
     std::thread::sleep(Duration::from_millis(1500));
     settle(&mut st);
@@ -262,18 +274,7 @@ fn a_vms_tap_is_bridged_on_its_host_side() {
     }
     let bridge = Netns::new();
     let host = Netns::new();
-    host.ip(&[
-        "link",
-        "add",
-        "eth0",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "p1",
-        "netns",
-        &bridge.name,
-    ]);
+    host.add_veth("p1", &bridge).expect("veth");
     host.ip(&["link", "set", "eth0", "up"]);
     // The guest's queue, held as QEMU would hold it.
     let guest = bridge.run(|| hypervisor_queue("vm0", false));
@@ -569,7 +570,7 @@ flap_storm_tests! {
     flap_storm_epoch: "epoch";
 }
 
-crate::test_main! {
+lab::test_main! {
     privileged: [
         a_raw_port_down_then_deleted_costs_no_cpu_and_is_reported_once,
         a_raw_port_going_down_flushes_its_stations,

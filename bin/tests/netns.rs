@@ -1,144 +1,21 @@
-//! Network namespaces, links and a running mpbridge for the daemon tests:
-//! each piece removes what it made when dropped, also when a test fails.
+//! Network namespaces, links and a running mpbridge for the daemon tests,
+//! on the `lab` crate that mpbench uses too: each piece removes what it
+//! made when dropped, also when a test fails.
 #![allow(dead_code)]
 
-#[path = "../mpbench/lab.rs"]
-mod lab;
-
-use std::fs::File;
-
-use bridge::wire::{EtherType, FrameSpec, MacAddr, Payload};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// Why this process cannot run the tests that need namespaces, taps and
-/// packet sockets, found by trying to make each (not by the uid: root in a
-/// container without CAP_NET_ADMIN cannot); `None` when it can. Tried once.
-pub fn privilege_problem() -> Option<String> {
-    static PROBLEM: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    PROBLEM.get_or_init(probe_privileges).clone()
-}
-
-fn probe_privileges() -> Option<String> {
-    let ip = Command::new("ip").arg("-V").output();
-    if !ip.is_ok_and(|o| o.status.success()) {
-        return Some("needs iproute2 (the ip command)".to_owned());
-    }
-    let name = unique("mpbprobe");
-    let made = Command::new("ip").args(["netns", "add", &name]).output();
-    match made {
-        Ok(output) if output.status.success() => {}
-        Ok(output) => {
-            let why = String::from_utf8_lossy(&output.stderr);
-            return Some(format!(
-                "cannot make a network namespace (needs CAP_SYS_ADMIN): {}",
-                why.lines().next().unwrap_or("").trim()
-            ));
-        }
-        Err(e) => return Some(format!("cannot run ip: {e}")),
-    }
-    let ns = Netns { name };
-    ns.run(|| {
-        if let Err(e) = bridge::port::TapPort::open("probe0", 1) {
-            return Some(format!("cannot make a tap (needs CAP_NET_ADMIN): {e}"));
-        }
-        // SAFETY: a constant-argument socket call; the result is closed at
-        // once.
-        #[allow(unsafe_code)]
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            let e = std::io::Error::last_os_error();
-            return Some(format!(
-                "cannot open a packet socket (needs CAP_NET_RAW): {e}"
-            ));
-        }
-        // SAFETY: `fd` was just opened here and is closed once.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::close(fd);
-        }
-        None
-    })
-}
-
-/// Whether this process may make namespaces and links. When it may not,
-/// prints why and returns false, unless MPBRIDGE_REQUIRE_PRIV=1 asks for a
-/// failure instead.
-pub fn privileged(test: &str) -> bool {
-    let Some(reason) = privilege_problem() else {
-        return true;
-    };
-    if std::env::var("MPBRIDGE_REQUIRE_PRIV").as_deref() == Ok("1") {
-        panic!("{test}: {reason}, and MPBRIDGE_REQUIRE_PRIV=1 forbids skipping");
-    }
-    eprintln!("skipped {test}: {reason}");
-    false
-}
-
-/// One test of a suite run by [`run_tests`].
-pub struct Test {
-    /// Its name.
-    pub name: &'static str,
-    /// Its body; it fails by panicking.
-    pub run: fn(),
-    /// Whether it needs namespaces, taps and packet sockets.
-    pub privileged: bool,
-}
-
-/// Runs a suite as `cargo test` would, with one difference: where the
-/// privileges are missing, the tests that need them are reported as
-/// ignored, with the reason, rather than passing without having run; under
-/// MPBRIDGE_REQUIRE_PRIV=1 (CI) they fail instead.
-pub fn run_tests(tests: Vec<Test>) -> ! {
-    let args = libtest_mimic::Arguments::from_args();
-    let problem = privilege_problem();
-    let required = std::env::var("MPBRIDGE_REQUIRE_PRIV").as_deref() == Ok("1");
-    if let (Some(reason), false) = (&problem, required) {
-        let count = tests.iter().filter(|t| t.privileged).count();
-        eprintln!("ignoring {count} tests that need privileges: {reason}");
-    }
-    let trials = tests
-        .into_iter()
-        .map(|test| {
-            let run = test.run;
-            match (&problem, test.privileged) {
-                (Some(reason), true) if required => {
-                    let message = format!("{reason}, and MPBRIDGE_REQUIRE_PRIV=1 forbids skipping");
-                    libtest_mimic::Trial::test(test.name, move || Err(message.into()))
-                }
-                (Some(_), true) => libtest_mimic::Trial::test(test.name, move || {
-                    run();
-                    Ok(())
-                })
-                .with_ignored_flag(true),
-                _ => libtest_mimic::Trial::test(test.name, move || {
-                    run();
-                    Ok(())
-                }),
-            }
-        })
-        .collect();
-    libtest_mimic::run(&args, trials).exit()
-}
-
-/// `fn main` for a test file: `test_main!(privileged: [a, b], plain: [c])`.
-#[macro_export]
-macro_rules! test_main {
-    (privileged: [$($p:ident),* $(,)?], plain: [$($q:ident),* $(,)?] $(,)?) => {
-        fn main() {
-            netns::run_tests(vec![
-                $(netns::Test { name: stringify!($p), run: $p, privileged: true },)*
-                $(netns::Test { name: stringify!($q), run: $q, privileged: false },)*
-            ])
-        }
-    };
-}
+#[allow(unused_imports)] // each test file uses some of them
+pub use lab::{
+    cpu_over, cpu_seconds, mac, privileged, proc_status, rss_kib, tagged_test_frame, test_frame,
+    unique, wait_exit, Station, BROADCAST,
+};
 
 /// Runs `ip` with `args`; panics with its error output if it fails.
 pub fn ip(args: &[&str]) {
@@ -154,36 +31,28 @@ pub fn ip(args: &[&str]) {
     );
 }
 
-/// A name no other test of any run on this machine is using now: the
-/// process id and a counter.
-pub fn unique(prefix: &str) -> String {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "{prefix}{}x{}",
-        std::process::id() % 100_000,
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
+/// A network namespace, deleted (with every link in it) on drop; what
+/// fails here fails the test.
+pub struct Netns(lab::Netns);
 
-/// A network namespace, deleted (with every link in it) on drop.
-pub struct Netns {
-    pub name: String,
+impl std::ops::Deref for Netns {
+    type Target = lab::Netns;
+
+    fn deref(&self) -> &lab::Netns {
+        &self.0
+    }
 }
 
 impl Netns {
     pub fn new() -> Netns {
-        let name = unique("mpbt");
-        ip(&["netns", "add", &name]);
-        let ns = Netns { name };
-        ns.ip(&["link", "set", "lo", "up"]);
-        ns
+        Netns(lab::Netns::new("t").expect("cannot make a network namespace"))
     }
 
     /// Runs `ip -n NAME args`.
     pub fn ip(&self, args: &[&str]) {
-        let mut all = vec!["-n", &self.name];
-        all.extend_from_slice(args);
-        ip(&all);
+        if let Err(error) = self.0.ip(args) {
+            panic!("{error}");
+        }
     }
 
     /// Runs `f` on a thread that entered this namespace; returns its result.
@@ -198,23 +67,12 @@ impl Netns {
         &self,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> thread::JoinHandle<T> {
-        let path = format!("/run/netns/{}", self.name);
-        thread::spawn(move || {
-            let file = File::open(&path).expect("cannot open the namespace");
-            // SAFETY: as in `run`.
-            #[allow(unsafe_code)]
-            let ret = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(ret, 0, "setns: {}", std::io::Error::last_os_error());
-            f()
+        let inner = self.0.spawn(f);
+        thread::spawn(move || match inner.join() {
+            Ok(Ok(value)) => value,
+            Ok(Err(error)) => panic!("{error}"),
+            Err(panic) => std::panic::resume_unwind(panic),
         })
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
     }
 }
 
@@ -342,18 +200,7 @@ impl Topology {
         for (i, host) in hosts.iter().enumerate() {
             let port = format!("p{i}");
             if kind == PortKind::Raw {
-                host.ip(&[
-                    "link",
-                    "add",
-                    "eth0",
-                    "type",
-                    "veth",
-                    "peer",
-                    "name",
-                    &port,
-                    "netns",
-                    &bridge.name,
-                ]);
+                host.add_veth(&port, &bridge).expect("veth");
                 args.push(format!("--port=raw:{port}"));
             } else {
                 args.push(format!("--port=tap:{port}"));
@@ -390,160 +237,6 @@ impl Drop for Topology {
         // The daemon first, so that its taps go before their namespaces.
         self.daemon.take();
     }
-}
-
-/// A test station: a packet socket on a host's `eth0` that sends frames
-/// and collects the frames of the test EtherType that arrive.
-pub struct Station {
-    port: bridge::port::RawPort,
-    batch: bridge::port::RxBatch,
-}
-
-/// The IEEE local experimental EtherType: nothing but the tests sends it.
-pub const TEST_ETHERTYPE: u16 = 0x88b5;
-
-impl Station {
-    pub fn on(host: &Netns) -> Station {
-        let port = host.run(|| {
-            let mut ports = bridge::port::RawPort::open("eth0", 1).expect("packet socket on eth0");
-            ports.pop().unwrap()
-        });
-        Station {
-            port,
-            batch: bridge::port::RxBatch::new(64, 65_600),
-        }
-    }
-
-    /// Sends one Ethernet frame (no virtio-net header: one is added).
-    pub fn send(&mut self, frame: &[u8]) {
-        use bridge::port::Port;
-        let mut buffer = vec![0u8; bridge::port::VNET_HDR_LEN];
-        buffer.extend_from_slice(frame);
-        let sent = self
-            .port
-            .send_batch(std::iter::once(&buffer[..]))
-            .into_result()
-            .expect("send");
-        assert_eq!(sent, 1, "frame not sent");
-    }
-
-    /// The test frames that arrive within `wait` (Ethernet frames only).
-    pub fn collect(&mut self, wait: Duration) -> Vec<Vec<u8>> {
-        use bridge::port::Port;
-        let deadline = Instant::now() + wait;
-        let mut frames = Vec::new();
-        while Instant::now() < deadline {
-            self.batch.clear();
-            self.port.recv_batch(&mut self.batch).expect("receive");
-            for frame in self.batch.iter() {
-                let frame = &frame[bridge::port::VNET_HDR_LEN..];
-                if is_test_frame(frame) {
-                    frames.push(frame.to_vec());
-                }
-            }
-            if self.batch.is_empty() {
-                thread::sleep(Duration::from_millis(5));
-            }
-        }
-        frames
-    }
-
-    /// Sends frames (Ethernet only: headers are added) in batches; returns
-    /// how many the socket took.
-    pub fn send_many(&mut self, frames: &[Vec<u8>]) -> usize {
-        use bridge::port::Port;
-        let buffers: Vec<Vec<u8>> = frames
-            .iter()
-            .map(|frame| {
-                let mut buffer = vec![0u8; bridge::port::VNET_HDR_LEN];
-                buffer.extend_from_slice(frame);
-                buffer
-            })
-            .collect();
-        self.port.send_batch(buffers.iter().map(Vec::as_slice)).sent
-    }
-
-    /// Drops whatever arrived so far.
-    pub fn clear(&mut self) {
-        self.collect(Duration::from_millis(1));
-    }
-}
-
-fn is_test_frame(frame: &[u8]) -> bool {
-    let ethertype = |at: usize| {
-        frame
-            .get(at..at + 2)
-            .map(|b| u16::from_be_bytes([b[0], b[1]]))
-    };
-    match ethertype(12) {
-        Some(TEST_ETHERTYPE) => true,
-        Some(0x8100) => ethertype(16) == Some(TEST_ETHERTYPE),
-        _ => false,
-    }
-}
-
-/// A test frame from `src` to `dst`, `len` bytes, payload tagged with `tag`.
-pub fn test_frame(dst: [u8; 6], src: [u8; 6], tag: u8, len: usize) -> Vec<u8> {
-    test_spec(dst, src, tag, len).build()
-}
-
-/// The same, with an 802.1Q tag for `vlan`.
-pub fn tagged_test_frame(dst: [u8; 6], src: [u8; 6], vlan: u16, tag: u8, len: usize) -> Vec<u8> {
-    test_spec(dst, src, tag, len).tagged(vlan).build()
-}
-
-fn test_spec(dst: [u8; 6], src: [u8; 6], tag: u8, len: usize) -> FrameSpec {
-    FrameSpec::new(MacAddr(dst), MacAddr(src))
-        .ethertype(EtherType(TEST_ETHERTYPE))
-        .len(len)
-        .payload(Payload::Fill(tag))
-}
-
-/// A locally administered unicast MAC ending in `n`.
-pub fn mac(n: u16) -> [u8; 6] {
-    let b = n.to_be_bytes();
-    [0x02, 0x42, 0x00, 0x00, b[0], b[1]]
-}
-
-pub const BROADCAST: [u8; 6] = [0xff; 6];
-
-/// CPU seconds (user and system) process `pid` has used.
-pub fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("process gone");
-    // Fields after the command name, which ends at the last ')'.
-    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    // SAFETY: sysconf has no preconditions.
-    #[allow(unsafe_code)]
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    ticks / hz
-}
-
-/// CPU seconds process `pid` uses over `span`.
-pub fn cpu_over(pid: u32, span: Duration) -> f64 {
-    let before = cpu_seconds(pid);
-    thread::sleep(span);
-    cpu_seconds(pid) - before
-}
-
-/// A field of /proc/PID/status, e.g. "VmRSS" (in KiB) or "CapEff" (hex).
-pub fn proc_status(pid: u32, field: &str) -> String {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("process gone");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(&format!("{field}:")))
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
-        .trim()
-        .to_owned()
-}
-
-/// The resident set size of process `pid`, in KiB.
-pub fn rss_kib(pid: u32) -> u64 {
-    proc_status(pid, "VmRSS")
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 /// The hardware address of `dev` in namespace `ns`.
@@ -656,23 +349,6 @@ pub fn read_fd(fd: &std::os::fd::OwnedFd, buf: &mut [u8]) -> Option<usize> {
     #[allow(unsafe_code)]
     let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
     (n >= 0).then_some(n as usize)
-}
-
-/// Waits (at most `within`) for `child` to exit; kills it and panics if it
-/// does not.
-pub fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("still running after {within:?}");
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// Runs mpbridge with `args` (in namespace `ns`, if given) until it exits,

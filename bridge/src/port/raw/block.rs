@@ -244,7 +244,10 @@ mod tests {
 
     /// Lays frames out as the kernel does: descriptor, then per frame a
     /// header, a gap, the virtio-net header and the frame, 16-aligned.
-    fn block(frames: &[(&[u8], Option<(u16, u16)>)]) -> Vec<u8> {
+    /// A frame and the tag the kernel took off it.
+    type Entry<'a> = (&'a [u8], Option<(u16, u16)>);
+
+    fn block(frames: &[Entry<'_>]) -> Vec<u8> {
         let mut bytes = vec![0u8; 4096];
         let put32 = |bytes: &mut [u8], at: usize, v: u32| {
             bytes[at..at + 4].copy_from_slice(&v.to_ne_bytes())

@@ -1,153 +1,13 @@
-//! The forwarding experiment's laboratory: network namespaces, veth links,
-//! a bridge under test, interface counters, threads inside namespaces. Every
-//! namespace and process made here is removed or stopped on drop.
+//! Processes under test: started in a namespace, pinned, stopped on drop;
+//! their CPU time, memory and status as /proc shows them.
 
-use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// Runs `ip args`; an error carries its message.
-pub fn ip(args: &[&str]) -> Result<(), String> {
-    let output = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run ip: {e}"))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        let reason = stderr.lines().next().unwrap_or("failed").trim().to_owned();
-        Err(format!("ip {}: {reason}", args.join(" ")))
-    }
-}
-
-/// A network namespace, deleted (with its links) on drop.
-pub struct Netns {
-    pub name: String,
-}
-
-impl Netns {
-    pub fn new(role: &str) -> Result<Netns, String> {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "mpbench-{}-{role}{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        ip(&["netns", "add", &name])?;
-        let ns = Netns { name };
-        ns.ip(&["link", "set", "lo", "up"])?;
-        Ok(ns)
-    }
-
-    pub fn ip(&self, args: &[&str]) -> Result<(), String> {
-        let mut all = vec!["-n", self.name.as_str()];
-        all.extend_from_slice(args);
-        ip(&all)
-    }
-
-    /// A veth pair: `eth0` here, `peer` in namespace `other`.
-    pub fn add_veth(&self, peer: &str, other: &Netns) -> Result<(), String> {
-        self.ip(&[
-            "link",
-            "add",
-            "eth0",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            peer,
-            "netns",
-            &other.name,
-        ])
-    }
-
-    /// Runs `f` on a thread inside this namespace.
-    pub fn run<T: Send + 'static>(
-        &self,
-        f: impl FnOnce() -> T + Send + 'static,
-    ) -> Result<T, String> {
-        self.spawn(f)
-            .join()
-            .map_err(|_| "a thread in a namespace panicked".to_owned())?
-    }
-
-    /// Starts `f` on a thread inside this namespace.
-    pub fn spawn<T: Send + 'static>(
-        &self,
-        f: impl FnOnce() -> T + Send + 'static,
-    ) -> thread::JoinHandle<Result<T, String>> {
-        let path = format!("/run/netns/{}", self.name);
-        thread::spawn(move || {
-            let file = File::open(&path).map_err(|e| format!("{path}: {e}"))?;
-            // SAFETY: `file` is an open namespace file; setns moves only the
-            // calling thread.
-            #[allow(unsafe_code)]
-            let ret = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-            if ret != 0 {
-                return Err(format!("setns: {}", io::Error::last_os_error()));
-            }
-            Ok(f())
-        })
-    }
-
-    /// Writes a sysctl-style file under /proc/sys as seen from this
-    /// namespace.
-    pub fn sysctl(&self, path: &'static str, value: &'static str) -> Result<(), String> {
-        self.run(move || std::fs::write(format!("/proc/sys/{path}"), value))?
-            .map_err(|e| format!("{path}: {e}"))
-    }
-
-    /// The (rx, tx) packet counters of `dev` in this namespace.
-    pub fn packets(&self, dev: &'static str) -> Result<(u64, u64), String> {
-        self.run(move || -> Result<(u64, u64), String> {
-            // /proc/thread-self/net shows the calling thread's namespace.
-            let text = std::fs::read_to_string("/proc/thread-self/net/dev")
-                .map_err(|e| format!("/proc/net/dev: {e}"))?;
-            for line in text.lines() {
-                let Some((name, rest)) = line.split_once(':') else {
-                    continue;
-                };
-                if name.trim() == dev {
-                    let fields: Vec<u64> = rest
-                        .split_whitespace()
-                        .map(|f| f.parse().unwrap_or(0))
-                        .collect();
-                    return Ok((fields[1], fields[9]));
-                }
-            }
-            Err(format!("no interface {dev}"))
-        })?
-    }
-
-    /// Steers receive processing of `dev` to the CPUs in `mask` (RPS).
-    pub fn rps(&self, dev: &str, mask: u64) -> Result<(), String> {
-        let path = format!("/sys/class/net/{dev}/queues/rx-0/rps_cpus");
-        let status = Command::new("ip")
-            .args(["netns", "exec", &self.name, "sh", "-c"])
-            .arg(format!("echo {mask:x} > {path}"))
-            .status()
-            .map_err(|e| format!("cannot set RPS: {e}"))?;
-        if status.success() {
-            Ok(())
-        } else {
-            Err(format!("cannot set RPS on {dev}"))
-        }
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
-}
+use crate::Netns;
 
 /// A bridge process under test, stopped on drop.
 pub struct Process {
@@ -313,5 +173,61 @@ impl Drop for Daemon {
             }
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// CPU seconds (user and system) process `pid` has used.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("process gone");
+    // Fields after the command name, which ends at the last ')'.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    #[allow(unsafe_code)]
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks / hz
+}
+
+/// CPU seconds process `pid` uses over `span`.
+pub fn cpu_over(pid: u32, span: Duration) -> f64 {
+    let before = cpu_seconds(pid);
+    thread::sleep(span);
+    cpu_seconds(pid) - before
+}
+
+/// A field of /proc/PID/status, e.g. "VmRSS" (in KiB) or "CapEff" (hex).
+pub fn proc_status(pid: u32, field: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("process gone");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+        .trim()
+        .to_owned()
+}
+
+/// The resident set size of process `pid`, in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    proc_status(pid, "VmRSS")
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Waits (at most `within`) for `child` to exit; kills it and panics if it
+/// does not.
+pub fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("still running after {within:?}");
+        }
+        thread::sleep(Duration::from_millis(10));
     }
 }

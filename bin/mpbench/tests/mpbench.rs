@@ -20,6 +20,49 @@ fn mpbench(args: &[&str]) -> std::process::Output {
         .expect("cannot run mpbench")
 }
 
+/// Every subcommand takes a list of strategies the same two ways.
+#[test]
+fn strategy_lists_are_spelled_the_same_in_every_subcommand() {
+    let dir = std::env::temp_dir().join(format!("mpbench-locklist-{}", std::process::id()));
+    let out = dir.to_str().unwrap();
+    for lock in [
+        &["--lock", "mutex,rcu"][..],
+        &["--lock", "mutex", "--lock", "rcu"][..],
+    ] {
+        let mut args = vec![
+            "locks",
+            "--seconds",
+            "0.02",
+            "--runs",
+            "1",
+            "--threads",
+            "1",
+            "--sizes",
+            "64",
+            "--workloads",
+            "lookup",
+            "--out",
+            out,
+        ];
+        args.extend_from_slice(lock);
+        let stdout = succeeded(&mpbench(&args));
+        assert!(
+            stdout.contains("mutex") && stdout.contains("rcu"),
+            "{stdout}"
+        );
+        assert!(!stdout.contains("epoch"), "{stdout}");
+    }
+    for command in ["locks", "forward", "rfc2889", "memory"] {
+        let output = mpbench(&[command, "--help"]);
+        let help = succeeded(&output);
+        assert!(
+            help.contains("comma-separated or with the flag repeated"),
+            "{command} --help: {help}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn locks_prints_tables_and_writes_csv_json_and_plots() {
     let out = std::env::temp_dir().join(format!("mpbench-test-{}", std::process::id()));
@@ -178,11 +221,9 @@ fn unknown_strategies_and_workloads_are_one_line_errors() {
     }
 }
 
-mod netns;
-
 #[test]
 fn forward_measures_mpbridge_and_its_references() {
-    if !netns::privileged("forward_measures_mpbridge_and_its_references") {
+    if !lab::privileged("forward_measures_mpbridge_and_its_references") {
         return;
     }
     let out = std::env::temp_dir().join(format!("mpbench-forward-{}", std::process::id()));
@@ -201,7 +242,7 @@ fn forward_measures_mpbridge_and_its_references() {
         "--references",
         "kernel,relay,direct",
         "--mpbridge",
-        env!("CARGO_BIN_EXE_mpbridge"),
+        &mpbridge_binary(),
         "--out",
         out.to_str().unwrap(),
     ]);
@@ -245,7 +286,7 @@ fn forward_measures_mpbridge_and_its_references() {
 
 #[test]
 fn forward_without_root_says_so_in_one_line() {
-    if !netns::privileged("forward_without_root_says_so_in_one_line") {
+    if !lab::privileged("forward_without_root_says_so_in_one_line") {
         return;
     }
     let output = Command::new("setpriv")
@@ -267,7 +308,7 @@ fn forward_without_root_says_so_in_one_line() {
 
 #[test]
 fn rfc2889_reports_learning_rate_and_caching_capacity() {
-    if !netns::privileged("rfc2889_reports_learning_rate_and_caching_capacity") {
+    if !lab::privileged("rfc2889_reports_learning_rate_and_caching_capacity") {
         return;
     }
     let out = std::env::temp_dir().join(format!("mpbench-rfc-{}", std::process::id()));
@@ -284,7 +325,7 @@ fn rfc2889_reports_learning_rate_and_caching_capacity() {
         "--max-rate",
         "20000",
         "--mpbridge",
-        env!("CARGO_BIN_EXE_mpbridge"),
+        &mpbridge_binary(),
         "--out",
         out.to_str().unwrap(),
     ]);
@@ -308,7 +349,7 @@ fn rfc2889_reports_learning_rate_and_caching_capacity() {
 
 #[test]
 fn forward_measures_vde_switch_between_taps() {
-    if !netns::privileged("forward_measures_vde_switch_between_taps") {
+    if !lab::privileged("forward_measures_vde_switch_between_taps") {
         return;
     }
     if Command::new("vde_switch").arg("--help").output().is_err() {
@@ -334,7 +375,7 @@ fn forward_measures_vde_switch_between_taps() {
         "--references",
         "vde",
         "--mpbridge",
-        env!("CARGO_BIN_EXE_mpbridge"),
+        &mpbridge_binary(),
         "--out",
         out.to_str().unwrap(),
     ]);
@@ -349,4 +390,23 @@ fn forward_measures_vde_switch_between_taps() {
     let delivered: f64 = vde.split(',').nth(7).unwrap().parse().unwrap();
     assert!(delivered > 0.0, "{csv}");
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The mpbridge daemon of this workspace's build (mpbench's experiments run
+/// it). `cargo test --workspace` builds it; `cargo test -p mpbench` alone
+/// does not.
+fn mpbridge_binary() -> String {
+    // target/<profile>/deps/mpbench-HASH -> target/<profile>/mpbridge
+    let exe = std::env::current_exe().expect("test executable");
+    let path = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target directory")
+        .join("mpbridge");
+    assert!(
+        path.exists(),
+        "{} is not built: run cargo build --bin mpbridge, or cargo test --workspace",
+        path.display()
+    );
+    path.to_string_lossy().into_owned()
 }

@@ -1,0 +1,19 @@
+//! The laboratory of mpbridge's tests and of mpbench: network namespaces,
+//! veth links, processes under test, test stations, and the privilege probe
+//! that decides whether the tests that need them can run. Everything made
+//! here is removed or stopped on drop, also when a test fails. The MAC
+//! table workloads (`workload`) are shared by `mpbench locks` and the
+//! criterion benchmarks.
+
+mod netns;
+mod privileges;
+mod process;
+mod station;
+pub mod workload;
+
+pub use netns::{ip, unique, Netns};
+pub use privileges::{privilege_problem, privileged, run_tests, Test};
+pub use process::{
+    cpu_over, cpu_seconds, pin_to, proc_status, rss_kib, stop_child, wait_exit, Daemon, Process,
+};
+pub use station::{mac, tagged_test_frame, test_frame, Station, BROADCAST, TEST_ETHERTYPE};

@@ -1,0 +1,129 @@
+//! Test stations: a packet socket on an interface that sends frames of the
+//! test EtherType and collects those that arrive.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use bridge::wire::{EtherType, FrameSpec, MacAddr, Payload};
+
+use crate::Netns;
+
+/// A test station: a packet socket on a host's `eth0` that sends frames
+/// and collects the frames of the test EtherType that arrive.
+pub struct Station {
+    port: bridge::port::RawPort,
+    batch: bridge::port::RxBatch,
+}
+
+/// The IEEE local experimental EtherType: nothing but the tests sends it.
+pub const TEST_ETHERTYPE: u16 = 0x88b5;
+
+impl Station {
+    /// A station on interface `eth0` of namespace `host`.
+    pub fn on(host: &Netns) -> Station {
+        let port = host
+            .run(|| {
+                let mut ports =
+                    bridge::port::RawPort::open("eth0", 1).expect("packet socket on eth0");
+                ports.pop().unwrap()
+            })
+            .expect("cannot enter the namespace");
+        Station {
+            port,
+            batch: bridge::port::RxBatch::new(64, 65_600),
+        }
+    }
+
+    /// Sends one Ethernet frame (no virtio-net header: one is added).
+    pub fn send(&mut self, frame: &[u8]) {
+        use bridge::port::Port;
+        let mut buffer = vec![0u8; bridge::port::VNET_HDR_LEN];
+        buffer.extend_from_slice(frame);
+        let sent = self
+            .port
+            .send_batch(std::iter::once(&buffer[..]))
+            .into_result()
+            .expect("send");
+        assert_eq!(sent, 1, "frame not sent");
+    }
+
+    /// The test frames that arrive within `wait` (Ethernet frames only).
+    pub fn collect(&mut self, wait: Duration) -> Vec<Vec<u8>> {
+        use bridge::port::Port;
+        let deadline = Instant::now() + wait;
+        let mut frames = Vec::new();
+        while Instant::now() < deadline {
+            self.batch.clear();
+            self.port.recv_batch(&mut self.batch).expect("receive");
+            for frame in self.batch.iter() {
+                let frame = &frame[bridge::port::VNET_HDR_LEN..];
+                if is_test_frame(frame) {
+                    frames.push(frame.to_vec());
+                }
+            }
+            if self.batch.is_empty() {
+                thread::sleep(Duration::from_millis(5));
+            }
+        }
+        frames
+    }
+
+    /// Sends frames (Ethernet only: headers are added) in batches; returns
+    /// how many the socket took.
+    pub fn send_many(&mut self, frames: &[Vec<u8>]) -> usize {
+        use bridge::port::Port;
+        let buffers: Vec<Vec<u8>> = frames
+            .iter()
+            .map(|frame| {
+                let mut buffer = vec![0u8; bridge::port::VNET_HDR_LEN];
+                buffer.extend_from_slice(frame);
+                buffer
+            })
+            .collect();
+        self.port.send_batch(buffers.iter().map(Vec::as_slice)).sent
+    }
+
+    /// Drops whatever arrived so far.
+    pub fn clear(&mut self) {
+        self.collect(Duration::from_millis(1));
+    }
+}
+
+fn is_test_frame(frame: &[u8]) -> bool {
+    let ethertype = |at: usize| {
+        frame
+            .get(at..at + 2)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]))
+    };
+    match ethertype(12) {
+        Some(TEST_ETHERTYPE) => true,
+        Some(0x8100) => ethertype(16) == Some(TEST_ETHERTYPE),
+        _ => false,
+    }
+}
+
+/// A test frame from `src` to `dst`, `len` bytes, payload tagged with `tag`.
+pub fn test_frame(dst: [u8; 6], src: [u8; 6], tag: u8, len: usize) -> Vec<u8> {
+    test_spec(dst, src, tag, len).build()
+}
+
+/// The same, with an 802.1Q tag for `vlan`.
+pub fn tagged_test_frame(dst: [u8; 6], src: [u8; 6], vlan: u16, tag: u8, len: usize) -> Vec<u8> {
+    test_spec(dst, src, tag, len).tagged(vlan).build()
+}
+
+fn test_spec(dst: [u8; 6], src: [u8; 6], tag: u8, len: usize) -> FrameSpec {
+    FrameSpec::new(MacAddr(dst), MacAddr(src))
+        .ethertype(EtherType(TEST_ETHERTYPE))
+        .len(len)
+        .payload(Payload::Fill(tag))
+}
+
+/// A locally administered unicast MAC ending in `n`.
+pub fn mac(n: u16) -> [u8; 6] {
+    let b = n.to_be_bytes();
+    [0x02, 0x42, 0x00, 0x00, b[0], b[1]]
+}
+
+/// The broadcast address.
+pub const BROADCAST: [u8; 6] = [0xff; 6];
