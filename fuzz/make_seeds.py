@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus under fuzz/corpus/: real frames, blocks laid out
+as the kernel lays out TPACKET_V3 blocks, and event sequences for the
+worker, each encoded the way the `arbitrary` crate (1.x) decodes the
+targets' input types. Check a seed with `cargo +nightly fuzz fmt TARGET
+FILE`. Run from anywhere: python3 fuzz/make_seeds.py"""
+
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def write(target, name, data):
+    path = os.path.join(HERE, "corpus", target)
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, name), "wb") as f:
+        f.write(bytes(data))
+
+
+def mac(text):
+    return bytes(int(part, 16) for part in text.split(":"))
+
+
+BCAST = mac("ff:ff:ff:ff:ff:ff")
+A = mac("02:00:00:00:00:01")
+B = mac("02:00:00:00:00:02")
+
+
+def frame(dst, src, ethertype, payload_len, tag=None):
+    out = dst + src
+    if tag:
+        out += struct.pack(">HH", *tag)
+    out += struct.pack(">H", ethertype)
+    return out + bytes((i * 7 + payload_len) & 0xFF for i in range(payload_len))
+
+
+ARP = frame(BCAST, A, 0x0806, 46)  # a 60-byte ARP request
+IPV4_TAGGED = frame(B, A, 0x0800, 60, tag=(0x8100, 0xA02A))  # VLAN 42, PCP 5
+QINQ = frame(B, A, 0x0800, 40, tag=(0x88A8, 0x0064))  # S-tag, VLAN 100
+
+
+# --- ring_block: the raw bytes of one block ---------------------------------
+
+TP_STATUS_USER = 1
+TP_STATUS_VLAN_VALID = 1 << 4
+TP_STATUS_VLAN_TPID_VALID = 1 << 6
+VNET = 10
+
+
+def block(frames, size=None, count=None):
+    """As the tests in bridge/src/port/raw/block.rs (and the kernel) lay it
+    out: descriptor, then per frame a header, a gap, the virtio-net header
+    and the frame, 16-aligned. `frames`: (bytes, (tpid, tci) or None,
+    wire length or None)."""
+    mac_off = 48 + 32 + VNET
+    total = 48 + sum(-(-(mac_off + len(f)) // 16) * 16 for f, _, _ in frames)
+    size = size or total
+    b = bytearray(size)
+    struct.pack_into("=III", b, 8, TP_STATUS_USER,
+                     len(frames) if count is None else count, 48)
+    off = 48
+    for i, (data, vlan, wire_len) in enumerate(frames):
+        step = -(-(mac_off + len(data)) // 16) * 16
+        nxt = 0 if i + 1 == len(frames) else step
+        status = TP_STATUS_USER
+        struct.pack_into("=I", b, off, nxt)
+        struct.pack_into("=II", b, off + 12, len(data), wire_len or len(data))
+        if vlan:
+            status |= TP_STATUS_VLAN_VALID | TP_STATUS_VLAN_TPID_VALID
+            struct.pack_into("=I", b, off + 32, vlan[1])
+            struct.pack_into("=H", b, off + 36, vlan[0])
+        struct.pack_into("=I", b, off + 20, status)
+        struct.pack_into("=H", b, off + 24, mac_off)
+        b[off + mac_off - VNET] = 0x01  # NEEDS_CSUM
+        b[off + mac_off:off + mac_off + len(data)] = data
+        off += step
+    return b
+
+
+untagged = lambda f: (f[:12] + f[16:])  # the kernel takes the tag off
+write("ring_block", "one-arp", block([(ARP, None, None)]))
+write("ring_block", "three-tagged-truncated", block([
+    (ARP, None, None),
+    (untagged(IPV4_TAGGED), (0x8100, 0xA02A), None),
+    (untagged(QINQ)[:40], (0x88A8, 0x0064), 1514),
+]))
+write("ring_block", "empty", block([]))
+broken = block([(ARP, None, None), (ARP, None, None)])
+struct.pack_into("=I", broken, 48, 0)
+write("ring_block", "broken-chain", broken)
+write("ring_block", "count-too-high", block([(ARP, None, None)], count=0xFFFFFFFF))
+write("ring_block", "padded-4k", block([(ARP, None, None), (ARP, None, None)], size=4096))
+# Fails until the parser refuses a link back into the frame just read: the
+# first header's tp_next_offset (64) puts the second header inside the first
+# frame's data (bytes 138..238 of the block), and the parser yields both.
+overlap = bytearray(272)
+struct.pack_into("=III", overlap, 8, TP_STATUS_USER, 2, 48)
+for off, nxt, snaplen in ((48, 64, 100), (112, 0, 60)):
+    struct.pack_into("=I", overlap, off, nxt)
+    struct.pack_into("=II", overlap, off + 12, snaplen, snaplen)
+    struct.pack_into("=H", overlap, off + 24, 90)
+write("ring_block", "bug-link-into-previous-frame", overlap)
+
+
+# --- wire_views: Input { vnet, vnet_len_delta, tag, slack, frame } ----------
+
+def vnet(flags=0, gso=0, hdr_len=0, gso_size=0, csum_start=0, csum_offset=0):
+    return struct.pack("=BBHHHH", flags, gso, hdr_len, gso_size, csum_start, csum_offset)
+
+
+TPID_VARIANT = {"dot1q": 0, "dot1ad": 0x60000000, "other": 0xC0000000}
+
+
+def wire(vnet_bytes, frame_bytes, tag=None, delta=0, slack=0):
+    out = bytearray(vnet_bytes) + struct.pack("=b", delta)
+    if tag is None:
+        out += b"\x00"
+    else:
+        kind, tci = tag[0], tag[-1]
+        out += b"\x01" + struct.pack("<I", TPID_VARIANT[kind])
+        if kind == "other":
+            out += struct.pack("<H", tag[1])
+        out += struct.pack("<H", tci)
+    return out + struct.pack("=b", slack) + frame_bytes
+
+
+write("wire_views", "arp-untagged", wire(vnet(), ARP))
+write("wire_views", "tcp-gso-tag-back",
+      wire(vnet(1, 1, 66, 1448, 34, 16), untagged(IPV4_TAGGED), ("dot1q", 0xA02A)))
+write("wire_views", "qinq-exact-fit", wire(vnet(1, 0, 0, 0, 34, 6), untagged(QINQ),
+                                           ("dot1ad", 0x0064), slack=0))
+write("wire_views", "one-byte-short", wire(vnet(), ARP, ("dot1q", 7), slack=-1))
+write("wire_views", "twelve-bytes-other-tpid", wire(vnet(), A + B, ("other", 0x0800, 5)))
+write("wire_views", "tagged-runt", wire(vnet(), IPV4_TAGGED[:17], delta=-1))
+write("wire_views", "mac-text", wire(vnet(), b"02:ab:0c:00:ff:01"))
+# Fails until MacAddr::from_str refuses a sign: u8::from_str_radix takes
+# "+1" as 1, so this parses as 02:01:00:00:00:01.
+write("wire_views", "bug-mac-plus-sign", wire(vnet(), b"02:+1:00:00:00:01"))
+
+
+# --- worker_model: Input { strategy, ports, batch_size, per_frame,
+#     max_entries, events } ---------------------------------------------------
+
+def variant(index, count):
+    """The u32 that `arbitrary`'s derive turns into variant `index`."""
+    value = ((index << 32) + count - 1) // count
+    assert (value * count) >> 32 == index
+    return struct.pack("<I", value)
+
+
+# Indices into MACS and VIDS in worker_model.rs.
+MA, MB, MC, MD, BC, MC4, MC6, R0, RE, RF, NR, ZERO = range(12)
+EVENTS = 7
+
+
+def spec(dst, src, tag=None, ethertype=0, length=("natural",), fill=0):
+    out = bytearray([dst, src])
+    if tag is None:
+        out += b"\x00"
+    else:
+        qinq, vid, pcp = tag
+        out += bytes([1, int(qinq), vid, pcp])
+    out += bytes([ethertype])
+    out += variant({"natural": 0, "short": 1, "long": 2}[length[0]], 3)
+    if length[0] != "natural":
+        out += bytes([length[1]])
+    return out + bytes([fill])
+
+
+def ev_frame(port, s):
+    return variant(0, EVENTS) + bytes([port]) + s
+
+
+def ev_burst(items):
+    out = bytearray(variant(1, EVENTS))
+    for port, s in items:
+        out += b"\x01" + bytes([port]) + s
+    return out + b"\x00"
+
+
+def ev_table(kind, *args):
+    index = {"static": 2, "local": 3, "remove_static": 4, "forget": 5, "flush": 6}[kind]
+    return variant(index, EVENTS) + bytes(args)
+
+
+def worker(events, strategy=0, ports=2, batch=0, per_frame=0, max_entries=0):
+    # ports: 2 + n % 3; batch: [64, 1, 2, 3]; max_entries: [0, 2, 3, 8192].
+    out = bytearray([strategy, ports, batch, per_frame, max_entries])
+    for event in events:
+        out += b"\x01" + event
+    return out
+
+
+write("worker_model", "learn-and-unicast", worker([
+    ev_frame(0, spec(BC, MA)),
+    ev_frame(1, spec(MA, MB)),
+    ev_frame(0, spec(MB, MA, fill=3)),
+    ev_frame(2, spec(MA, MB)),  # B moves
+    ev_frame(0, spec(MB, MA)),
+], strategy=0, ports=2))
+write("worker_model", "drops", worker([
+    ev_frame(0, spec(R0, MA)),
+    ev_frame(0, spec(RF, MA)),
+    ev_frame(1, spec(NR, MB)),
+    ev_frame(1, spec(BC, ZERO)),
+    ev_frame(1, spec(MA, MC4)),
+    ev_frame(0, spec(MB, MA, length=("short", 13))),
+    ev_frame(0, spec(MB, MA, tag=(0, 1, 0), length=("short", 17))),
+    ev_frame(0, spec(MB, MA, length=("long", 9))),
+    ev_frame(1, spec(MA, MB)),
+], strategy=1, ports=1))
+write("worker_model", "vlans-burst", worker([
+    ev_burst([
+        (0, spec(BC, MA, tag=(0, 2, 0xA0))),
+        (1, spec(MA, MB, tag=(0, 2, 0))),
+        (1, spec(MA, MB, tag=(1, 1, 0))),
+        (2, spec(MA, MC)),
+        (0, spec(MC, MA, tag=(0, 0, 0x20))),  # priority-tagged: VLAN 0
+    ]),
+    ev_frame(0, spec(MB, MA, tag=(0, 2, 0))),
+], strategy=2, ports=2, batch=2))
+write("worker_model", "table-limit", worker([
+    ev_burst([(0, spec(BC, MA)), (1, spec(BC, MB)), (2, spec(BC, MC)), (2, spec(BC, MD))]),
+    ev_frame(0, spec(MD, MA)),
+    ev_table("forget", MA, 0),
+    ev_frame(2, spec(MA, MD)),
+    ev_table("flush", 2),
+], strategy=3, ports=2, batch=1, max_entries=1))
+write("worker_model", "static-and-local", worker([
+    ev_table("static", MB, 0, 5),
+    ev_table("local", MC, 0, 1),
+    ev_table("static", ZERO, 0, 2),
+    ev_frame(0, spec(MB, MA)),
+    ev_frame(0, spec(MC, MA)),
+    ev_frame(0, spec(MC, MA, tag=(0, 1, 0))),
+    ev_frame(0, spec(ZERO, MA)),
+    ev_frame(1, spec(MA, MB)),
+    ev_table("remove_static", MB, 0),
+    ev_frame(0, spec(MB, MA)),
+], strategy=4, ports=2, per_frame=1))
+write("worker_model", "rcu-per-frame", worker([
+    ev_burst([(0, spec(BC, MA)), (0, spec(MB, MA)), (1, spec(MA, MB)), (1, spec(MA, MB))]),
+    ev_burst([(1, spec(MA, MB)), (0, spec(MB, MA))]),
+], strategy=5, ports=1, batch=3, per_frame=1, max_entries=3))
