@@ -67,14 +67,28 @@ impl TapPort {
         let mut multi_queue = true;
         if existed {
             // Up with no queue attached, a tap has no carrier; with one (a
-            // hypervisor's), it has.
+            // hypervisor's), it has. (IFF_RUNNING would tell only once the
+            // kernel's link watch has run, up to a second later.)
             netdev::set_link_up(name)?;
             if sys::has_carrier(name) {
                 return Err(TapError::InUse {
                     name: name.to_owned(),
                 });
             }
-            multi_queue = sys::device_flags(name)? & libc::IFF_MULTI_QUEUE != 0;
+            // sysfs shows this namespace's devices only where it was mounted
+            // for it (ip netns exec does; nsenter does not): without it,
+            // the tap's answer to a multi-queue attach tells.
+            multi_queue = match sys::device_flags(name) {
+                Ok(flags) => flags & libc::IFF_MULTI_QUEUE != 0,
+                Err(_) => match sys::open_queue(name, true) {
+                    Ok(fd) => {
+                        drop(fd);
+                        true
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => false,
+                    Err(e) => return Err(e.into()),
+                },
+            };
             if !multi_queue && queues > 1 {
                 return Err(TapError::SingleQueue {
                     name: name.to_owned(),

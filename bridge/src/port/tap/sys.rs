@@ -63,7 +63,8 @@ pub fn device_flags(name: &str) -> io::Result<i32> {
 }
 
 /// Whether up tap `name` has carrier, which the tun driver gives it while
-/// at least one queue is attached.
+/// at least one queue is attached; false where sysfs does not show this
+/// namespace's devices.
 pub fn has_carrier(name: &str) -> bool {
     std::fs::read_to_string(format!("/sys/class/net/{name}/carrier"))
         .is_ok_and(|text| text.trim() == "1")
