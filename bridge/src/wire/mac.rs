@@ -125,7 +125,8 @@ impl FromStr for MacAddr {
         let mut parts = s.split(':');
         for byte in &mut mac {
             let part = parts.next().ok_or_else(err)?;
-            if part.is_empty() || part.len() > 2 {
+            // from_str_radix alone would take a sign ("+1").
+            if part.is_empty() || part.len() > 2 || !part.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return Err(err());
             }
             *byte = u8::from_str_radix(part, 16).map_err(|_| err())?;
@@ -143,6 +144,17 @@ mod tests {
 
     fn mac(s: &str) -> MacAddr {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn signs_are_not_hex_digits() {
+        for text in [
+            "02:+1:00:00:00:01",
+            "02:-1:00:00:00:01",
+            "+2:00:00:00:00:01",
+        ] {
+            assert!(text.parse::<MacAddr>().is_err(), "{text}");
+        }
     }
 
     #[test]

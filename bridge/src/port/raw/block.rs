@@ -64,6 +64,13 @@ pub enum BlockError {
         /// Where the frame header starts.
         offset: usize,
     },
+    /// The next frame's header would start inside this frame's data: the
+    /// kernel always links forward, past the frame.
+    #[error("frame at {offset} links back into its own data")]
+    LinkBack {
+        /// Where the frame header starts.
+        offset: usize,
+    },
     /// More frames announced, but the last header links to none.
     #[error("frame at {offset} links to no next frame, {left} more announced")]
     BrokenChain {
@@ -164,7 +171,8 @@ impl<'a> Frames<'a> {
         }
     }
 
-    fn parse(&self) -> Result<(RingFrame<'a>, usize), BlockError> {
+    /// The frame at the cursor, where its data ends, and its link.
+    fn parse(&self) -> Result<(RingFrame<'a>, usize, usize), BlockError> {
         let bytes = self.bytes;
         let offset = self.offset;
         let len = bytes.len();
@@ -200,7 +208,11 @@ impl<'a> Frames<'a> {
             vlan,
             truncated: (snaplen as u64) < u64::from(u32_at(header, field::LEN)),
         };
-        Ok((frame, u32_at(header, field::NEXT_OFFSET) as usize))
+        Ok((
+            frame,
+            frame_end,
+            u32_at(header, field::NEXT_OFFSET) as usize,
+        ))
     }
 }
 
@@ -217,15 +229,25 @@ impl<'a> Iterator for Frames<'a> {
         let result = self.parse();
         self.left -= 1;
         match result {
-            Ok((frame, next)) => {
-                if self.left > 0 && next == 0 {
-                    let error = BlockError::BrokenChain {
+            Ok((frame, frame_end, next)) => {
+                let error = if self.left == 0 {
+                    None
+                } else if next == 0 {
+                    Some(BlockError::BrokenChain {
                         offset: self.offset,
                         left: self.left,
-                    };
-                    self.left = 0;
+                    })
+                } else if self.offset.saturating_add(next) < frame_end {
+                    Some(BlockError::LinkBack {
+                        offset: self.offset,
+                    })
+                } else {
+                    None
+                };
+                if error.is_some() {
                     // The frame itself is sound; the error comes next.
-                    self.pending = Some(error);
+                    self.left = 0;
+                    self.pending = error;
                 }
                 self.offset = self.offset.saturating_add(next);
                 Some(Ok(frame))
@@ -357,6 +379,20 @@ mod tests {
                 offset: 48,
                 left: 1
             }))
+        );
+        assert!(frames.next().is_none());
+    }
+
+    #[test]
+    fn a_link_back_into_the_frame_is_an_error() {
+        let mut bytes = block(&[(&[1u8; 60], None), (&[2u8; 60], None)]);
+        // Points at the first frame's own data.
+        bytes[48..52].copy_from_slice(&60u32.to_ne_bytes());
+        let mut frames = Block::new_checked(&bytes).unwrap().frames();
+        assert!(matches!(frames.next(), Some(Ok(_))));
+        assert_eq!(
+            frames.next(),
+            Some(Err(BlockError::LinkBack { offset: 48 }))
         );
         assert!(frames.next().is_none());
     }
