@@ -19,6 +19,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use bridge::port::{Port, RawPort, VNET_HDR_LEN};
+use bridge::wire::{EtherType, FrameSpec, MacAddr, Payload};
 use locks::StrategyKind;
 
 use crate::report::{self, Field, Plot, Record};
@@ -343,12 +344,11 @@ fn mac_string(mac: [u8; 6]) -> String {
 
 /// A test frame of `size` bytes on the wire (`size - 4` in memory).
 fn frame(dst: [u8; 6], src: [u8; 6], size: usize) -> Vec<u8> {
-    let mut frame = Vec::with_capacity(size);
-    frame.extend_from_slice(&dst);
-    frame.extend_from_slice(&src);
-    frame.extend_from_slice(&ETHERTYPE.to_be_bytes());
-    frame.resize(size - 4, 0x5a);
-    frame
+    FrameSpec::new(MacAddr(dst), MacAddr(src))
+        .ethertype(EtherType(ETHERTYPE))
+        .len(size - 4)
+        .payload(Payload::Fill(0x5a))
+        .build()
 }
 
 fn with_header(frame: &[u8]) -> Vec<u8> {

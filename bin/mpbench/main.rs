@@ -12,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use bridge::port::{MemoryPeer, MemoryPort};
-use bridge::wire::{EtherType, EthernetFrame, MacAddr};
+use bridge::wire::{FrameSpec, MacAddr};
 use bridge::{FdbConfig, MacTable, SectionMode, Worker, WorkerConfig};
 use clap::{Parser, Subcommand};
 use locks::{Strategy, StrategyKind};
@@ -88,12 +88,7 @@ fn station(side: u8, worker: u16, n: u32) -> MacAddr {
 }
 
 fn frame(dst: MacAddr, src: MacAddr, len: usize) -> Vec<u8> {
-    let mut bytes = vec![0u8; len];
-    let mut view = EthernetFrame::new_unchecked(&mut bytes[..]);
-    view.set_dst_addr(dst);
-    view.set_src_addr(src);
-    view.set_ethertype(EtherType::IPV4);
-    bytes
+    FrameSpec::new(dst, src).len(len).build()
 }
 
 /// Frames one worker moves from A to B until `stop`; counts what B received.

@@ -16,6 +16,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use bridge::port::{Port, RawPort, VNET_HDR_LEN};
+use bridge::wire::{EtherType, FrameSpec, MacAddr, Payload};
 use locks::StrategyKind;
 
 use crate::report::{self, Field, Record};
@@ -60,12 +61,13 @@ fn learned_mac(i: u32) -> [u8; 6] {
     [0x02, 0x10, b[0], b[1], b[2], b[3]]
 }
 
+/// A minimum-size test frame after a zero virtio-net header.
 fn frame(dst: [u8; 6], src: [u8; 6]) -> Vec<u8> {
     let mut buffer = vec![0u8; VNET_HDR_LEN];
-    buffer.extend_from_slice(&dst);
-    buffer.extend_from_slice(&src);
-    buffer.extend_from_slice(&ETHERTYPE.to_be_bytes());
-    buffer.resize(VNET_HDR_LEN + 60, 0x5a);
+    FrameSpec::new(MacAddr(dst), MacAddr(src))
+        .ethertype(EtherType(ETHERTYPE))
+        .payload(Payload::Fill(0x5a))
+        .append_to(&mut buffer);
     buffer
 }
 

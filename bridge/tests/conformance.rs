@@ -349,6 +349,44 @@ fn snapshots_list_every_entry<S: Strategy>() {
     assert_eq!(table.snapshot(10), expected);
 }
 
+/// A full table refuses each new station once per batch however many of
+/// its frames the batch holds, still moves known stations, and frames to a
+/// port's own address (a local entry) go nowhere.
+fn refusals_moves_and_local_addresses<S: Strategy>() {
+    let config = FdbConfig {
+        max_entries: 2,
+        age_secs: 10,
+    };
+    let mut rig = Rig::<S>::with(3, config, WorkerConfig::default());
+    rig.send(0, &frame(MacAddr::BROADCAST, station(1), 60));
+    rig.send(1, &frame(MacAddr::BROADCAST, station(2), 60));
+    assert!(rig.fdb.is_full());
+    // One batch: 40 frames from one unknown station, 20 from another.
+    for n in 0..60 {
+        let source = if n % 3 == 2 { station(4) } else { station(3) };
+        rig.peers[2].inject(&frame(MacAddr::BROADCAST, source, 60));
+    }
+    while rig.worker.poll() > 0 {}
+    assert_eq!(rig.fdb.stats().refused, 2, "one refusal per station");
+    // A known station still moves into a full table.
+    rig.send(2, &frame(MacAddr::BROADCAST, station(1), 60));
+    assert_eq!(rig.fdb.lookup(&key(1)), Some(PortId(2)));
+    assert_eq!(rig.fdb.stats().moved, 1);
+    assert_eq!(
+        rig.stats(2).moves,
+        1,
+        "the move counts on the port it moved to"
+    );
+    rig.sent();
+    // A local entry: frames to it are dropped, and no source moves it.
+    rig.fdb.add_local(key(9), PortId(0));
+    rig.send(1, &frame(station(9), station(2), 60));
+    assert_eq!(rig.ports_that_sent(), Vec::<usize>::new());
+    assert_eq!(rig.stats(1).dropped(DropReason::Local), 1);
+    rig.send(2, &frame(MacAddr::BROADCAST, station(9), 60));
+    assert_eq!(rig.fdb.lookup(&key(9)), Some(PortId(0)));
+}
+
 fn a_thousand_stations_round_trip<S: Strategy>() {
     // Enough entries to span many buckets of every strategy.
     let table = MacTable::<S>::new(FdbConfig {
@@ -393,4 +431,5 @@ for_each_strategy!(
     flush_by_port_keeps_static_and_other_ports,
     snapshots_list_every_entry,
     a_thousand_stations_round_trip,
+    refusals_moves_and_local_addresses,
 );
