@@ -332,6 +332,31 @@ fn a_vms_tap_is_bridged_on_its_host_side() {
     assert!(received[0][..12].iter().all(|&b| b == 0), "header");
 }
 
+/// A tap another tool left with the 12-byte header of virtio 1.0: the
+/// size is the device's, so mpbridge sets its own, and frames arrive whole.
+fn a_tap_left_with_another_header_size_forwards_whole_frames() {
+    let bridge = Netns::new();
+    let hosts = [Netns::new(), Netns::new()];
+    bridge.ip(&["tuntap", "add", "mode", "tap", "multi_queue", "name", "p0"]);
+    drop(bridge.run(|| hypervisor_queue("p0", true)));
+    hosts[1].add_veth("p1", &bridge).expect("veth");
+    let _daemon = Daemon::start(&bridge, &["run", "--port", "tap:p0", "--port", "raw:p1"]);
+    bridge.ip(&["link", "set", "p0", "netns", &hosts[0].name]);
+    hosts[0].ip(&["link", "set", "p0", "name", "eth0"]);
+    for host in &hosts {
+        host.ip(&["link", "set", "eth0", "up"]);
+    }
+    let mut st: Vec<Station> = hosts.iter().map(|host| Station::on(host)).collect();
+    settle(&mut st);
+    let there = test_frame(BROADCAST, mac(1), 1, 100);
+    let back = test_frame(BROADCAST, mac(2), 2, 90);
+    st[0].send(&there);
+    st[1].send(&back);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(st[1].collect(Duration::from_millis(1)), vec![there]);
+    assert_eq!(st[0].collect(Duration::from_millis(1)), vec![back]);
+}
+
 fn taps_other_programs_made_open_or_say_why_not() {
     if !privileged("taps_other_programs_made_open_or_say_why_not") {
         return;
@@ -579,6 +604,7 @@ lab::test_main! {
         frames_to_a_raw_ports_own_address_stay_with_the_host,
         a_vms_tap_is_bridged_on_its_host_side,
         taps_other_programs_made_open_or_say_why_not,
+        a_tap_left_with_another_header_size_forwards_whole_frames,
         a_worker_that_panics_stops_the_daemon_with_an_error,
         sighup_is_ignored,
         a_closed_stderr_is_no_crash,
