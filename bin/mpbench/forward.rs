@@ -303,7 +303,10 @@ fn start_mpbridge(
     ports: &[&str],
     program: &str,
 ) -> Result<Process, String> {
-    let mut args: Vec<String> = vec!["run".into()];
+    // A name of its own, so that a bridge already running on the machine
+    // (the default name) is left alone.
+    let name = format!("--name=mpbench-{}", std::process::id());
+    let mut args: Vec<String> = vec!["run".into(), name];
     args.extend(ports.iter().map(|p| p.to_string()));
     let workers = match target {
         Target::Relay { poll } => {

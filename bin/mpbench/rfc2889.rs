@@ -98,6 +98,7 @@ impl Trial {
             host.ip(&["link", "set", "eth0", "up"])?;
         }
         let max = max_entries.to_string();
+        let name = format!("--name=mpbench-{}", std::process::id());
         let process = Process::start(
             &bridge,
             &format!(
@@ -107,6 +108,7 @@ impl Trial {
             mpbridge,
             &[
                 "run",
+                &name,
                 "--port=raw:p0",
                 "--port=raw:p1",
                 "--port=raw:p2",

@@ -11,22 +11,15 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use netns::{
-    cpu_over, link_mac, mac, port_counter, privileged, proc_status, rss_kib, tcp_transfer,
-    test_frame, Daemon, Netns, PortKind, Station, Topology, BROADCAST,
+    cpu_over, link_mac, mac, port_counter, privileged, proc_status, rss_kib,
+    settle_counts as settle, tcp_transfer, test_frame, Daemon, Netns, PortKind, Station, Topology,
+    BROADCAST,
 };
 
 /// CPU seconds an idle bridge with a faulted port may use over 2 s: about
 /// 1% of a core, with room for the once-a-second link monitor and the
 /// clock tick's granularity. A port that spins uses about 2 s.
 const IDLE_CPU_LIMIT: f64 = 0.04;
-
-fn settle(stations: &mut [Station]) -> Vec<usize> {
-    std::thread::sleep(Duration::from_millis(250));
-    stations
-        .iter_mut()
-        .map(|s| s.collect(Duration::from_millis(1)).len())
-        .collect()
-}
 
 fn pid(topology: &Topology) -> u32 {
     topology.daemon.as_ref().unwrap().child.id()
@@ -457,7 +450,9 @@ fn a_closed_stderr_is_no_crash() {
             &bridge.name,
             env!("CARGO_BIN_EXE_mpbridge"),
         ])
-        .args(["run", "--port", "tap:e0", "--port", "tap:e1", "-vv"])
+        .args(netns::named(&[
+            "run", "--port", "tap:e0", "--port", "tap:e1", "-vv",
+        ]))
         .env("NOTIFY_SOCKET", &path)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

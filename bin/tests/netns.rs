@@ -44,8 +44,17 @@ impl std::ops::Deref for Netns {
 }
 
 impl Netns {
+    /// A namespace without IPv6, so that the only frames on its links are
+    /// the ones a test makes (and IPv4's ARP): counters can be exact.
     pub fn new() -> Netns {
-        Netns(lab::Netns::new("t").expect("cannot make a network namespace"))
+        let ns = lab::Netns::new("t").expect("cannot make a network namespace");
+        for path in [
+            "net/ipv6/conf/all/disable_ipv6",
+            "net/ipv6/conf/default/disable_ipv6",
+        ] {
+            ns.sysctl(path, "1").expect("cannot turn IPv6 off");
+        }
+        Netns(ns)
     }
 
     /// Runs `ip -n NAME args`.
@@ -94,7 +103,7 @@ impl Daemon {
     pub fn start_with(ns: &Netns, args: &[&str], env: &[(&str, &str)]) -> Daemon {
         let mut child = Command::new("ip")
             .args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_mpbridge")])
-            .args(args)
+            .args(named(args))
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -367,7 +376,7 @@ pub fn run_to_exit(
         None => Command::new(env!("CARGO_BIN_EXE_mpbridge")),
     };
     let mut child = command
-        .args(args)
+        .args(named(args))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -381,4 +390,26 @@ pub fn run_to_exit(
     });
     let status = wait_exit(&mut child, within);
     (status, reader.join().unwrap())
+}
+
+/// `args` with a bridge name of this test's own added to a `run` that names
+/// none, so that bridges of tests running at once have control sockets of
+/// their own.
+pub fn named(args: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let names = |a: &String| a.starts_with("--name") || a.starts_with("--ctl");
+    if args.first().is_some_and(|a| a == "run") && !args.iter().any(names) {
+        args.push(format!("--name={}", unique("t")));
+    }
+    args
+}
+
+/// Lets frames in flight arrive (250 ms), then says how many test frames
+/// each station got.
+pub fn settle_counts(stations: &mut [Station]) -> Vec<usize> {
+    thread::sleep(Duration::from_millis(250));
+    stations
+        .iter_mut()
+        .map(|s| s.collect(Duration::from_millis(1)).len())
+        .collect()
 }

@@ -3,7 +3,7 @@
 //! on the forwarding path.
 
 use std::ops::AddAssign;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 use crate::decision::DropReason;
 
@@ -77,6 +77,30 @@ pub struct PortCounters {
     tx_dropped: AtomicU64,
     tx_errors: AtomicU64,
     moves: AtomicU64,
+    state: AtomicU8,
+}
+
+/// Whether a port passes frames, as one worker sees its queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PortState {
+    /// Passing frames.
+    #[default]
+    Forwarding,
+    /// Faulted (link down, an error), retried until it passes frames again.
+    Faulted,
+    /// The device is gone; the port is out of the bridge.
+    Gone,
+}
+
+impl PortState {
+    /// The state's name, for reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            PortState::Forwarding => "forwarding",
+            PortState::Faulted => "faulted",
+            PortState::Gone => "gone",
+        }
+    }
 }
 
 // Relaxed throughout: counters are totals read for display; they order no
@@ -101,6 +125,21 @@ impl PortCounters {
         add(&self.tx_dropped, stats.tx_dropped);
         add(&self.tx_errors, stats.tx_errors);
         add(&self.moves, stats.moves);
+    }
+
+    /// Publishes the port's state as this worker sees it.
+    pub fn set_state(&self, state: PortState) {
+        // Relaxed: a status for display, ordering nothing else.
+        self.state.store(state as u8, Ordering::Relaxed);
+    }
+
+    /// The port's state as this worker last published it.
+    pub fn state(&self) -> PortState {
+        match self.state.load(Ordering::Relaxed) {
+            0 => PortState::Forwarding,
+            1 => PortState::Faulted,
+            _ => PortState::Gone,
+        }
     }
 
     /// The totals now.
@@ -133,4 +172,82 @@ pub fn sum<'a>(sets: impl IntoIterator<Item = &'a [PortCounters]>) -> Vec<PortSt
         }
     }
     totals
+}
+
+/// Each port's worst state over the workers' sets.
+pub fn states<'a>(sets: impl IntoIterator<Item = &'a [PortCounters]>) -> Vec<PortState> {
+    let mut states: Vec<PortState> = Vec::new();
+    for set in sets {
+        if states.len() < set.len() {
+            states.resize(set.len(), PortState::Forwarding);
+        }
+        for (state, counters) in states.iter_mut().zip(set) {
+            *state = (*state).max(counters.state());
+        }
+    }
+    states
+}
+
+/// One worker's own totals: its batches, its time at work, and the lock
+/// statistics of its MAC table sections when they are being counted.
+#[derive(Debug, Default)]
+pub struct WorkerCounters {
+    batches: AtomicU64,
+    busy_ns: AtomicU64,
+    lock_acquisitions: AtomicU64,
+    lock_contended: AtomicU64,
+    lock_wait_ns: AtomicU64,
+}
+
+/// A copy of [`WorkerCounters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// Batches received and forwarded.
+    pub batches: u64,
+    /// Nanoseconds spent receiving and forwarding frames (rounds that found
+    /// some), as opposed to waiting for them.
+    pub busy_ns: u64,
+    /// MAC table lock acquisitions (lock-based strategies, when counted).
+    pub lock_acquisitions: u64,
+    /// Of those, the ones that found the lock taken.
+    pub lock_contended: u64,
+    /// Nanoseconds spent waiting for the lock.
+    pub lock_wait_ns: u64,
+}
+
+// Relaxed, as for the port counters.
+impl WorkerCounters {
+    /// Adds `batches` batches.
+    pub fn add_batches(&self, batches: u64) {
+        if batches > 0 {
+            self.batches.fetch_add(batches, Ordering::Relaxed);
+        }
+    }
+
+    /// Adds time spent forwarding.
+    pub fn add_busy(&self, ns: u64) {
+        self.busy_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// Adds lock statistics.
+    pub fn add_locks(&self, acquisitions: u64, contended: u64, wait_ns: u64) {
+        if acquisitions > 0 {
+            self.lock_acquisitions
+                .fetch_add(acquisitions, Ordering::Relaxed);
+            self.lock_contended.fetch_add(contended, Ordering::Relaxed);
+            self.lock_wait_ns.fetch_add(wait_ns, Ordering::Relaxed);
+        }
+    }
+
+    /// The totals now.
+    pub fn snapshot(&self) -> WorkerStats {
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        WorkerStats {
+            batches: get(&self.batches),
+            busy_ns: get(&self.busy_ns),
+            lock_acquisitions: get(&self.lock_acquisitions),
+            lock_contended: get(&self.lock_contended),
+            lock_wait_ns: get(&self.lock_wait_ns),
+        }
+    }
 }

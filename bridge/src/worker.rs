@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use locks::Strategy;
 
-use crate::counters::{PortCounters, PortStats};
+use crate::counters::{PortCounters, PortState, PortStats, WorkerCounters};
 use crate::decision::{classify, decide, Decision};
 use crate::fdb::{FdbKey, FdbReader, FdbSection, MacTable, PortId, Seconds, SourceState};
 use crate::port::{wake, FaultKind, Port, PortError, RxBatch};
@@ -190,6 +190,9 @@ pub struct WorkerConfig {
     pub mode: Mode,
     /// Busy-poll the queues instead of sleeping in `poll(2)` when idle.
     pub busy_poll: bool,
+    /// Collect the lock statistics of the MAC table's sections (see
+    /// [`locks::lockstat`]; the caller turns counting on).
+    pub lockstat: bool,
 }
 
 impl Default for WorkerConfig {
@@ -200,6 +203,7 @@ impl Default for WorkerConfig {
             section: SectionMode::PerBatch,
             mode: Mode::Bridge,
             busy_poll: false,
+            lockstat: false,
         }
     }
 }
@@ -210,6 +214,7 @@ pub struct Worker<S: Strategy, P: Port> {
     ports: Vec<P>,
     config: WorkerConfig,
     counters: Arc<[PortCounters]>,
+    totals: Arc<WorkerCounters>,
     batch: RxBatch,
     decisions: Vec<Decision>,
     /// Per output port, the indices of the batch's frames to send there.
@@ -237,6 +242,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             fdb,
             config,
             counters: (0..n).map(|_| PortCounters::default()).collect(),
+            totals: Arc::default(),
             batch: RxBatch::new(config.batch_size, config.frame_capacity),
             decisions: Vec::with_capacity(config.batch_size),
             outputs: (0..n)
@@ -257,6 +263,11 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         Arc::clone(&self.counters)
     }
 
+    /// This worker's own totals.
+    pub fn totals(&self) -> Arc<WorkerCounters> {
+        Arc::clone(&self.totals)
+    }
+
     /// The ports.
     pub fn ports(&self) -> &[P] {
         &self.ports
@@ -271,6 +282,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
     /// how many frames were received.
     pub fn poll(&mut self) -> usize {
         let mut received = 0;
+        let mut batches = 0;
         let mut now = None;
         for ingress in 0..self.ports.len() {
             match self.faults[ingress].health {
@@ -299,8 +311,15 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             }
             if !self.batch.is_empty() {
                 received += self.batch.len();
+                batches += 1;
                 self.forward(ingress);
             }
+        }
+        self.totals.add_batches(batches);
+        if self.config.lockstat && batches > 0 {
+            let locks = locks::lockstat::take();
+            self.totals
+                .add_locks(locks.acquisitions, locks.contended, locks.wait_ns);
         }
         for (counters, stats) in self.counters.iter().zip(&mut self.stats) {
             if *stats != PortStats::default() {
@@ -338,6 +357,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         if fault.health == Health::Retrying {
             fault.health = Health::Up;
             fault.backoff = FIRST_BACKOFF;
+            self.counters[index].set_state(PortState::Forwarding);
             log::info!("{}: passing frames again", self.ports[index].name());
         }
     }
@@ -361,6 +381,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         if kind == FaultKind::Gone {
             *counter += 1;
             fault.health = Health::Gone;
+            self.counters[index].set_state(PortState::Gone);
             log::warn!("{error}: the device is gone; the port is out of the bridge");
         } else {
             if first {
@@ -370,6 +391,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
                 log::debug!("{error} (still faulted)");
             }
             fault.back_off();
+            self.counters[index].set_state(PortState::Faulted);
         }
         if first || kind == FaultKind::Gone {
             self.fdb.flush_port(PortId(index as u16));
@@ -382,7 +404,10 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         let mut fds = Vec::with_capacity(self.ports.len() + 1);
         let mut idle_rounds = 0u32;
         while !stopper.is_stopped() {
+            let round = Instant::now();
             if self.poll() > 0 {
+                let busy = round.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+                self.totals.add_busy(busy);
                 idle_rounds = 0;
                 continue;
             }

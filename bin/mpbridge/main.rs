@@ -1,5 +1,10 @@
 //! mpbridge: a learning bridge between taps and existing interfaces, with a
-//! MAC table under the lock strategy of your choice.
+//! MAC table under the lock strategy of your choice, and the client that
+//! operates a running one through its control socket.
+
+mod client;
+mod control;
+mod protocol;
 
 use std::fmt::Write as _;
 use std::io::{self, Write as _};
@@ -34,14 +39,92 @@ struct Cli {
     /// More log output (-v info, -vv debug); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
+    /// The bridge's name; its control socket is /run/mpbridge/NAME.sock.
+    #[arg(long, global = true, default_value = "mpbridge", value_parser = bridge_name)]
+    name: String,
+    /// The control socket's path, instead of the one --name gives.
+    #[arg(long, global = true, value_name = "PATH")]
+    ctl: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
+}
+
+impl Cli {
+    fn socket(&self) -> std::path::PathBuf {
+        self.ctl
+            .clone()
+            .unwrap_or_else(|| protocol::default_socket(&self.name))
+    }
+}
+
+/// A bridge name: what a file name in /run/mpbridge may safely be.
+fn bridge_name(text: &str) -> Result<String, String> {
+    let ok = !text.is_empty()
+        && text.len() <= 64
+        && !text.starts_with('.')
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "invalid bridge name '{text}' (1 to 64 letters, digits, '-', '_' or '.')"
+        ))
+    }
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Bridge two or more ports until SIGTERM or SIGINT.
     Run(RunArgs),
+    /// Show or change the MAC table of a running bridge.
+    #[command(subcommand)]
+    Fdb(FdbCommand),
+    /// A running bridge's counters: ports, workers, the table, the lock.
+    Stats {
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum FdbCommand {
+    /// List the entries: MAC, port, VLAN, state (learned, static, local), age.
+    Show {
+        /// Only this port's entries.
+        #[arg(long)]
+        port: Option<String>,
+        /// Only this VLAN's entries (0: untagged).
+        #[arg(long, value_parser = client::parse_vlan)]
+        vlan: Option<u16>,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a static entry: fdb add MAC port PORT [vlan VID].
+    Add {
+        /// The station's address.
+        mac: String,
+        /// port PORT [vlan VID]
+        #[arg(num_args = 0.., value_name = "port PORT [vlan VID]")]
+        words: Vec<String>,
+    },
+    /// Remove an entry: fdb del MAC [vlan VID].
+    Del {
+        /// The station's address.
+        mac: String,
+        /// [vlan VID]
+        #[arg(num_args = 0.., value_name = "vlan VID")]
+        words: Vec<String>,
+    },
+    /// Remove learned entries: fdb flush [port PORT].
+    Flush {
+        /// [port PORT]
+        #[arg(num_args = 0.., value_name = "port PORT")]
+        words: Vec<String>,
+    },
 }
 
 #[derive(Args)]
@@ -80,6 +163,13 @@ struct RunArgs {
     /// dropped, and no-new-privileges is set).
     #[arg(long)]
     keep_caps: bool,
+    /// The group that may use the control socket besides root.
+    #[arg(long, value_name = "GROUP")]
+    ctl_group: Option<String>,
+    /// Count the MAC table's lock statistics (lock-based strategies), for
+    /// `mpbridge stats`; each lock is then tried before it is taken.
+    #[arg(long)]
+    lockstat: bool,
     /// Fault injection for tests of the daemon's own fault handling.
     #[arg(long, value_enum, hide = true)]
     inject_fault: Option<InjectedFault>,
@@ -274,14 +364,20 @@ fn run<S: Strategy>(
     args: &RunArgs,
     specs: &[PortSpec],
     signals: &libc::sigset_t,
+    name: &str,
+    socket: &std::path::Path,
 ) -> Result<(), String> {
+    let started = std::time::Instant::now();
     let workers = usize::from(args.workers);
     let config = FdbConfig {
         max_entries: args.max_entries,
         age_secs: args.age,
     };
     let fdb = Arc::new(MacTable::<S>::new(config));
+    // First, so that a second bridge of the same name touches no port.
+    control::ControlSocket::check_free(socket)?;
     let port_sets = open_ports(specs, workers)?;
+    let control = control::ControlSocket::bind(socket, args.ctl_group.as_deref())?;
     if !args.keep_caps {
         drop_privileges()?;
     }
@@ -300,15 +396,21 @@ fn run<S: Strategy>(
             ModeArg::Relay => Mode::Relay,
         },
         busy_poll: args.poll,
+        lockstat: args.lockstat,
         ..WorkerConfig::default()
     };
     let mut counter_sets = Vec::new();
+    let mut worker_totals = Vec::new();
+    if args.lockstat {
+        locks::lockstat::enable(true);
+    }
     let mut handles = Vec::new();
     // Each worker says it started; ready is announced only once all did.
     let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
     for (id, ports) in port_sets.into_iter().enumerate() {
         let mut worker = Worker::new(Arc::clone(&fdb), ports, worker_config);
         counter_sets.push(worker.counters());
+        worker_totals.push(worker.totals());
         let stopper = Arc::clone(&stopper);
         let panic_now = id == 0 && args.inject_fault == Some(InjectedFault::WorkerPanic);
         let started = started_tx.clone();
@@ -326,6 +428,27 @@ fn run<S: Strategy>(
         handles.push(handle);
     }
     let labels: Vec<String> = specs.iter().map(PortSpec::label).collect();
+    let shared = Arc::new(control::Bridge {
+        name: name.to_owned(),
+        labels: labels.clone(),
+        interfaces: specs.iter().map(|spec| spec.name.clone()).collect(),
+        raw: specs.iter().map(|spec| spec.kind == Kind::Raw).collect(),
+        fdb: Arc::clone(&fdb),
+        counters: counter_sets.clone(),
+        workers: worker_totals,
+        started,
+        lockstat: args.lockstat,
+    });
+    let control_thread = {
+        let stopper = Arc::clone(&stopper);
+        let path = control.path().display().to_string();
+        let thread = thread::Builder::new()
+            .name("control".to_owned())
+            .spawn(move || control::serve(control, shared, stopper))
+            .map_err(|e| format!("cannot start the control thread: {e}"))?;
+        log::info!("control socket {path}");
+        thread
+    };
     log::info!(
         "ageing {} s, at most {} learned stations",
         args.age,
@@ -385,6 +508,9 @@ fn run<S: Strategy>(
         outcome = check_workers(&handles);
     }
     stopper.stop();
+    if control_thread.join().is_err() && outcome.is_ok() {
+        outcome = Err("the control thread panicked".to_owned());
+    }
     for handle in handles {
         // A panic was reported by check_workers (or here, if it came while
         // stopping); its message went to stderr through the panic hook.
@@ -493,7 +619,19 @@ fn main() -> ExitCode {
         _ => "debug",
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
-    let Command::Run(args) = cli.command;
+    let socket = cli.socket();
+    let args = match cli.command {
+        Command::Run(args) => args,
+        other => {
+            return match operate(&cli.name, &socket, other) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(failure) => {
+                    say(&format!("mpbridge: {}\n", failure.message));
+                    ExitCode::from(failure.code)
+                }
+            }
+        }
+    };
 
     let lock: StrategyKind = match args.lock.parse() {
         Ok(lock) => lock,
@@ -529,11 +667,51 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let signals = block_signals();
-    match locks::with_strategy!(lock, S => run::<S>(&args, &specs, &signals)) {
+    match locks::with_strategy!(lock, S => run::<S>(&args, &specs, &signals, &cli.name, &socket)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             say(&format!("mpbridge: {error}\n"));
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs one client command against the bridge at `socket`.
+fn operate(name: &str, socket: &std::path::Path, command: Command) -> Result<(), client::Failure> {
+    use protocol::Request;
+    match command {
+        Command::Run(_) => unreachable!("handled by main"),
+        Command::Stats { json } => {
+            let result = client::call(name, socket, Request::Stats)?;
+            client::print_stats(result, json)
+        }
+        Command::Fdb(FdbCommand::Show { port, vlan, json }) => {
+            let result = client::call(name, socket, Request::FdbShow { port, vlan })?;
+            client::print_fdb(result, json)
+        }
+        Command::Fdb(FdbCommand::Add { mac, words }) => {
+            let mac = client::check_mac(&mac)?;
+            let (port, vlan) = client::keywords(&words, &["port", "vlan"])?;
+            let port = port.ok_or_else(|| client::Failure {
+                code: 2,
+                message: "fdb add needs 'port PORT'".to_owned(),
+            })?;
+            let vlan = vlan.unwrap_or(0);
+            client::call(name, socket, Request::FdbAdd { mac, port, vlan }).map(|_| ())
+        }
+        Command::Fdb(FdbCommand::Del { mac, words }) => {
+            let mac = client::check_mac(&mac)?;
+            let (_, vlan) = client::keywords(&words, &["vlan"])?;
+            let vlan = vlan.unwrap_or(0);
+            client::call(name, socket, Request::FdbDel { mac, vlan }).map(|_| ())
+        }
+        Command::Fdb(FdbCommand::Flush { words }) => {
+            let (port, _) = client::keywords(&words, &["port"])?;
+            let result = client::call(name, socket, Request::FdbFlush { port })?;
+            if let Some(flushed) = result.get("flushed") {
+                println!("flushed {flushed} entries");
+            }
+            Ok(())
         }
     }
 }

@@ -1,0 +1,217 @@
+//! The client side of the control socket: `mpbridge fdb ...`, `mpbridge
+//! stats`. One request, one reply, then the reply printed as text or JSON.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::protocol::{self, FdbEntry, ReplyLine, Request, RequestLine, VERSION};
+
+/// How long the client waits for the daemon's reply.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A failure, with the exit code it ends in.
+pub struct Failure {
+    /// 1: the daemon could not be reached or refused; 2: bad input.
+    pub code: u8,
+    /// One line.
+    pub message: String,
+}
+
+impl Failure {
+    fn new(code: u8, message: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// Sends `request` to the bridge at `socket` (named `name`) and returns the
+/// reply's result.
+pub fn call(name: &str, socket: &Path, request: Request) -> Result<serde_json::Value, Failure> {
+    let shown = socket.display();
+    let stream = UnixStream::connect(socket).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOENT | libc::ECONNREFUSED) => Failure::new(
+            1,
+            format!("no bridge named {name} is running ({shown}: {e})"),
+        ),
+        Some(libc::EACCES | libc::EPERM) => Failure::new(
+            1,
+            format!("permission denied on {shown} (root or the bridge's control group may use it)"),
+        ),
+        _ => Failure::new(1, format!("cannot connect to {shown}: {e}")),
+    })?;
+    let io_error = |e: std::io::Error| Failure::new(1, format!("{shown}: {e}"));
+    stream
+        .set_read_timeout(Some(REPLY_TIMEOUT))
+        .map_err(io_error)?;
+    let line = serde_json::to_string(&RequestLine {
+        version: VERSION,
+        request,
+    })
+    .expect("a request serialises");
+    (&stream)
+        .write_all(format!("{line}\n").as_bytes())
+        .map_err(io_error)?;
+    let mut reply = String::new();
+    BufReader::new(&stream)
+        .read_line(&mut reply)
+        .map_err(io_error)?;
+    if reply.is_empty() {
+        return Err(Failure::new(
+            1,
+            format!("{shown}: the bridge closed without a reply"),
+        ));
+    }
+    let reply: ReplyLine = serde_json::from_str(&reply)
+        .map_err(|e| Failure::new(1, format!("{shown}: unreadable reply: {e}")))?;
+    match (reply.ok, reply.result, reply.error) {
+        (true, Some(result), _) => Ok(result),
+        (_, _, Some(error)) => Err(Failure::new(1, error)),
+        _ => Err(Failure::new(
+            1,
+            format!("{shown}: a reply without result or error"),
+        )),
+    }
+}
+
+/// Checks a MAC address on the client side, so that bad input exits 2.
+pub fn check_mac(text: &str) -> Result<String, Failure> {
+    text.parse::<bridge::wire::MacAddr>()
+        .map(|mac| mac.to_string())
+        .map_err(|_| Failure::new(2, format!("invalid MAC address '{text}'")))
+}
+
+/// Parses a VLAN id, 0 to 4094.
+pub fn parse_vlan(text: &str) -> Result<u16, String> {
+    match text.parse::<u16>() {
+        Ok(vlan) if vlan <= 4094 => Ok(vlan),
+        _ => Err(format!("invalid vlan '{text}' (0 to 4094)")),
+    }
+}
+
+/// Parses iproute2-style trailing words: `port PORT`, `vlan VID`, each at
+/// most once, only those in `allowed`.
+pub fn keywords(
+    words: &[String],
+    allowed: &[&str],
+) -> Result<(Option<String>, Option<u16>), Failure> {
+    let mut port = None;
+    let mut vlan = None;
+    let mut words = words.iter();
+    while let Some(word) = words.next() {
+        let value = |words: &mut std::slice::Iter<'_, String>| {
+            words
+                .next()
+                .cloned()
+                .ok_or_else(|| Failure::new(2, format!("'{word}' needs a value")))
+        };
+        match word.as_str() {
+            "port" if allowed.contains(&"port") && port.is_none() => {
+                port = Some(value(&mut words)?)
+            }
+            "vlan" if allowed.contains(&"vlan") && vlan.is_none() => {
+                let text = value(&mut words)?;
+                vlan = Some(parse_vlan(&text).map_err(|e| Failure::new(2, e))?);
+            }
+            other => {
+                return Err(Failure::new(
+                    2,
+                    format!("unexpected '{other}' (expected {})", allowed.join(" or ")),
+                ))
+            }
+        }
+    }
+    Ok((port, vlan))
+}
+
+/// Prints `fdb show`'s result.
+pub fn print_fdb(result: serde_json::Value, json: bool) -> Result<(), Failure> {
+    if json {
+        println!("{result}");
+        return Ok(());
+    }
+    let entries: Vec<FdbEntry> = serde_json::from_value(result)
+        .map_err(|e| Failure::new(1, format!("unreadable fdb: {e}")))?;
+    for entry in entries {
+        println!(
+            "{} port {} vlan {} {} age {}s",
+            entry.mac, entry.port, entry.vlan, entry.state, entry.age_s
+        );
+    }
+    Ok(())
+}
+
+/// Prints `stats`' result.
+pub fn print_stats(result: serde_json::Value, json: bool) -> Result<(), Failure> {
+    if json {
+        println!("{result}");
+        return Ok(());
+    }
+    let stats: protocol::Stats = serde_json::from_value(result)
+        .map_err(|e| Failure::new(1, format!("unreadable stats: {e}")))?;
+    println!(
+        "bridge {} lock {} workers {} up {}s",
+        stats.name,
+        stats.lock,
+        stats.workers.len(),
+        stats.uptime_s
+    );
+    for port in &stats.ports {
+        let drops: Vec<String> = port
+            .drops
+            .iter()
+            .map(|(reason, n)| format!("{reason}={n}"))
+            .collect();
+        println!(
+            "  {}: link {} {}, rx {} frames {} bytes, tx {} frames {} bytes, drops {}, \
+             rx_oversize {}, rx_errors {}, tx_dropped {}, tx_errors {}, moves {}",
+            port.name,
+            port.link,
+            port.state,
+            port.rx_frames,
+            port.rx_bytes,
+            port.tx_frames,
+            port.tx_bytes,
+            drops.join(" "),
+            port.rx_oversize,
+            port.rx_errors,
+            port.tx_dropped,
+            port.tx_errors,
+            port.moves
+        );
+    }
+    for worker in &stats.workers {
+        println!(
+            "  worker {}: {} frames in {} batches, {:.1}% busy",
+            worker.id, worker.frames, worker.batches, worker.busy_percent
+        );
+    }
+    let fdb = &stats.fdb;
+    println!(
+        "  fdb: {} entries ({} learned, {} static, {} local; limit {}, ageing {}s), \
+         learned {}, moved {}, refused {}, aged {}",
+        fdb.entries,
+        fdb.learned,
+        fdb.r#static,
+        fdb.local,
+        fdb.max_entries,
+        fdb.age_s,
+        fdb.learned_total,
+        fdb.moves,
+        fdb.refused,
+        fdb.aged
+    );
+    let lock = &stats.lockstat;
+    if lock.enabled {
+        println!(
+            "  lock: {} acquisitions, {} contended, {} ns waiting",
+            lock.acquisitions, lock.contended, lock.wait_ns
+        );
+    } else {
+        println!("  lock: statistics off (run with --lockstat)");
+    }
+    Ok(())
+}

@@ -1,0 +1,572 @@
+//! The control socket: a thread of its own that accepts clients, reads
+//! their request lines, and answers from the bridge's shared state (the MAC
+//! table, the workers' counters). It never blocks on a client: every
+//! socket is non-blocking and served from one `poll(2)` loop, a request
+//! line is bounded, a silent client is dropped after a while, and the
+//! forwarding path never waits for it (the table is read in read sections,
+//! as a worker reads it; `fdb add` and friends take short write sections).
+
+use std::collections::BTreeMap;
+use std::io::{self, Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bridge::counters::{self, PortCounters, WorkerCounters};
+use bridge::fdb::FdbKey;
+use bridge::port::netdev;
+use bridge::wire::{MacAddr, MacKind};
+use bridge::{DropReason, MacTable, PortId, Stopper};
+use locks::Strategy;
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+
+use crate::protocol::{self, FdbEntry, ReplyLine, Request, RequestLine, VERSION};
+
+/// The most clients served at once; one more is told so and closed.
+const MAX_CLIENTS: usize = 64;
+/// A client that sends nothing for this long is closed.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the loop looks at the stop flag.
+const TICK_MS: u16 = 200;
+
+/// What the control thread may read and change of a running bridge.
+pub struct Bridge<S: Strategy> {
+    /// The bridge's name.
+    pub name: String,
+    /// Each port as given to `--port` ("tap:acc1"), in order.
+    pub labels: Vec<String>,
+    /// Each port's interface name.
+    pub interfaces: Vec<String>,
+    /// Whether each port is raw (its interface is in this namespace).
+    pub raw: Vec<bool>,
+    /// The MAC table.
+    pub fdb: Arc<MacTable<S>>,
+    /// Each worker's port counters.
+    pub counters: Vec<Arc<[PortCounters]>>,
+    /// Each worker's own counters.
+    pub workers: Vec<Arc<WorkerCounters>>,
+    /// When the bridge started.
+    pub started: Instant,
+    /// Whether lock statistics are counted.
+    pub lockstat: bool,
+}
+
+/// The listening socket, removed when dropped.
+pub struct ControlSocket {
+    listener: UnixListener,
+    path: PathBuf,
+}
+
+impl ControlSocket {
+    /// Binds `path` (mode 0660, in a directory of mode 0750 made if
+    /// missing), owned by `group` when given. A live socket there (another
+    /// bridge of that name) is an error; a stale one is replaced.
+    pub fn bind(path: &Path, group: Option<&str>) -> Result<ControlSocket, String> {
+        let shown = path.display();
+        let group = match group {
+            Some(name) => Some(
+                nix::unistd::Group::from_name(name)
+                    .map_err(|e| format!("cannot look up group {name}: {e}"))?
+                    .ok_or_else(|| format!("no group named {name}"))?
+                    .gid,
+            ),
+            None => None,
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if !dir.exists() {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o750))
+                    .map_err(|e| format!("cannot set the mode of {}: {e}", dir.display()))?;
+                if let Some(gid) = group {
+                    nix::unistd::chown(dir, None, Some(gid))
+                        .map_err(|e| format!("cannot give {} to the group: {e}", dir.display()))?;
+                }
+            }
+        }
+        if path.exists() {
+            Self::check_free(path)?;
+            // Nothing listens: left by a bridge that did not exit cleanly.
+            std::fs::remove_file(path)
+                .map_err(|e| format!("cannot remove the stale socket {shown}: {e}"))?;
+        }
+        let listener = UnixListener::bind(path).map_err(|e| format!("cannot bind {shown}: {e}"))?;
+        let socket = ControlSocket {
+            listener,
+            path: path.to_owned(),
+        };
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+            .map_err(|e| format!("cannot set the mode of {shown}: {e}"))?;
+        if let Some(gid) = group {
+            nix::unistd::chown(path, None, Some(gid))
+                .map_err(|e| format!("cannot give {shown} to the group: {e}"))?;
+        }
+        socket
+            .listener
+            .set_nonblocking(true)
+            .map_err(|e| format!("{shown}: {e}"))?;
+        Ok(socket)
+    }
+
+    /// An error if a bridge already listens at `path`; asked before any
+    /// port is opened, so that a second bridge of one name touches none.
+    pub fn check_free(path: &Path) -> Result<(), String> {
+        match UnixStream::connect(path) {
+            Ok(_) => Err(format!(
+                "a bridge is already running with control socket {} (choose another --name)",
+                path.display()
+            )),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Where it listens.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ControlSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// One client: what it sent that is not a whole line yet, and what is
+/// still to be written to it.
+struct Client {
+    stream: UnixStream,
+    input: Vec<u8>,
+    output: Vec<u8>,
+    written: usize,
+    last_seen: Instant,
+    /// Close once the output is written (a line too long, say).
+    closing: bool,
+}
+
+impl Client {
+    fn reply(&mut self, reply: &ReplyLine) {
+        // Serialising our own types cannot fail.
+        let line = serde_json::to_string(reply).expect("a reply serialises");
+        self.output.extend_from_slice(line.as_bytes());
+        self.output.push(b'\n');
+    }
+
+    fn wants_to_write(&self) -> bool {
+        self.written < self.output.len()
+    }
+}
+
+/// Serves the control socket until `stopper` says stop.
+pub fn serve<S: Strategy>(socket: ControlSocket, bridge: Arc<Bridge<S>>, stopper: Arc<Stopper>) {
+    let mut clients: Vec<Client> = Vec::new();
+    let mut buffer = vec![0u8; 16 * 1024];
+    while !stopper.is_stopped() {
+        let (listener_ready, ready) = {
+            let mut fds = Vec::with_capacity(clients.len() + 1);
+            fds.push(PollFd::new(socket.listener.as_fd(), PollFlags::POLLIN));
+            for client in &clients {
+                let events = if client.wants_to_write() {
+                    PollFlags::POLLOUT
+                } else {
+                    PollFlags::POLLIN
+                };
+                fds.push(PollFd::new(client.stream.as_fd(), events));
+            }
+            if let Err(error) = nix::poll::poll(&mut fds, PollTimeout::from(TICK_MS)) {
+                if error != nix::errno::Errno::EINTR {
+                    log::warn!("control socket: poll: {error}");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                continue;
+            }
+            let revents = |fd: &PollFd| fd.revents().unwrap_or(PollFlags::empty());
+            let ready: Vec<PollFlags> = fds[1..].iter().map(revents).collect();
+            (!revents(&fds[0]).is_empty(), ready)
+        };
+        let now = Instant::now();
+        for (client, events) in clients.iter_mut().zip(ready) {
+            if events.is_empty() {
+                continue;
+            }
+            client.last_seen = now;
+            if events.contains(PollFlags::POLLOUT) || client.wants_to_write() {
+                write_some(client);
+            } else {
+                read_some(client, &mut buffer, &bridge);
+            }
+        }
+        clients.retain(|client| {
+            let done = client.closing && !client.wants_to_write();
+            let idle = now.duration_since(client.last_seen) > IDLE_TIMEOUT;
+            !(done || idle)
+        });
+        if listener_ready {
+            accept_all(&socket, &mut clients, now);
+        }
+    }
+}
+
+fn accept_all(socket: &ControlSocket, clients: &mut Vec<Client>, now: Instant) {
+    loop {
+        match socket.listener.accept() {
+            Ok((stream, _)) => {
+                if stream.set_nonblocking(true).is_err() {
+                    continue;
+                }
+                let mut client = Client {
+                    stream,
+                    input: Vec::new(),
+                    output: Vec::new(),
+                    written: 0,
+                    last_seen: now,
+                    closing: false,
+                };
+                if clients.len() >= MAX_CLIENTS {
+                    client.reply(&ReplyLine::error(format!(
+                        "too many clients ({MAX_CLIENTS} at once); try again"
+                    )));
+                    // Best effort: the client is closed either way.
+                    let _ = client.stream.write(&client.output);
+                    continue;
+                }
+                clients.push(client);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                log::warn!("control socket: accept: {e}");
+                return;
+            }
+        }
+    }
+}
+
+fn write_some(client: &mut Client) {
+    while client.wants_to_write() {
+        match client.stream.write(&client.output[client.written..]) {
+            Ok(0) => {
+                client.closing = true;
+                client.output.clear();
+                client.written = 0;
+                return;
+            }
+            Ok(n) => client.written += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // The client went away mid-reply.
+            Err(_) => {
+                client.closing = true;
+                client.output.clear();
+                client.written = 0;
+                return;
+            }
+        }
+    }
+    client.output.clear();
+    client.written = 0;
+}
+
+fn read_some<S: Strategy>(client: &mut Client, buffer: &mut [u8], bridge: &Bridge<S>) {
+    loop {
+        match client.stream.read(buffer) {
+            Ok(0) => {
+                // The client closed its side: answer what it asked, then close.
+                client.closing = true;
+                break;
+            }
+            Ok(n) => {
+                client.input.extend_from_slice(&buffer[..n]);
+                if client.input.len() > protocol::MAX_LINE + 1 {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => {
+                client.closing = true;
+                client.input.clear();
+                return;
+            }
+        }
+    }
+    while let Some(end) = client.input.iter().position(|&b| b == b'\n') {
+        let line: Vec<u8> = client.input.drain(..=end).collect();
+        let line = &line[..line.len() - 1];
+        if line.len() > protocol::MAX_LINE {
+            too_long(client);
+            return;
+        }
+        let reply = answer(line, bridge);
+        client.reply(&reply);
+    }
+    if client.input.len() > protocol::MAX_LINE {
+        too_long(client);
+    }
+    if client.wants_to_write() {
+        write_some(client);
+    }
+}
+
+fn too_long(client: &mut Client) {
+    client.input.clear();
+    client.reply(&ReplyLine::error(format!(
+        "request line over {} bytes",
+        protocol::MAX_LINE
+    )));
+    client.closing = true;
+    write_some(client);
+}
+
+/// The reply to one request line.
+fn answer<S: Strategy>(line: &[u8], bridge: &Bridge<S>) -> ReplyLine {
+    let request: RequestLine = match serde_json::from_slice(line) {
+        Ok(request) => request,
+        Err(error) => return ReplyLine::error(format!("bad request: {error}")),
+    };
+    if request.version != VERSION {
+        return ReplyLine::error(format!(
+            "protocol version {} not spoken here (this daemon speaks {VERSION})",
+            request.version
+        ));
+    }
+    match handle(request.request, bridge) {
+        Ok(result) => ReplyLine::ok(result),
+        Err(error) => ReplyLine::error(error),
+    }
+}
+
+fn handle<S: Strategy>(request: Request, bridge: &Bridge<S>) -> Result<serde_json::Value, String> {
+    match request {
+        Request::FdbShow { port, vlan } => {
+            let port = port.map(|p| bridge.port(&p)).transpose()?;
+            let entries = fdb_entries(bridge, port, vlan);
+            value(&entries)
+        }
+        Request::FdbAdd { mac, port, vlan } => {
+            let key = FdbKey::new(check_vlan(vlan)?, parse_station(&mac)?);
+            let port = bridge.port(&port)?;
+            if let Some(local) = bridge.local_port(&key) {
+                return Err(format!(
+                    "{mac} is the address of {}'s own interface",
+                    bridge.labels[local.index()]
+                ));
+            }
+            let replaced = bridge.fdb.add_static(key, port);
+            value(&serde_json::json!({ "replaced_learned": replaced }))
+        }
+        Request::FdbDel { mac, vlan } => {
+            let key = FdbKey::new(check_vlan(vlan)?, parse_mac(&mac)?);
+            if let Some(local) = bridge.local_port(&key) {
+                return Err(format!(
+                    "{mac} is the address of {}'s own interface, which stays",
+                    bridge.labels[local.index()]
+                ));
+            }
+            if bridge.fdb.remove_static(key) || bridge.fdb.forget(key) {
+                value(&serde_json::json!({ "removed": true }))
+            } else {
+                Err(format!("no entry for {mac} in vlan {vlan}"))
+            }
+        }
+        Request::FdbFlush { port } => {
+            let flushed = match port {
+                Some(port) => bridge.fdb.flush_port(bridge.port(&port)?),
+                None => bridge.fdb.flush(),
+            };
+            value(&serde_json::json!({ "flushed": flushed }))
+        }
+        Request::Stats => value(&stats(bridge)),
+    }
+}
+
+fn value<T: serde::Serialize>(result: &T) -> Result<serde_json::Value, String> {
+    serde_json::to_value(result).map_err(|e| e.to_string())
+}
+
+fn check_vlan(vlan: u16) -> Result<u16, String> {
+    if vlan <= 4094 {
+        Ok(vlan)
+    } else {
+        Err(format!("invalid vlan {vlan} (0 to 4094)"))
+    }
+}
+
+fn parse_mac(text: &str) -> Result<MacAddr, String> {
+    text.parse()
+        .map_err(|_| format!("invalid MAC address '{text}'"))
+}
+
+/// A MAC address a station can have: unicast and not zero.
+fn parse_station(text: &str) -> Result<MacAddr, String> {
+    let mac = parse_mac(text)?;
+    match mac.kind() {
+        MacKind::Unicast => Ok(mac),
+        _ => Err(format!("'{text}' is not a station's (unicast) address")),
+    }
+}
+
+impl<S: Strategy> Bridge<S> {
+    /// The port named `name`: its `--port` form or its interface name.
+    fn port(&self, name: &str) -> Result<PortId, String> {
+        let by_label = self.labels.iter().position(|label| label == name);
+        let by_interface = || {
+            let mut matches = self
+                .interfaces
+                .iter()
+                .enumerate()
+                .filter(|(_, i)| *i == name);
+            match (matches.next(), matches.next()) {
+                (Some((index, _)), None) => Some(index),
+                _ => None,
+            }
+        };
+        by_label
+            .or_else(by_interface)
+            .map(|index| PortId(index as u16))
+            .ok_or_else(|| format!("no port '{name}' (ports: {})", self.labels.join(", ")))
+    }
+
+    /// The port whose own address `key` is, if it is a local entry.
+    fn local_port(&self, key: &FdbKey) -> Option<PortId> {
+        use bridge::fdb::{FdbLookup, Location};
+        self.fdb.read(|r| match r.locate(&FdbKey::new(0, key.mac)) {
+            Some(Location::Local(port)) => Some(port),
+            _ => None,
+        })
+    }
+}
+
+fn fdb_entries<S: Strategy>(
+    bridge: &Bridge<S>,
+    port: Option<PortId>,
+    vlan: Option<u16>,
+) -> Vec<FdbEntry> {
+    let now = bridge.fdb.clock().now();
+    bridge
+        .fdb
+        .snapshot(now)
+        .into_iter()
+        .filter(|r| port.is_none_or(|p| r.port == p) && vlan.is_none_or(|v| r.key.vlan == v))
+        .map(|r| FdbEntry {
+            mac: r.key.mac.to_string(),
+            port: bridge
+                .labels
+                .get(r.port.index())
+                .cloned()
+                .unwrap_or_else(|| format!("#{}", r.port.0)),
+            vlan: r.key.vlan,
+            state: match (r.is_local, r.is_static) {
+                (true, _) => "local",
+                (false, true) => "static",
+                (false, false) => "learned",
+            }
+            .to_owned(),
+            age_s: r.idle_secs,
+        })
+        .collect()
+}
+
+fn stats<S: Strategy>(bridge: &Bridge<S>) -> protocol::Stats {
+    let sets: Vec<&[PortCounters]> = bridge.counters.iter().map(|set| &set[..]).collect();
+    let totals = counters::sum(sets.iter().copied());
+    let states = counters::states(sets.iter().copied());
+    let ports = (0..bridge.labels.len())
+        .map(|index| {
+            let stats = totals.get(index).copied().unwrap_or_default();
+            let state = states.get(index).copied().unwrap_or_default();
+            let link = if state == counters::PortState::Gone {
+                "gone"
+            } else if bridge.raw[index] {
+                match netdev::link_state(&bridge.interfaces[index]) {
+                    Ok(link) if link.running => "up",
+                    Ok(_) => "down",
+                    Err(_) => "gone",
+                }
+            } else {
+                match netdev::link_state(&bridge.interfaces[index]) {
+                    Ok(link) if link.running => "up",
+                    Ok(_) => "down",
+                    // A tap whose kernel side moved to another namespace.
+                    Err(_) => "unknown",
+                }
+            };
+            let drops: BTreeMap<String, u64> = DropReason::ALL
+                .iter()
+                .map(|reason| (reason.name().to_owned(), stats.dropped(*reason)))
+                .collect();
+            protocol::PortStats {
+                name: bridge.labels[index].clone(),
+                link: link.to_owned(),
+                state: state.name().to_owned(),
+                rx_frames: stats.rx_frames,
+                rx_bytes: stats.rx_bytes,
+                tx_frames: stats.tx_frames,
+                tx_bytes: stats.tx_bytes,
+                drops,
+                rx_oversize: stats.rx_oversize,
+                rx_errors: stats.rx_errors,
+                tx_dropped: stats.tx_dropped,
+                tx_errors: stats.tx_errors,
+                moves: stats.moves,
+            }
+        })
+        .collect();
+    let uptime = bridge.started.elapsed();
+    let mut lockstat = protocol::LockStats {
+        enabled: bridge.lockstat,
+        acquisitions: 0,
+        contended: 0,
+        wait_ns: 0,
+    };
+    let workers = bridge
+        .workers
+        .iter()
+        .zip(&bridge.counters)
+        .enumerate()
+        .map(|(id, (worker, set))| {
+            let own = worker.snapshot();
+            lockstat.acquisitions += own.lock_acquisitions;
+            lockstat.contended += own.lock_contended;
+            lockstat.wait_ns += own.lock_wait_ns;
+            let frames = set.iter().map(|port| port.snapshot().rx_frames).sum();
+            let lifetime = uptime.as_nanos().max(1) as f64;
+            let busy = (own.busy_ns as f64 / lifetime).clamp(0.0, 1.0);
+            protocol::WorkerStats {
+                id,
+                frames,
+                batches: own.batches,
+                busy_percent: (busy * 1000.0).round() / 10.0,
+            }
+        })
+        .collect();
+    let fdb = &bridge.fdb;
+    let records = fdb.snapshot(fdb.clock().now());
+    let local = records.iter().filter(|r| r.is_local).count() as u64;
+    let configured = records.iter().filter(|r| r.is_static).count() as u64;
+    let totals = fdb.stats();
+    let config = fdb.config();
+    protocol::Stats {
+        name: bridge.name.clone(),
+        lock: S::KIND.name().to_owned(),
+        uptime_s: uptime.as_secs(),
+        ports,
+        workers,
+        fdb: protocol::FdbStats {
+            entries: records.len() as u64,
+            learned: fdb.learned_len() as u64,
+            r#static: configured - local,
+            local,
+            max_entries: config.max_entries as u64,
+            age_s: config.age_secs,
+            learned_total: totals.learned,
+            moves: totals.moved,
+            refused: totals.refused,
+            aged: totals.aged,
+        },
+        lockstat,
+    }
+}

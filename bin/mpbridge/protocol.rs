@@ -1,0 +1,226 @@
+//! The control protocol: JSON lines over a unix stream socket, one request
+//! and one reply per line, each carrying the protocol version. docs/control.md
+//! documents every request and reply; the types here are that document's
+//! source of truth, shared by the daemon and the client.
+
+use serde::{Deserialize, Serialize};
+
+/// The protocol version this build speaks.
+pub const VERSION: u32 = 1;
+
+/// The longest request line the daemon reads.
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// The socket of bridge `name` when `--ctl` does not give one.
+pub fn default_socket(name: &str) -> std::path::PathBuf {
+    std::path::Path::new("/run/mpbridge").join(format!("{name}.sock"))
+}
+
+/// One request line: `{"version":1,"command":"fdb-show",...}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestLine {
+    /// The protocol version the client speaks.
+    pub version: u32,
+    /// What it asks.
+    #[serde(flatten)]
+    pub request: Request,
+}
+
+/// What a client can ask.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "kebab-case")]
+pub enum Request {
+    /// The MAC table, optionally one port's or one VLAN's entries.
+    FdbShow {
+        /// A port, as given to `--port` (or its interface name).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        port: Option<String>,
+        /// A VLAN (0: untagged).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        vlan: Option<u16>,
+    },
+    /// Adds (or replaces) a static entry.
+    FdbAdd {
+        /// The station's address.
+        mac: String,
+        /// Its port.
+        port: String,
+        /// Its VLAN (0: untagged).
+        #[serde(default)]
+        vlan: u16,
+    },
+    /// Removes a learned or static entry.
+    FdbDel {
+        /// The station's address.
+        mac: String,
+        /// Its VLAN (0: untagged).
+        #[serde(default)]
+        vlan: u16,
+    },
+    /// Removes learned entries, of one port or all.
+    FdbFlush {
+        /// The port, or every port when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        port: Option<String>,
+    },
+    /// Counters of ports, workers, the table and the lock.
+    Stats,
+}
+
+/// One reply line: `{"version":1,"ok":true,"result":...}` or
+/// `{"version":1,"ok":false,"error":"..."}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplyLine {
+    /// The protocol version the daemon speaks.
+    pub version: u32,
+    /// Whether the request was carried out.
+    pub ok: bool,
+    /// Its result, when it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    /// Why not, when it was not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl ReplyLine {
+    /// A reply carrying `result`.
+    pub fn ok(result: serde_json::Value) -> ReplyLine {
+        ReplyLine {
+            version: VERSION,
+            ok: true,
+            result: Some(result),
+            error: None,
+        }
+    }
+
+    /// A reply saying why a request failed.
+    pub fn error(message: impl Into<String>) -> ReplyLine {
+        ReplyLine {
+            version: VERSION,
+            ok: false,
+            result: None,
+            error: Some(message.into()),
+        }
+    }
+}
+
+/// One MAC table entry, as `fdb-show` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FdbEntry {
+    /// "02:ac:00:00:00:01".
+    pub mac: String,
+    /// The port, as given to `--port` ("tap:acc1").
+    pub port: String,
+    /// The VLAN (0: untagged).
+    pub vlan: u16,
+    /// "learned", "static" or "local".
+    pub state: String,
+    /// Seconds since the station was last seen (0 for static and local).
+    pub age_s: u32,
+}
+
+/// `stats`: the bridge's counters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    /// The bridge's name.
+    pub name: String,
+    /// The lock strategy.
+    pub lock: String,
+    /// Seconds since the bridge started.
+    pub uptime_s: u64,
+    /// Per port, in `--port` order.
+    pub ports: Vec<PortStats>,
+    /// Per worker.
+    pub workers: Vec<WorkerStats>,
+    /// The MAC table.
+    pub fdb: FdbStats,
+    /// The lock statistics of the MAC table (lock-based strategies, with
+    /// `--lockstat`).
+    pub lockstat: LockStats,
+}
+
+/// One port's counters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PortStats {
+    /// As given to `--port`.
+    pub name: String,
+    /// The interface's link: "up", "down", "gone", or "unknown" (a tap whose
+    /// kernel side is in another network namespace).
+    pub link: String,
+    /// "forwarding", "faulted" or "gone", as the workers see the port.
+    pub state: String,
+    /// Frames received.
+    pub rx_frames: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Frames sent.
+    pub tx_frames: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Received frames not forwarded, by reason: `runt`, `bad_source`,
+    /// `reserved`, `same_port`, `local`.
+    pub drops: std::collections::BTreeMap<String, u64>,
+    /// Frames too large for a buffer.
+    pub rx_oversize: u64,
+    /// Receive faults (per event) and malformed frames.
+    pub rx_errors: u64,
+    /// Frames a full queue or a send fault dropped.
+    pub tx_dropped: u64,
+    /// Frames refused one by one, and send faults (per event).
+    pub tx_errors: u64,
+    /// Stations that moved onto this port.
+    pub moves: u64,
+}
+
+/// One worker's counters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerStats {
+    /// Its index.
+    pub id: usize,
+    /// Frames it received, all ports together.
+    pub frames: u64,
+    /// Batches it forwarded.
+    pub batches: u64,
+    /// Per cent of the bridge's uptime it spent receiving and forwarding
+    /// frames rather than waiting for them.
+    pub busy_percent: f64,
+}
+
+/// The MAC table's counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FdbStats {
+    /// All entries now.
+    pub entries: u64,
+    /// Learned entries now.
+    pub learned: u64,
+    /// Static entries now (local ones not included).
+    pub r#static: u64,
+    /// Local entries now (ports' own addresses).
+    pub local: u64,
+    /// The learning limit (0: none).
+    pub max_entries: u64,
+    /// The ageing time.
+    pub age_s: u32,
+    /// Stations learned since start.
+    pub learned_total: u64,
+    /// Station moves since start.
+    pub moves: u64,
+    /// New stations refused at the limit since start.
+    pub refused: u64,
+    /// Entries aged out since start.
+    pub aged: u64,
+}
+
+/// Lock statistics, as lockstat(1) gives them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockStats {
+    /// Whether they are being counted.
+    pub enabled: bool,
+    /// Lock acquisitions (read or write).
+    pub acquisitions: u64,
+    /// Acquisitions that found the lock taken.
+    pub contended: u64,
+    /// Nanoseconds spent waiting.
+    pub wait_ns: u64,
+}

@@ -1,0 +1,436 @@
+//! Operating a running mpbridge through its control socket: the MAC table,
+//! the counters, and a socket that survives what clients do to it. Needs
+//! root; skips with a reason otherwise (fails under MPBRIDGE_REQUIRE_PRIV=1).
+
+mod netns;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use netns::{
+    link_mac, mac, proc_status, run_to_exit, settle_counts as settle, tcp_transfer, test_frame,
+    Daemon, Netns, PortKind, Station, Topology, BROADCAST,
+};
+
+/// A control socket path of this test's own.
+fn socket_path(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(netns::unique("mpbctl"));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(format!("{test}.sock"))
+}
+
+/// Runs the client: `mpbridge --ctl PATH args`; returns exit code, stdout
+/// and stderr.
+fn ctl(socket: &Path, args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_mpbridge"))
+        .arg("--ctl")
+        .arg(socket)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The client's JSON output of `args` (which must succeed).
+fn ctl_json(socket: &Path, args: &[&str]) -> serde_json::Value {
+    let (code, out, err) = ctl(socket, args);
+    assert_eq!(code, 0, "mpbridge {args:?}: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+fn ctl_ok(socket: &Path, args: &[&str]) {
+    let (code, _, err) = ctl(socket, args);
+    assert_eq!(code, 0, "mpbridge {args:?}: {err}");
+}
+
+fn mac_text(mac: [u8; 6]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// The table as `fdb show --json` lists it: MAC -> (port, state).
+fn fdb(socket: &Path) -> BTreeMap<String, (String, String)> {
+    let entries = ctl_json(socket, &["fdb", "show", "--json"]);
+    entries
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|entry| {
+            let keys: Vec<&String> = entry.as_object().unwrap().keys().collect();
+            assert_eq!(keys, ["age_s", "mac", "port", "state", "vlan"], "{entry}");
+            (
+                entry["mac"].as_str().unwrap().to_owned(),
+                (
+                    entry["port"].as_str().unwrap().to_owned(),
+                    entry["state"].as_str().unwrap().to_owned(),
+                ),
+            )
+        })
+        .collect()
+}
+
+fn fdb_show_lists_every_station_on_its_port() {
+    let socket = socket_path("show");
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let topology = Topology::new(PortKind::Raw, 3, &[&ctl_arg]);
+    tcp_transfer(&topology.hosts, 0, 1, 5201, 1);
+    tcp_transfer(&topology.hosts, 1, 2, 5202, 2);
+    let mut want = BTreeMap::new();
+    for (i, host) in topology.hosts.iter().enumerate() {
+        let learned = (format!("raw:p{i}"), "learned".to_owned());
+        want.insert(mac_text(link_mac(host, "eth0")), learned);
+        let own = link_mac(&topology.bridge, &format!("p{i}"));
+        want.insert(mac_text(own), (format!("raw:p{i}"), "local".to_owned()));
+    }
+    assert_eq!(fdb(&socket), want);
+    // One port's, in text.
+    let (code, out, _) = ctl(&socket, &["fdb", "show", "--port", "raw:p1"]);
+    assert_eq!(code, 0);
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert!(
+        out.lines().all(|l| l.contains(" port raw:p1 vlan 0 ")),
+        "{out}"
+    );
+}
+
+fn static_entries_steer_traffic_and_survive_ageing() {
+    let socket = socket_path("static");
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let topology = Topology::new(PortKind::Raw, 3, &[&ctl_arg, "--age", "1"]);
+    let mut st: Vec<Station> = topology
+        .hosts
+        .iter()
+        .map(|host| Station::on(host))
+        .collect();
+    settle(&mut st);
+    let never_seen = mac(0x99);
+    let text = mac_text(never_seen);
+    ctl_ok(&socket, &["fdb", "add", &text, "port", "raw:p2"]);
+    st[0].send(&test_frame(never_seen, mac(1), 1, 60));
+    assert_eq!(
+        settle(&mut st),
+        [0, 0, 1],
+        "to the static entry's port only"
+    );
+    // Ageing (1 s) runs several times; the static entry stays.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        fdb(&socket)[&text],
+        ("raw:p2".to_owned(), "static".to_owned())
+    );
+    st[0].send(&test_frame(never_seen, mac(1), 2, 60));
+    assert_eq!(settle(&mut st), [0, 0, 1], "after ageing");
+    ctl_ok(&socket, &["fdb", "del", &text]);
+    st[0].send(&test_frame(never_seen, mac(1), 3, 60));
+    assert_eq!(settle(&mut st), [0, 1, 1], "floods once deleted");
+}
+
+fn del_and_flush_make_stations_flood_again() {
+    let socket = socket_path("flush");
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let topology = Topology::new(PortKind::Raw, 3, &[&ctl_arg]);
+    let mut st: Vec<Station> = topology
+        .hosts
+        .iter()
+        .map(|host| Station::on(host))
+        .collect();
+    settle(&mut st);
+    let station = mac(5);
+    let learn = |st: &mut Vec<Station>| {
+        st[1].send(&test_frame(BROADCAST, station, 1, 60));
+        settle(st);
+        st[0].send(&test_frame(station, mac(1), 2, 60));
+        assert_eq!(settle(st), [0, 1, 0], "learned on host 1");
+    };
+    let floods = |st: &mut Vec<Station>, what: &str| {
+        st[0].send(&test_frame(station, mac(1), 3, 60));
+        assert_eq!(settle(st), [0, 1, 1], "{what}");
+    };
+    learn(&mut st);
+    let (code, out, err) = ctl(&socket, &["fdb", "flush"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("flushed"), "{out}");
+    floods(&mut st, "after fdb flush");
+    learn(&mut st);
+    ctl_ok(&socket, &["fdb", "flush", "port", "raw:p0"]);
+    st[0].send(&test_frame(station, mac(1), 4, 60));
+    assert_eq!(settle(&mut st), [0, 1, 0], "another port's flush keeps it");
+    ctl_ok(&socket, &["fdb", "flush", "port", "raw:p1"]);
+    floods(&mut st, "after its port's flush");
+    learn(&mut st);
+    ctl_ok(&socket, &["fdb", "del", &mac_text(station)]);
+    floods(&mut st, "after fdb del");
+    // Local entries stay.
+    let own = mac_text(link_mac(&topology.bridge, "p0"));
+    let (code, _, err) = ctl(&socket, &["fdb", "del", &own]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("own interface"), "{err}");
+}
+
+/// The counters of the stats reply for `port`.
+fn port_stats(stats: &serde_json::Value, port: &str) -> serde_json::Value {
+    stats["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == port)
+        .unwrap_or_else(|| panic!("no {port} in {stats}"))
+        .clone()
+}
+
+fn stats_count_exactly_what_was_sent() {
+    let socket = socket_path("stats");
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let topology = Topology::new(
+        PortKind::Raw,
+        2,
+        &[&ctl_arg, "--lock", "mutex", "--lockstat"],
+    );
+    let mut st: Vec<Station> = topology
+        .hosts
+        .iter()
+        .map(|host| Station::on(host))
+        .collect();
+    settle(&mut st);
+    let before = ctl_json(&socket, &["stats", "--json"]);
+    for n in 0..10 {
+        st[0].send(&test_frame(BROADCAST, mac(1), n, 100));
+    }
+    st[0].send(&test_frame([0x01, 0x80, 0xc2, 0, 0, 0x0e], mac(1), 10, 60));
+    settle(&mut st);
+    let after = ctl_json(&socket, &["stats", "--json"]);
+    let delta = |port: &str, key: &str| {
+        port_stats(&after, port)[key].as_u64().unwrap()
+            - port_stats(&before, port)[key].as_u64().unwrap()
+    };
+    assert_eq!(delta("raw:p0", "rx_frames"), 11);
+    assert_eq!(delta("raw:p0", "rx_bytes"), 10 * 100 + 60);
+    assert_eq!(delta("raw:p1", "tx_frames"), 10);
+    assert_eq!(delta("raw:p1", "tx_bytes"), 10 * 100);
+    assert_eq!(delta("raw:p1", "rx_frames"), 0);
+    let reserved = |stats: &serde_json::Value| {
+        port_stats(stats, "raw:p0")["drops"]["reserved"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(reserved(&after) - reserved(&before), 1);
+    assert_eq!(after["lock"], "mutex");
+    assert_eq!(after["name"], "mpbridge");
+    assert_eq!(after["lockstat"]["enabled"], true);
+    assert!(after["lockstat"]["acquisitions"].as_u64().unwrap() > 0);
+    assert_eq!(after["workers"].as_array().unwrap().len(), 1);
+    assert!(after["workers"][0]["batches"].as_u64().unwrap() > 0);
+    assert_eq!(after["fdb"]["local"], 2);
+    for port in ["raw:p0", "raw:p1"] {
+        assert_eq!(port_stats(&after, port)["link"], "up");
+        assert_eq!(port_stats(&after, port)["state"], "forwarding");
+    }
+    // The text form names every port.
+    let (code, out, _) = ctl(&socket, &["stats"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("raw:p0: link up") && out.contains("raw:p1: link up"),
+        "{out}"
+    );
+}
+
+/// Open descriptors of process `pid`.
+fn fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// One request over a fresh connection; the reply line.
+fn request(socket: &Path, line: &str) -> String {
+    let mut stream = UnixStream::connect(socket).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    stream.write_all(line.as_bytes()).unwrap();
+    let mut reply = String::new();
+    BufReader::new(&stream).read_line(&mut reply).unwrap();
+    reply
+}
+
+fn hostile_clients_get_errors_and_nothing_leaks() {
+    let socket = socket_path("hostile");
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg]);
+    let pid = topology.daemon.as_ref().unwrap().child.id();
+    let stats = r#"{"version":1,"command":"stats"}"#.to_owned() + "\n";
+    // Settle the daemon's own descriptors before counting.
+    request(&socket, &stats);
+    // The daemon closes that client's side once it sees it gone.
+    std::thread::sleep(Duration::from_millis(500));
+    let fds_before = fds(pid);
+    let threads_before = proc_status(pid, "Threads");
+
+    let garbage = request(&socket, "this is not json\n");
+    assert!(garbage.contains(r#""ok":false"#), "{garbage}");
+    let old = request(&socket, "{\"version\":99,\"command\":\"stats\"}\n");
+    assert!(old.contains("version 99"), "{old}");
+    let unknown = request(&socket, "{\"version\":1,\"command\":\"reboot\"}\n");
+    assert!(unknown.contains(r#""ok":false"#), "{unknown}");
+
+    // A line over 64 KiB: an error, then the connection is closed.
+    let mut long = UnixStream::connect(&socket).unwrap();
+    long.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = long.write_all(&vec![b'x'; 70 * 1024]);
+    let mut reply = String::new();
+    let _ = long.read_to_string(&mut reply);
+    assert!(reply.contains("over 65536 bytes"), "{reply}");
+
+    // Silent clients, and one that asks a lot and leaves mid-reply, while
+    // traffic flows.
+    let silent: Vec<UnixStream> = (0..5)
+        .map(|_| UnixStream::connect(&socket).unwrap())
+        .collect();
+    let mut rude = UnixStream::connect(&socket).unwrap();
+    rude.write_all(stats.repeat(500).as_bytes()).unwrap();
+    drop(rude);
+    tcp_transfer(&topology.hosts, 0, 1, 5203, 3);
+
+    // 1000 in a row, then 50 at once.
+    for _ in 0..1000 {
+        assert!(request(&socket, &stats).contains(r#""ok":true"#));
+    }
+    std::thread::scope(|scope| {
+        let clients: Vec<_> = (0..50)
+            .map(|_| scope.spawn(|| request(&socket, &stats)))
+            .collect();
+        for client in clients {
+            assert!(client.join().unwrap().contains(r#""ok":true"#));
+        }
+    });
+    drop(silent);
+
+    // Everything the clients opened is closed again; no thread was added.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while fds(pid) != fds_before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(fds(pid), fds_before, "descriptors leaked");
+    assert_eq!(proc_status(pid, "Threads"), threads_before);
+    tcp_transfer(&topology.hosts, 1, 0, 5204, 4);
+}
+
+fn one_bridge_per_socket_and_stale_sockets_are_replaced() {
+    let bridge = Netns::new();
+    let name = netns::unique("mpbname");
+    let path = PathBuf::from(format!("/run/mpbridge/{name}.sock"));
+    // A socket file nobody listens on, as a crashed bridge leaves it.
+    std::fs::create_dir_all("/run/mpbridge").unwrap();
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    let args = [
+        "run", "--port", "tap:n0", "--port", "tap:n1", "--name", &name,
+    ];
+    let daemon = Daemon::start(&bridge, &args);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&path), 0o660);
+    assert_eq!(mode(Path::new("/run/mpbridge")), 0o750);
+    let (code, out, err) = {
+        let output = Command::new(env!("CARGO_BIN_EXE_mpbridge"))
+            .args(["stats", "--json", "--name", &name])
+            .output()
+            .unwrap();
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!(r#""name":"{name}""#)), "{out}");
+    // A second bridge of that name refuses, touching no port.
+    let (status, err) = run_to_exit(
+        Some(&bridge),
+        &[
+            "run", "--port", "tap:m0", "--port", "tap:m1", "--name", &name,
+        ],
+        Duration::from_secs(5),
+    );
+    assert!(!status.success());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("already running"), "{err}");
+    let (status, _) = daemon.stop(Duration::from_secs(3));
+    assert!(status.is_some_and(|s| s.success()));
+    assert!(!path.exists(), "the socket outlived its bridge");
+}
+
+fn client_errors_are_one_line_with_the_right_exit_code() {
+    let socket = socket_path("client");
+    let cases: [(&[&str], i32, &str); 6] = [
+        (
+            &["fdb", "add", "02:zz:00:00:00:01", "port", "raw:p0"],
+            2,
+            "'02:zz:00:00:00:01'",
+        ),
+        (
+            &[
+                "fdb",
+                "add",
+                "02:00:00:00:00:01",
+                "port",
+                "raw:p0",
+                "vlan",
+                "5000",
+            ],
+            2,
+            "'5000'",
+        ),
+        (&["fdb", "show", "--vlan", "x"], 2, "'x'"),
+        (&["fdb", "frobnicate"], 2, "frobnicate"),
+        (&["stats"], 1, socket.to_str().unwrap()),
+        (&["fdb", "add", "02:00:00:00:00:01"], 2, "port PORT"),
+    ];
+    for (args, want, needle) in cases {
+        let (code, out, err) = ctl(&socket, args);
+        assert_eq!(code, want, "{args:?}: {err}");
+        assert!(out.is_empty(), "{out}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    // A socket this user may not use.
+    let bridge = Netns::new();
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let _daemon = Daemon::start(
+        &bridge,
+        &["run", "--port", "tap:q0", "--port", "tap:q1", &ctl_arg],
+    );
+    let output = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_mpbridge"))
+        .arg("--ctl")
+        .arg(&socket)
+        .arg("stats")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(err.contains("permission denied"), "{err}");
+}
+
+lab::test_main! {
+    privileged: [
+        fdb_show_lists_every_station_on_its_port,
+        static_entries_steer_traffic_and_survive_ageing,
+        del_and_flush_make_stations_flood_again,
+        stats_count_exactly_what_was_sent,
+        hostile_clients_get_errors_and_nothing_leaks,
+        one_bridge_per_socket_and_stale_sockets_are_replaced,
+        client_errors_are_one_line_with_the_right_exit_code,
+    ],
+    plain: [],
+}
