@@ -12,17 +12,20 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bridge::counters::{self, PortCounters, WorkerCounters};
 use bridge::fdb::FdbKey;
-use bridge::port::netdev;
+use bridge::monitor::LinkMonitor;
+use bridge::port::{netdev, LinkPort};
 use bridge::wire::{MacAddr, MacKind};
+use bridge::worker::{PortControl, MAX_PORTS};
 use bridge::{DropReason, MacTable, PortId, Stopper};
 use locks::Strategy;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 
+use crate::ports::{self, Kind, PortSpec};
 use crate::protocol::{self, FdbEntry, ReplyLine, Request, RequestLine, VERSION};
 
 /// The most clients served at once; one more is told so and closed.
@@ -36,12 +39,18 @@ const TICK_MS: u16 = 200;
 pub struct Bridge<S: Strategy> {
     /// The bridge's name.
     pub name: String,
-    /// Each port as given to `--port` ("tap:acc1"), in order.
-    pub labels: Vec<String>,
-    /// Each port's interface name.
-    pub interfaces: Vec<String>,
-    /// Whether each port is raw (its interface is in this namespace).
-    pub raw: Vec<bool>,
+    /// The ports, by port id; `None` where no port has the id (removed).
+    pub ports: Mutex<Vec<Option<PortSpec>>>,
+    /// Each worker's handle for adding and removing its queues.
+    pub controls: Vec<PortControl<LinkPort>>,
+    /// The link monitor, which the main thread ticks once a second.
+    pub monitor: Arc<Mutex<LinkMonitor>>,
+    /// A relay: exactly two ports, none added or removed.
+    pub relay: bool,
+    /// Whether capabilities were kept (`--keep-caps`); otherwise the
+    /// control thread raises the two that opening a port needs, for as long
+    /// as it takes.
+    pub keep_caps: bool,
     /// The MAC table.
     pub fdb: Arc<MacTable<S>>,
     /// Each worker's port counters.
@@ -352,7 +361,7 @@ fn handle<S: Strategy>(request: Request, bridge: &Bridge<S>) -> Result<serde_jso
             if let Some(local) = bridge.local_port(&key) {
                 return Err(format!(
                     "{mac} is the address of {}'s own interface",
-                    bridge.labels[local.index()]
+                    bridge.label(local)
                 ));
             }
             let replaced = bridge.fdb.add_static(key, port);
@@ -363,7 +372,7 @@ fn handle<S: Strategy>(request: Request, bridge: &Bridge<S>) -> Result<serde_jso
             if let Some(local) = bridge.local_port(&key) {
                 return Err(format!(
                     "{mac} is the address of {}'s own interface, which stays",
-                    bridge.labels[local.index()]
+                    bridge.label(local)
                 ));
             }
             if bridge.fdb.remove_static(key) || bridge.fdb.forget(key) {
@@ -380,7 +389,41 @@ fn handle<S: Strategy>(request: Request, bridge: &Bridge<S>) -> Result<serde_jso
             value(&serde_json::json!({ "flushed": flushed }))
         }
         Request::Stats => value(&stats(bridge)),
+        Request::PortAdd { port } => value(&bridge.add_port(&port)?),
+        Request::PortDel { port } => value(&bridge.remove_port(&port)?),
     }
+}
+
+/// How long a worker may take to apply a port change.
+const CHANGE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Waits for every worker's answer to a port change.
+fn await_workers(answers: Vec<std::sync::mpsc::Receiver<()>>) -> Result<(), String> {
+    for (worker, answer) in answers.into_iter().enumerate() {
+        answer
+            .recv_timeout(CHANGE_TIMEOUT)
+            .map_err(|_| format!("worker {worker} did not apply the change"))?;
+    }
+    Ok(())
+}
+
+/// Runs `f` with CAP_NET_ADMIN and CAP_NET_RAW in this thread's effective
+/// set (they stay in its permitted set when the rest are dropped), and
+/// drops them again after.
+fn with_port_caps<T>(keep_caps: bool, f: impl FnOnce() -> T) -> T {
+    use caps::{CapSet, Capability};
+    if keep_caps {
+        return f();
+    }
+    for cap in [Capability::CAP_NET_ADMIN, Capability::CAP_NET_RAW] {
+        // Without the capability the open fails with a clear error.
+        let _ = caps::raise(None, CapSet::Effective, cap);
+    }
+    let result = f();
+    if let Err(error) = caps::clear(None, CapSet::Effective) {
+        log::warn!("cannot drop the capabilities raised to open a port: {error}");
+    }
+    result
 }
 
 fn value<T: serde::Serialize>(result: &T) -> Result<serde_json::Value, String> {
@@ -410,24 +453,126 @@ fn parse_station(text: &str) -> Result<MacAddr, String> {
 }
 
 impl<S: Strategy> Bridge<S> {
+    fn table(&self) -> MutexGuard<'_, Vec<Option<PortSpec>>> {
+        // A panic elsewhere while holding it leaves the table whole.
+        self.ports.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The ports now, by id.
+    pub fn live_ports(&self) -> Vec<(PortId, PortSpec)> {
+        self.table()
+            .iter()
+            .enumerate()
+            .filter_map(|(id, spec)| Some((PortId(id as u16), spec.clone()?)))
+            .collect()
+    }
+
+    /// Port `id` as `--port` gives it, or `#id` for one since removed.
+    pub fn label(&self, id: PortId) -> String {
+        match self.table().get(id.index()) {
+            Some(Some(spec)) => spec.label(),
+            _ => format!("#{}", id.0),
+        }
+    }
+
     /// The port named `name`: its `--port` form or its interface name.
     fn port(&self, name: &str) -> Result<PortId, String> {
-        let by_label = self.labels.iter().position(|label| label == name);
+        let live = self.live_ports();
+        let by_label = live.iter().find(|(_, spec)| spec.label() == name);
         let by_interface = || {
-            let mut matches = self
-                .interfaces
-                .iter()
-                .enumerate()
-                .filter(|(_, i)| *i == name);
+            let mut matches = live.iter().filter(|(_, spec)| spec.name == name);
             match (matches.next(), matches.next()) {
-                (Some((index, _)), None) => Some(index),
+                (Some(found), None) => Some(found),
                 _ => None,
             }
         };
         by_label
             .or_else(by_interface)
-            .map(|index| PortId(index as u16))
-            .ok_or_else(|| format!("no port '{name}' (ports: {})", self.labels.join(", ")))
+            .map(|(id, _)| *id)
+            .ok_or_else(|| {
+                let labels: Vec<String> = live.iter().map(|(_, spec)| spec.label()).collect();
+                format!("no port '{name}' (ports: {})", labels.join(", "))
+            })
+    }
+
+    /// Adds a port while the bridge runs: opens one queue per worker, hands
+    /// each worker its queue and waits until all use it.
+    fn add_port(&self, text: &str) -> Result<serde_json::Value, String> {
+        let spec = PortSpec::parse(text)?;
+        if self.relay {
+            return Err("a relay has exactly two ports; none can be added".to_owned());
+        }
+        let mut table = self.table();
+        if table.iter().flatten().any(|port| port.name == spec.name) {
+            return Err(format!("{} is already a port of this bridge", spec.name));
+        }
+        let id = table
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(table.len());
+        if id >= MAX_PORTS {
+            return Err(format!("a bridge has at most {MAX_PORTS} ports"));
+        }
+        let queues = with_port_caps(self.keep_caps, || {
+            ports::open_queues(&spec, self.controls.len())
+        })?;
+        let port = PortId(id as u16);
+        let answers = self
+            .controls
+            .iter()
+            .zip(queues)
+            .map(|(control, queue)| control.add(port, queue))
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(|e| format!("cannot hand the port to the workers: {e}"))?;
+        await_workers(answers)?;
+        if id == table.len() {
+            table.push(Some(spec.clone()));
+        } else {
+            table[id] = Some(spec.clone());
+        }
+        drop(table);
+        if spec.kind == Kind::Raw {
+            let mut monitor = self.monitor.lock().unwrap_or_else(|e| e.into_inner());
+            monitor.watch(port, &spec.name);
+            monitor.tick(&self.fdb);
+        }
+        log::info!("{}: added as port {id}", spec.label());
+        Ok(serde_json::json!({ "port": spec.label(), "id": id }))
+    }
+
+    /// Removes a port while the bridge runs: every worker closes its queue
+    /// between batches, and once all have, the port's entries go.
+    fn remove_port(&self, name: &str) -> Result<serde_json::Value, String> {
+        if self.relay {
+            return Err("a relay has exactly two ports; none can be removed".to_owned());
+        }
+        let port = self.port(name)?;
+        let mut table = self.table();
+        if table.iter().flatten().count() <= 2 {
+            return Err(format!(
+                "a bridge keeps at least two ports; add another before removing {name}"
+            ));
+        }
+        let spec = table[port.index()].take().expect("a live port");
+        drop(table);
+        self.monitor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unwatch(port, &self.fdb);
+        let answers = self
+            .controls
+            .iter()
+            .map(|control| control.remove(port))
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(|e| format!("cannot reach the workers: {e}"))?;
+        await_workers(answers)?;
+        let flushed = self.fdb.purge_port(port);
+        log::info!(
+            "{}: removed (port {}), {flushed} entries flushed",
+            spec.label(),
+            port.0
+        );
+        Ok(serde_json::json!({ "removed": spec.label(), "flushed": flushed }))
     }
 
     /// The port whose own address `key` is, if it is a local entry.
@@ -453,11 +598,7 @@ fn fdb_entries<S: Strategy>(
         .filter(|r| port.is_none_or(|p| r.port == p) && vlan.is_none_or(|v| r.key.vlan == v))
         .map(|r| FdbEntry {
             mac: r.key.mac.to_string(),
-            port: bridge
-                .labels
-                .get(r.port.index())
-                .cloned()
-                .unwrap_or_else(|| format!("#{}", r.port.0)),
+            port: bridge.label(r.port),
             vlan: r.key.vlan,
             state: match (r.is_local, r.is_static) {
                 (true, _) => "local",
@@ -474,32 +615,27 @@ fn stats<S: Strategy>(bridge: &Bridge<S>) -> protocol::Stats {
     let sets: Vec<&[PortCounters]> = bridge.counters.iter().map(|set| &set[..]).collect();
     let totals = counters::sum(sets.iter().copied());
     let states = counters::states(sets.iter().copied());
-    let ports = (0..bridge.labels.len())
-        .map(|index| {
+    let ports = bridge
+        .live_ports()
+        .into_iter()
+        .map(|(id, spec)| {
+            let index = id.index();
             let stats = totals.get(index).copied().unwrap_or_default();
             let state = states.get(index).copied().unwrap_or_default();
-            let link = if state == counters::PortState::Gone {
-                "gone"
-            } else if bridge.raw[index] {
-                match netdev::link_state(&bridge.interfaces[index]) {
-                    Ok(link) if link.running => "up",
-                    Ok(_) => "down",
-                    Err(_) => "gone",
-                }
-            } else {
-                match netdev::link_state(&bridge.interfaces[index]) {
-                    Ok(link) if link.running => "up",
-                    Ok(_) => "down",
-                    // A tap whose kernel side moved to another namespace.
-                    Err(_) => "unknown",
-                }
+            let link = match netdev::link_state(&spec.name) {
+                _ if state == counters::PortState::Gone => "gone",
+                Ok(link) if link.running => "up",
+                Ok(_) => "down",
+                Err(_) if spec.kind == Kind::Raw => "gone",
+                // A tap whose kernel side moved to another namespace.
+                Err(_) => "unknown",
             };
             let drops: BTreeMap<String, u64> = DropReason::ALL
                 .iter()
                 .map(|reason| (reason.name().to_owned(), stats.dropped(*reason)))
                 .collect();
             protocol::PortStats {
-                name: bridge.labels[index].clone(),
+                name: spec.label(),
                 link: link.to_owned(),
                 state: state.name().to_owned(),
                 rx_frames: stats.rx_frames,

@@ -4,6 +4,7 @@
 
 mod client;
 mod control;
+mod ports;
 mod protocol;
 
 use std::fmt::Write as _;
@@ -16,11 +17,10 @@ use std::time::Duration;
 use bridge::counters::{self, PortCounters};
 use bridge::fdb::Seconds;
 use bridge::monitor::{LinkEvent, LinkMonitor};
-use bridge::port::tap::TapError;
-use bridge::port::{LinkPort, RawPort, TapPort};
 use bridge::{DropReason, FdbConfig, MacTable, Mode, PortId, Stopper, Worker, WorkerConfig};
 use clap::{Args, Parser, Subcommand};
 use locks::{Strategy, StrategyKind};
+use ports::{open_ports, Kind, PortSpec};
 
 /// The strategy used when `--lock` is not given: the fastest forwarding
 /// path in docs/benchmarks.md.
@@ -81,11 +81,29 @@ enum Command {
     /// Show or change the MAC table of a running bridge.
     #[command(subcommand)]
     Fdb(FdbCommand),
+    /// Add or remove a port of a running bridge.
+    #[command(subcommand)]
+    Port(PortCommand),
     /// A running bridge's counters: ports, workers, the table, the lock.
     Stats {
         /// JSON instead of text.
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum PortCommand {
+    /// Add a port: tap:NAME or raw:IFNAME. Every worker gets a queue of it.
+    Add {
+        /// tap:NAME or raw:IFNAME.
+        #[arg(value_name = "tap:NAME|raw:IFNAME")]
+        port: String,
+    },
+    /// Remove a port (at least two stay); its table entries go with it.
+    Del {
+        /// The port, as given to --port or port add (or its interface name).
+        port: String,
     },
 }
 
@@ -187,98 +205,6 @@ enum ModeArg {
     Relay,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Kind {
-    Tap,
-    Raw,
-}
-
-struct PortSpec {
-    kind: Kind,
-    name: String,
-}
-
-impl PortSpec {
-    fn parse(spec: &str) -> Result<PortSpec, String> {
-        let (kind, name) = match spec.split_once(':') {
-            Some(("tap", name)) => (Kind::Tap, name),
-            Some(("raw", name)) => (Kind::Raw, name),
-            _ => {
-                return Err(format!(
-                    "invalid port '{spec}' (expected tap:NAME or raw:IFNAME)"
-                ))
-            }
-        };
-        if name.is_empty() || name.len() >= 16 || name.contains(['/', ' ', ':']) {
-            return Err(format!(
-                "invalid interface name in port '{spec}' (1 to 15 characters)"
-            ));
-        }
-        Ok(PortSpec {
-            kind,
-            name: name.to_owned(),
-        })
-    }
-
-    fn label(&self) -> String {
-        match self.kind {
-            Kind::Tap => format!("tap:{}", self.name),
-            Kind::Raw => format!("raw:{}", self.name),
-        }
-    }
-}
-
-/// One line saying why a port could not be opened.
-fn open_error(spec: &PortSpec, error: &io::Error) -> String {
-    let reason = match (error.raw_os_error(), spec.kind) {
-        (Some(libc::ENODEV), _) => "no such interface".to_owned(),
-        (Some(libc::EPERM | libc::EACCES), Kind::Raw) => {
-            "permission denied (a raw port needs CAP_NET_RAW, and CAP_NET_ADMIN if its link is down)"
-                .to_owned()
-        }
-        (Some(libc::EPERM | libc::EACCES), Kind::Tap) => {
-            "permission denied (a tap port needs CAP_NET_ADMIN)".to_owned()
-        }
-        (Some(libc::EBUSY), Kind::Tap) => {
-            "busy: another program has the tap's queue (a VM?); bridge it as raw:NAME".to_owned()
-        }
-        _ => error.to_string(),
-    };
-    format!("cannot open port {}: {reason}", spec.label())
-}
-
-fn tap_error(spec: &PortSpec, error: &TapError) -> String {
-    match error {
-        TapError::Io(error) => open_error(spec, error),
-        other => format!("cannot open port {}: {other}", spec.label()),
-    }
-}
-
-/// Opens `workers` queues of each port: `result[w]` is worker `w`'s set.
-fn open_ports(specs: &[PortSpec], workers: usize) -> Result<Vec<Vec<LinkPort>>, String> {
-    let mut per_worker: Vec<Vec<LinkPort>> = (0..workers).map(|_| Vec::new()).collect();
-    for spec in specs {
-        let queues: Vec<LinkPort> = match spec.kind {
-            Kind::Tap => {
-                let tap = TapPort::open(&spec.name, workers).map_err(|e| tap_error(spec, &e))?;
-                if tap.existed {
-                    log::info!("tap {} existed before and will stay", spec.name);
-                }
-                tap.queues.into_iter().map(LinkPort::Tap).collect()
-            }
-            Kind::Raw => RawPort::open(&spec.name, workers)
-                .map_err(|e| open_error(spec, &e))?
-                .into_iter()
-                .map(LinkPort::Raw)
-                .collect(),
-        };
-        for (set, queue) in per_worker.iter_mut().zip(queues) {
-            set.push(queue);
-        }
-    }
-    Ok(per_worker)
-}
-
 /// Tells a service manager we are ready, when one asked (sd_notify).
 fn notify_ready() {
     use std::os::linux::net::SocketAddrExt;
@@ -332,10 +258,11 @@ fn wait_for_signal(set: &libc::sigset_t, timeout: Duration) -> Option<libc::c_in
     (signal > 0).then_some(signal)
 }
 
-fn report(specs: &[PortSpec], sets: &[Arc<[PortCounters]>], fdb: String) -> String {
+fn report(ports: &[(PortId, PortSpec)], sets: &[Arc<[PortCounters]>], fdb: String) -> String {
     let totals = counters::sum(sets.iter().map(|set| &set[..]));
     let mut out = String::from("final counters:\n");
-    for (spec, stats) in specs.iter().zip(&totals) {
+    for (id, spec) in ports {
+        let stats = totals.get(id.index()).copied().unwrap_or_default();
         let drops: Vec<String> = DropReason::ALL
             .iter()
             .map(|r| format!("{}={}", r.name(), stats.dropped(*r)))
@@ -387,7 +314,8 @@ fn run<S: Strategy>(
             monitor.watch(PortId(index as u16), &spec.name);
         }
     }
-    report_links(specs, monitor.tick(&fdb));
+    report_links(|port| specs[port.index()].label(), monitor.tick(&fdb));
+    let monitor = Arc::new(std::sync::Mutex::new(monitor));
     let stopper = Arc::new(Stopper::new().map_err(|e| format!("cannot create an eventfd: {e}"))?);
     let worker_config = WorkerConfig {
         frame_capacity: FRAME_CAPACITY,
@@ -401,6 +329,7 @@ fn run<S: Strategy>(
     };
     let mut counter_sets = Vec::new();
     let mut worker_totals = Vec::new();
+    let mut controls = Vec::new();
     if args.lockstat {
         locks::lockstat::enable(true);
     }
@@ -410,6 +339,7 @@ fn run<S: Strategy>(
     for (id, ports) in port_sets.into_iter().enumerate() {
         let mut worker = Worker::new(Arc::clone(&fdb), ports, worker_config);
         counter_sets.push(worker.counters());
+        controls.push(worker.control());
         worker_totals.push(worker.totals());
         let stopper = Arc::clone(&stopper);
         let panic_now = id == 0 && args.inject_fault == Some(InjectedFault::WorkerPanic);
@@ -430,9 +360,11 @@ fn run<S: Strategy>(
     let labels: Vec<String> = specs.iter().map(PortSpec::label).collect();
     let shared = Arc::new(control::Bridge {
         name: name.to_owned(),
-        labels: labels.clone(),
-        interfaces: specs.iter().map(|spec| spec.name.clone()).collect(),
-        raw: specs.iter().map(|spec| spec.kind == Kind::Raw).collect(),
+        ports: std::sync::Mutex::new(specs.iter().cloned().map(Some).collect()),
+        controls,
+        monitor: Arc::clone(&monitor),
+        relay: args.mode == ModeArg::Relay,
+        keep_caps: args.keep_caps,
         fdb: Arc::clone(&fdb),
         counters: counter_sets.clone(),
         workers: worker_totals,
@@ -441,10 +373,11 @@ fn run<S: Strategy>(
     });
     let control_thread = {
         let stopper = Arc::clone(&stopper);
+        let bridge = Arc::clone(&shared);
         let path = control.path().display().to_string();
         let thread = thread::Builder::new()
             .name("control".to_owned())
-            .spawn(move || control::serve(control, shared, stopper))
+            .spawn(move || control::serve(control, bridge, stopper))
             .map_err(|e| format!("cannot start the control thread: {e}"))?;
         log::info!("control socket {path}");
         thread
@@ -504,7 +437,8 @@ fn run<S: Strategy>(
         if aged > 0 {
             log::debug!("aged out {aged} stations");
         }
-        report_links(specs, monitor.tick(&fdb));
+        let events = monitor.lock().unwrap_or_else(|e| e.into_inner()).tick(&fdb);
+        report_links(|port| shared.label(port), events);
         outcome = check_workers(&handles);
     }
     stopper.stop();
@@ -528,7 +462,7 @@ fn run<S: Strategy>(
         stats.refused,
         stats.aged
     );
-    say(&report(specs, &counter_sets, fdb_line));
+    say(&report(&shared.live_ports(), &counter_sets, fdb_line));
     outcome
 }
 
@@ -545,8 +479,7 @@ fn check_workers(handles: &[thread::JoinHandle<()>]) -> Result<(), String> {
 }
 
 /// Logs what the link monitor saw.
-fn report_links(specs: &[PortSpec], events: Vec<LinkEvent>) {
-    let label = |port: PortId| specs[port.index()].label();
+fn report_links(label: impl Fn(PortId) -> String, events: Vec<LinkEvent>) {
     for event in events {
         match event {
             LinkEvent::Down { port, flushed } => log::warn!(
@@ -565,23 +498,32 @@ fn report_links(specs: &[PortSpec], events: Vec<LinkEvent>) {
     }
 }
 
-/// Drops every capability once the ports are open (nothing the bridge does
-/// afterwards needs one: sends and receives on open descriptors are not
-/// checked again, and closing a tap mpbridge made removes it without one),
-/// and sets no-new-privileges, so that a compromised daemon cannot regain
-/// any through an exec.
+/// Drops capabilities once the ports are open: the effective set is
+/// emptied (sends and receives on open descriptors are not checked again,
+/// and closing a tap mpbridge made removes it without one), and only
+/// CAP_NET_ADMIN and CAP_NET_RAW stay permitted, which the control thread
+/// raises for as long as it opens a port added at run time. No-new-privileges
+/// is set, so that a compromised daemon cannot gain any through an exec.
 fn drop_privileges() -> Result<(), String> {
-    use caps::CapSet;
+    use caps::{CapSet, Capability};
     let fail = |what: &str, error: caps::errors::CapsError| format!("cannot drop {what}: {error}");
+    let kept: caps::CapsHashSet = [Capability::CAP_NET_ADMIN, Capability::CAP_NET_RAW]
+        .into_iter()
+        .filter(|cap| caps::has_cap(None, CapSet::Permitted, *cap).unwrap_or(false))
+        .collect();
     // The bounding set first: dropping from it needs CAP_SETPCAP, which the
     // effective set loses below.
-    if caps::has_cap(None, CapSet::Effective, caps::Capability::CAP_SETPCAP).unwrap_or(false) {
-        caps::clear(None, CapSet::Bounding).map_err(|e| fail("the bounding set", e))?;
+    if caps::has_cap(None, CapSet::Effective, Capability::CAP_SETPCAP).unwrap_or(false) {
+        for cap in caps::all() {
+            if !kept.contains(&cap) {
+                caps::drop(None, CapSet::Bounding, cap).map_err(|e| fail("the bounding set", e))?;
+            }
+        }
     }
     caps::clear(None, CapSet::Ambient).map_err(|e| fail("ambient capabilities", e))?;
     caps::clear(None, CapSet::Inheritable).map_err(|e| fail("inheritable capabilities", e))?;
     caps::clear(None, CapSet::Effective).map_err(|e| fail("effective capabilities", e))?;
-    caps::clear(None, CapSet::Permitted).map_err(|e| fail("permitted capabilities", e))?;
+    caps::set(None, CapSet::Permitted, &kept).map_err(|e| fail("permitted capabilities", e))?;
     // SAFETY: PR_SET_NO_NEW_PRIVS takes plain integers and touches no memory.
     #[allow(unsafe_code)]
     let ret = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
@@ -684,6 +626,17 @@ fn operate(name: &str, socket: &std::path::Path, command: Command) -> Result<(),
         Command::Stats { json } => {
             let result = client::call(name, socket, Request::Stats)?;
             client::print_stats(result, json)
+        }
+        Command::Port(PortCommand::Add { port }) => {
+            PortSpec::parse(&port).map_err(|message| client::Failure { code: 2, message })?;
+            let result = client::call(name, socket, Request::PortAdd { port })?;
+            println!("added {}", result["port"].as_str().unwrap_or("?"));
+            Ok(())
+        }
+        Command::Port(PortCommand::Del { port }) => {
+            let result = client::call(name, socket, Request::PortDel { port })?;
+            println!("removed {}", result["removed"].as_str().unwrap_or("?"));
+            Ok(())
         }
         Command::Fdb(FdbCommand::Show { port, vlan, json }) => {
             let result = client::call(name, socket, Request::FdbShow { port, vlan })?;

@@ -65,6 +65,16 @@ pub enum Request {
     },
     /// Counters of ports, workers, the table and the lock.
     Stats,
+    /// Adds a port while the bridge runs.
+    PortAdd {
+        /// `tap:NAME` or `raw:IFNAME`.
+        port: String,
+    },
+    /// Removes a port while the bridge runs.
+    PortDel {
+        /// The port, as given to `--port` (or its interface name).
+        port: String,
+    },
 }
 
 /// One reply line: `{"version":1,"ok":true,"result":...}` or

@@ -422,6 +422,121 @@ fn client_errors_are_one_line_with_the_right_exit_code() {
     assert!(err.contains("permission denied"), "{err}");
 }
 
+/// The daemon's log lines, for a failure message.
+fn still_running(topology: &mut Topology) {
+    let daemon = topology.daemon.as_mut().unwrap();
+    assert!(
+        daemon.child.try_wait().unwrap().is_none(),
+        "the bridge exited: {:?}",
+        daemon.log
+    );
+}
+
+fn ports_come_and_go_while_traffic_flows() {
+    let socket = socket_path("ports");
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let mut topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg, "--workers", "2"]);
+    // The third host's link, bridged only while the port is in.
+    let third = Netns::new();
+    third.add_veth("p2", &topology.bridge).expect("veth");
+    third.ip(&["addr", "add", "198.18.0.3/24", "dev", "eth0"]);
+    third.ip(&["link", "set", "eth0", "up"]);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let hosts = &topology.hosts;
+        let stop = &stop;
+        // TCP between hosts 0 and 1, byte-checked, all along.
+        let transfers = scope.spawn(move || {
+            let mut count = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                tcp_transfer(
+                    hosts,
+                    count % 2,
+                    1 - count % 2,
+                    5300 + count as u16,
+                    count as u64,
+                );
+                count += 1;
+            }
+            count
+        });
+        for round in 0..10 {
+            let (code, out, err) = ctl(&socket, &["port", "add", "raw:p2"]);
+            assert_eq!(code, 0, "round {round}: {err}");
+            assert_eq!(out.trim(), "added raw:p2");
+            // The new port floods and learns at once: host 2 reaches host 0.
+            let connected = third.run(|| {
+                let addr = std::net::SocketAddr::from(([198, 18, 0, 1], 9));
+                // Connection refused (RST) proves the round trip through
+                // the bridge; a timeout would mean no path.
+                match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3)) {
+                    Ok(_) => true,
+                    Err(e) => e.kind() == std::io::ErrorKind::ConnectionRefused,
+                }
+            });
+            assert!(connected, "round {round}: host 2 cannot reach host 0");
+            let table = fdb(&socket);
+            assert!(
+                table
+                    .values()
+                    .any(|(port, state)| port == "raw:p2" && state == "learned"),
+                "round {round}: nothing learned on the new port: {table:?}"
+            );
+            let (code, out, err) = ctl(&socket, &["port", "del", "raw:p2"]);
+            assert_eq!(code, 0, "round {round}: {err}");
+            assert_eq!(out.trim(), "removed raw:p2");
+            let table = fdb(&socket);
+            assert!(
+                table.values().all(|(port, _)| port != "raw:p2"),
+                "round {round}: the removed port's entries stayed: {table:?}"
+            );
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let transfers = transfers.join().expect("a transfer failed");
+        assert!(transfers >= 1);
+    });
+    still_running(&mut topology);
+    let stats = ctl_json(&socket, &["stats", "--json"]);
+    let names: Vec<&str> = stats["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["raw:p0", "raw:p1"]);
+}
+
+fn a_tap_added_and_removed_comes_and_goes() {
+    let socket = socket_path("tapport");
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg]);
+    let exists = |name: &str| {
+        Command::new("ip")
+            .args(["-n", &topology.bridge.name, "link", "show", name])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    ctl_ok(&socket, &["port", "add", "tap:extra0"]);
+    assert!(exists("extra0"), "the tap was not made");
+    let (code, _, err) = ctl(&socket, &["port", "add", "tap:extra0"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("already a port"), "{err}");
+    ctl_ok(&socket, &["port", "del", "tap:extra0"]);
+    assert!(!exists("extra0"), "the tap mpbridge made outlived its port");
+    let (code, _, err) = ctl(&socket, &["port", "del", "raw:p0"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("at least two ports"), "{err}");
+    let (code, _, err) = ctl(&socket, &["port", "add", "eth9"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("'eth9'"), "{err}");
+    let (code, _, err) = ctl(&socket, &["port", "add", "raw:nosuch9"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no such interface"), "{err}");
+    tcp_transfer(&topology.hosts, 0, 1, 5299, 9);
+}
+
 lab::test_main! {
     privileged: [
         fdb_show_lists_every_station_on_its_port,
@@ -431,6 +546,8 @@ lab::test_main! {
         hostile_clients_get_errors_and_nothing_leaks,
         one_bridge_per_socket_and_stale_sockets_are_replaced,
         client_errors_are_one_line_with_the_right_exit_code,
+        ports_come_and_go_while_traffic_flows,
+        a_tap_added_and_removed_comes_and_goes,
     ],
     plain: [],
 }

@@ -127,6 +127,27 @@ impl PortCounters {
         add(&self.moves, stats.moves);
     }
 
+    /// Zeroes every counter and marks the port forwarding: for a port id
+    /// taken again by a new port.
+    pub fn reset(&self) {
+        let zero = |counter: &AtomicU64| counter.store(0, Ordering::Relaxed);
+        for counter in [
+            &self.rx_frames,
+            &self.rx_bytes,
+            &self.tx_frames,
+            &self.tx_bytes,
+            &self.rx_oversize,
+            &self.rx_errors,
+            &self.tx_dropped,
+            &self.tx_errors,
+            &self.moves,
+        ] {
+            zero(counter);
+        }
+        self.drops.iter().for_each(zero);
+        self.set_state(PortState::Forwarding);
+    }
+
     /// Publishes the port's state as this worker sees it.
     pub fn set_state(&self, state: PortState) {
         // Relaxed: a status for display, ordering nothing else.

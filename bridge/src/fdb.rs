@@ -568,6 +568,23 @@ impl<S: Strategy> MacTable<S> {
         removed
     }
 
+    /// Removes every entry of one port, static and local ones too: the
+    /// port left the bridge. Returns how many were removed.
+    pub fn purge_port(&self, port: PortId) -> usize {
+        let mut learned = 0;
+        let removed = self.map.write(|w| {
+            w.retain(|_, entry| {
+                let keep = entry.port != port;
+                if !keep && !entry.is_static {
+                    learned += 1;
+                }
+                keep
+            })
+        });
+        self.release(learned);
+        removed
+    }
+
     /// Removes every learned entry.
     pub fn flush(&self) -> usize {
         let removed = self.map.write(|w| w.retain(|_, entry| entry.is_static));

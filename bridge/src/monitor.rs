@@ -80,6 +80,20 @@ impl LinkMonitor {
         });
     }
 
+    /// Stops watching port `port` (it left the bridge) and removes its
+    /// interface's address from `fdb`.
+    pub fn unwatch<S: Strategy>(&mut self, port: PortId, fdb: &MacTable<S>) {
+        self.watched.retain(|watched| {
+            if watched.port != port {
+                return true;
+            }
+            if let Some(addr) = watched.local {
+                fdb.remove_static(FdbKey::new(0, addr));
+            }
+            false
+        });
+    }
+
     /// Looks at every watched interface once, updates `fdb`, and returns
     /// what changed.
     pub fn tick<S: Strategy>(&mut self, fdb: &MacTable<S>) -> Vec<LinkEvent> {

@@ -9,7 +9,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use locks::Strategy;
@@ -38,6 +38,9 @@ const FLAP_MOVES_PER_SEC: u32 = 20;
 /// A busy-polling worker looks for port errors once per this many idle
 /// rounds (the sleeping one sees them in `poll(2)`).
 const BUSY_POLL_ERROR_CHECK: u32 = 1024;
+
+/// The most ports a bridge has at once; port ids run from 0 below it.
+pub const MAX_PORTS: usize = 256;
 
 /// Tells workers to stop, waking those asleep in `poll`.
 #[derive(Debug)]
@@ -82,6 +85,8 @@ enum Health {
     Retrying,
     /// The device is gone for good; the port is out of the bridge.
     Gone,
+    /// No port has this id (never added, or removed).
+    Vacant,
 }
 
 /// Per-port fault state: its health and when it last logged.
@@ -106,6 +111,13 @@ impl Default for Fault {
 }
 
 impl Fault {
+    const VACANT: Fault = Fault {
+        health: Health::Vacant,
+        backoff: FIRST_BACKOFF,
+        logged_at: None,
+        suppressed: 0,
+    };
+
     /// Leaves the port alone for the current back-off, and doubles it for
     /// the next fault of the same event.
     fn back_off(&mut self) {
@@ -211,7 +223,13 @@ impl Default for WorkerConfig {
 /// A forwarding thread's state: one queue of every port, and the table.
 pub struct Worker<S: Strategy, P: Port> {
     fdb: Arc<MacTable<S>>,
-    ports: Vec<P>,
+    /// This worker's queue of each port, by port id; `None` where no port
+    /// has that id.
+    ports: Vec<Option<P>>,
+    /// Ports added and removed while running, and the eventfd that wakes
+    /// this worker to look (see [`PortControl`]).
+    changes: mpsc::Receiver<Change<P>>,
+    control: PortControl<P>,
     config: WorkerConfig,
     counters: Arc<[PortCounters]>,
     totals: Arc<WorkerCounters>,
@@ -230,18 +248,23 @@ pub struct Worker<S: Strategy, P: Port> {
 }
 
 impl<S: Strategy, P: Port> Worker<S, P> {
-    /// A worker over `ports` (at most 65536; port `i` has [`PortId`] `i`).
+    /// A worker over `ports` (at most [`MAX_PORTS`]; port `i` has
+    /// [`PortId`] `i`).
     pub fn new(fdb: Arc<MacTable<S>>, ports: Vec<P>, config: WorkerConfig) -> Self {
-        assert!(ports.len() <= usize::from(u16::MAX) + 1, "too many ports");
+        assert!(ports.len() <= MAX_PORTS, "too many ports");
         assert!(
             config.mode == Mode::Bridge || ports.len() == 2,
             "a relay has exactly two ports"
         );
         let n = ports.len();
+        let (sender, changes) = mpsc::channel();
+        let wake = Arc::new(wake::eventfd().expect("an eventfd for port changes"));
         Worker {
             fdb,
             config,
-            counters: (0..n).map(|_| PortCounters::default()).collect(),
+            changes,
+            control: PortControl { sender, wake },
+            counters: (0..MAX_PORTS).map(|_| PortCounters::default()).collect(),
             totals: Arc::default(),
             batch: RxBatch::new(config.batch_size, config.frame_capacity),
             decisions: Vec::with_capacity(config.batch_size),
@@ -254,8 +277,56 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             faults: vec![Fault::default(); n],
             flaps: vec![Flaps::default(); n],
             polled: Vec::with_capacity(n),
-            ports,
+            ports: ports.into_iter().map(Some).collect(),
         }
+    }
+
+    /// A handle that adds and removes this worker's queues of ports while
+    /// it runs.
+    pub fn control(&self) -> PortControl<P> {
+        self.control.clone()
+    }
+
+    /// Applies the port changes sent through [`PortControl`]: a worker
+    /// calls this between batches, so no frame of its is in flight on a
+    /// queue it drops. Returns how many it applied.
+    pub fn apply_changes(&mut self) -> usize {
+        let mut applied = 0;
+        while let Ok(change) = self.changes.try_recv() {
+            applied += 1;
+            match change {
+                Change::Add { id, queue, done } => {
+                    let index = id.index();
+                    if index >= self.ports.len() {
+                        let n = index + 1;
+                        self.ports.resize_with(n, || None);
+                        self.stats.resize(n, PortStats::default());
+                        self.faults.resize(n, Fault::VACANT);
+                        self.flaps.resize(n, Flaps::default());
+                        self.outputs
+                            .resize_with(n, || Vec::with_capacity(self.config.batch_size));
+                    }
+                    self.counters[index].reset();
+                    self.stats[index] = PortStats::default();
+                    self.faults[index] = Fault::default();
+                    self.flaps[index] = Flaps::default();
+                    self.ports[index] = Some(queue);
+                    let _ = done.send(());
+                }
+                Change::Remove { id, done } => {
+                    if let Some(slot) = self.ports.get_mut(id.index()) {
+                        // Dropping the queue closes it: nothing of this
+                        // worker uses it any more, and no other worker ever
+                        // did.
+                        *slot = None;
+                        self.faults[id.index()] = Fault::VACANT;
+                        self.stats[id.index()] = PortStats::default();
+                    }
+                    let _ = done.send(());
+                }
+            }
+        }
+        applied
     }
 
     /// This worker's counters, one per port.
@@ -268,9 +339,17 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         Arc::clone(&self.totals)
     }
 
-    /// The ports.
-    pub fn ports(&self) -> &[P] {
+    /// This worker's queues, by port id (`None` where no port has the id).
+    pub fn ports(&self) -> &[Option<P>] {
         &self.ports
+    }
+
+    fn port(&self, index: usize) -> &P {
+        self.ports[index].as_ref().expect("a port in use")
+    }
+
+    fn port_mut(&mut self, index: usize) -> &mut P {
+        self.ports[index].as_mut().expect("a port in use")
     }
 
     /// The table.
@@ -287,7 +366,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         for ingress in 0..self.ports.len() {
             match self.faults[ingress].health {
                 Health::Up | Health::Retrying => {}
-                Health::Gone => continue,
+                Health::Gone | Health::Vacant => continue,
                 Health::Backoff(until) => {
                     if *now.get_or_insert_with(Instant::now) < until {
                         continue;
@@ -298,7 +377,8 @@ impl<S: Strategy, P: Port> Worker<S, P> {
                 }
             }
             self.batch.clear();
-            match self.ports[ingress].recv_batch(&mut self.batch) {
+            let port = self.ports[ingress].as_mut().expect("a port in use");
+            match port.recv_batch(&mut self.batch) {
                 Ok(report) => {
                     let stats = &mut self.stats[ingress];
                     stats.rx_oversize += report.oversize as u64;
@@ -334,16 +414,16 @@ impl<S: Strategy, P: Port> Worker<S, P> {
     /// that the first send does not fail on a stale one) and looks at the
     /// link. Returns whether the port may be used again.
     fn retry(&mut self, index: usize) -> bool {
-        if let Some(error) = self.ports[index].take_error() {
+        if let Some(error) = self.port_mut(index).take_error() {
             let error = PortError::Pending {
-                port: self.ports[index].name().to_owned(),
+                port: self.port(index).name().to_owned(),
                 source: error,
             };
             self.faults[index].health = Health::Retrying;
             self.fault(index, error, Direction::Rx);
             return false;
         }
-        if !self.ports[index].link_ready() {
+        if !self.port(index).link_ready() {
             self.faults[index].back_off();
             return false;
         }
@@ -358,7 +438,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             fault.health = Health::Up;
             fault.backoff = FIRST_BACKOFF;
             self.counters[index].set_state(PortState::Forwarding);
-            log::info!("{}: passing frames again", self.ports[index].name());
+            log::info!("{}: passing frames again", self.port(index).name());
         }
     }
 
@@ -370,7 +450,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         let kind = FaultKind::of(error.source_error());
         let fault = &mut self.faults[index];
         let first = fault.health == Health::Up;
-        if fault.health == Health::Gone {
+        if matches!(fault.health, Health::Gone | Health::Vacant) {
             return;
         }
         let stats = &mut self.stats[index];
@@ -404,6 +484,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         let mut fds = Vec::with_capacity(self.ports.len() + 1);
         let mut idle_rounds = 0u32;
         while !stopper.is_stopped() {
+            self.apply_changes();
             let round = Instant::now();
             if self.poll() > 0 {
                 let busy = round.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
@@ -432,12 +513,18 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             events: libc::POLLIN,
             revents: 0,
         });
+        fds.push(libc::pollfd {
+            fd: self.control.wake.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
         let now = Instant::now();
         let mut timeout = if sleep { MAX_SLEEP_MS } else { 0 };
         let mut always_ready = false;
         for (index, (port, fault)) in self.ports.iter().zip(&self.faults).enumerate() {
+            let Some(port) = port else { continue };
             match fault.health {
-                Health::Gone => continue,
+                Health::Gone | Health::Vacant => continue,
                 Health::Backoff(until) => {
                     let wait = until.saturating_duration_since(now).as_millis() as i32 + 1;
                     timeout = timeout.min(wait);
@@ -466,18 +553,22 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             std::thread::sleep(Duration::from_millis(10));
             return;
         }
+        if fds[1].revents & libc::POLLIN != 0 {
+            wake::eventfd_drain(&self.control.wake);
+        }
         // POLLERR stays set until the error is read: read it here, or the
         // next poll returns at once, and the next, and the core spins.
         for slot in 0..self.polled.len() {
-            let (index, revents) = (self.polled[slot], fds[slot + 1].revents);
+            let (index, revents) = (self.polled[slot], fds[slot + 2].revents);
             if revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) == 0 {
                 continue;
             }
-            let source = self.ports[index]
+            let source = self
+                .port_mut(index)
                 .take_error()
                 .unwrap_or_else(|| io::Error::other(format!("poll reported {revents:#x}")));
             let error = PortError::Pending {
-                port: self.ports[index].name().to_owned(),
+                port: self.port(index).name().to_owned(),
                 source,
             };
             self.fault(index, error, Direction::Rx);
@@ -569,6 +660,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
                 let name = |port: PortId| {
                     self.ports
                         .get(port.index())
+                        .and_then(Option::as_ref)
                         .map_or("?".to_owned(), |p| p.name().to_owned())
                 };
                 log::warn!(
@@ -623,7 +715,10 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             let batch = &self.batch;
             let frames = output.iter().map(|&index| batch.frame(index));
             let offered = output.len() as u64;
-            let report = self.ports[egress].send_batch(frames);
+            let report = self.ports[egress]
+                .as_mut()
+                .expect("sendable ports are in use")
+                .send_batch(frames);
             output.clear();
             let tx = &mut self.stats[egress];
             let sent = report.sent as u64;
@@ -637,7 +732,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             }
             if let Some(source) = report.fault {
                 let error = PortError::Send {
-                    port: self.ports[egress].name().to_owned(),
+                    port: self.port(egress).name().to_owned(),
                     source,
                 };
                 self.fault(egress, error, Direction::Tx);
@@ -669,4 +764,66 @@ fn decide_and_refresh<S: Strategy>(
         }
     }
     decide(ingress, frame, section)
+}
+
+/// A port change for one worker, with the channel it answers on once done.
+enum Change<P> {
+    Add {
+        id: PortId,
+        queue: P,
+        done: mpsc::Sender<()>,
+    },
+    Remove {
+        id: PortId,
+        done: mpsc::Sender<()>,
+    },
+}
+
+/// Adds and removes one worker's queues of ports while it runs.
+///
+/// The worker reads its port set for every frame it floods, and the set
+/// changes rarely: the worker owns its copy, and changes reach it as
+/// messages that it applies between batches (its quiescent point, as a
+/// pserialize read section's end is in NetBSD's bridge). The answer to a
+/// change comes once the worker applied it, so a caller that waits for the
+/// answers of every worker knows that none can still use a removed port's
+/// queue (which the worker closed) or miss an added one: what NetBSD gets
+/// from `psref_target_destroy` and a publish.
+pub struct PortControl<P> {
+    sender: mpsc::Sender<Change<P>>,
+    wake: Arc<OwnedFd>,
+}
+
+impl<P> Clone for PortControl<P> {
+    fn clone(&self) -> Self {
+        PortControl {
+            sender: self.sender.clone(),
+            wake: Arc::clone(&self.wake),
+        }
+    }
+}
+
+impl<P> PortControl<P> {
+    fn send(&self, change: Change<P>) -> io::Result<()> {
+        self.sender
+            .send(change)
+            .map_err(|_| io::Error::other("the worker has stopped"))?;
+        wake::eventfd_signal(&self.wake)
+    }
+
+    /// Gives the worker `queue` as port `id`; the receiver answers once the
+    /// worker uses it.
+    pub fn add(&self, id: PortId, queue: P) -> io::Result<mpsc::Receiver<()>> {
+        let (done, answer) = mpsc::channel();
+        self.send(Change::Add { id, queue, done })?;
+        Ok(answer)
+    }
+
+    /// Takes port `id` from the worker, which closes its queue; the
+    /// receiver answers once it has.
+    pub fn remove(&self, id: PortId) -> io::Result<mpsc::Receiver<()>> {
+        let (done, answer) = mpsc::channel();
+        self.send(Change::Remove { id, done })?;
+        Ok(answer)
+    }
 }

@@ -387,6 +387,36 @@ fn refusals_moves_and_local_addresses<S: Strategy>() {
     assert_eq!(rig.fdb.lookup(&key(9)), Some(PortId(0)));
 }
 
+/// A port added while running floods and learns at once; a removed one
+/// gets nothing more, and its worker let go of its queue.
+fn ports_come_and_go<S: Strategy>() {
+    let mut rig = Rig::<S>::new(2);
+    let control = rig.worker.control();
+    let (port, peer) = bridge::port::MemoryPort::pair("mem2");
+    let answer = control.add(PortId(2), port).unwrap();
+    rig.worker.apply_changes();
+    answer.try_recv().expect("the worker answered");
+    rig.peers.push(peer);
+    rig.send(0, &frame(MacAddr::BROADCAST, station(1), 60));
+    assert_eq!(rig.ports_that_sent(), vec![1, 2], "floods to the new port");
+    rig.send(2, &frame(station(1), station(3), 60));
+    assert_eq!(rig.ports_that_sent(), vec![0], "learned on the new port");
+    assert_eq!(rig.fdb.lookup(&key(3)), Some(PortId(2)));
+    let answer = control.remove(PortId(2)).unwrap();
+    rig.worker.apply_changes();
+    answer.try_recv().expect("the worker answered");
+    assert!(rig.worker.ports()[2].is_none(), "the queue was dropped");
+    rig.fdb.purge_port(PortId(2));
+    rig.send(0, &frame(MacAddr::BROADCAST, station(1), 60));
+    assert_eq!(rig.ports_that_sent(), vec![1], "nothing for a removed port");
+    rig.send(0, &frame(station(3), station(1), 60));
+    assert_eq!(
+        rig.ports_that_sent(),
+        vec![1],
+        "its stations are unknown again"
+    );
+}
+
 fn a_thousand_stations_round_trip<S: Strategy>() {
     // Enough entries to span many buckets of every strategy.
     let table = MacTable::<S>::new(FdbConfig {
@@ -432,4 +462,5 @@ for_each_strategy!(
     snapshots_list_every_entry,
     a_thousand_stations_round_trip,
     refusals_moves_and_local_addresses,
+    ports_come_and_go,
 );

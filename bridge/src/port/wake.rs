@@ -18,6 +18,14 @@ pub fn eventfd_signal(eventfd: &OwnedFd) -> io::Result<()> {
     fd::write(eventfd.as_raw_fd(), &1u64.to_ne_bytes()).map(|_| ())
 }
 
+/// Empties an eventfd, so that it polls readable again only when signalled
+/// again.
+pub fn eventfd_drain(eventfd: &OwnedFd) {
+    let mut count = [0u8; 8];
+    // Non-blocking: an eventfd already empty answers EAGAIN, which is fine.
+    let _ = fd::read(eventfd.as_raw_fd(), &mut count);
+}
+
 /// Waits until one of `fds` is ready or `timeout_ms` passes; returns how
 /// many are ready (their `revents` are set). An interrupted wait returns 0.
 pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
