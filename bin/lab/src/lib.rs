@@ -8,6 +8,7 @@
 mod netns;
 mod privileges;
 mod process;
+pub mod prometheus;
 mod station;
 pub mod workload;
 

@@ -1,0 +1,1068 @@
+//! The bridge's counters for Prometheus: `--metrics ADDR:PORT` serves
+//! `GET /metrics` in the text exposition format (version 0.0.4), built from
+//! the same `Stats` that the control socket's `stats` request returns, so
+//! the two always agree. docs/control.md lists every metric.
+//!
+//! The server is one thread answering one client at a time: it reads a
+//! request head (at most 8 KiB, within 2 s), writes the whole response and
+//! closes the connection. A silent or slow client is dropped after the
+//! timeout, so the next scrape waits at most that long; the stop flag is
+//! looked at every 200 ms, also while a client is being served.
+
+use std::fmt::Write as _;
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+
+use crate::protocol::{PortStats, Stats};
+
+/// The longest request head read; a longer one gets 431.
+const MAX_HEAD: usize = 8 * 1024;
+/// How long a client has to send its request head, and to take the reply.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often the stop flag is looked at.
+const TICK: Duration = Duration::from_millis(200);
+/// The exposition format's media type.
+const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The kind of a metric family.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Counter,
+    Gauge,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+        }
+    }
+}
+
+/// One sample's value, written exactly.
+#[derive(Clone, Copy)]
+enum Value {
+    /// An integer count or gauge.
+    Int(u64),
+    /// A ratio or other fraction, with three decimals.
+    Ratio(f64),
+    /// Nanoseconds, written as seconds with nine decimals.
+    Nanos(u64),
+}
+
+impl std::fmt::Display for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Value::Int(n) => write!(f, "{n}"),
+            Value::Ratio(x) if x.is_nan() => f.write_str("NaN"),
+            Value::Ratio(x) if x.is_infinite() => {
+                f.write_str(if x > 0.0 { "+Inf" } else { "-Inf" })
+            }
+            Value::Ratio(x) => write!(f, "{x:.3}"),
+            Value::Nanos(ns) => write!(f, "{}.{:09}", ns / 1_000_000_000, ns % 1_000_000_000),
+        }
+    }
+}
+
+/// The exposition being written. Every family goes through `family`, which
+/// writes its HELP and TYPE lines and then its samples, so that a family's
+/// name, HELP and TYPE are written in one place and its lines stay one
+/// group.
+struct Exposition {
+    text: String,
+}
+
+impl Exposition {
+    /// Writes family `name` (`mpbridge_` is prefixed) with `samples`, each
+    /// its label pairs and value; a family without samples is left out.
+    fn family<'a>(
+        &mut self,
+        name: &str,
+        kind: Kind,
+        help: &str,
+        samples: impl IntoIterator<Item = (Vec<(&'a str, &'a str)>, Value)>,
+    ) {
+        debug_assert!(
+            (kind == Kind::Counter) == name.ends_with("_total"),
+            "{name}: counters, and only counters, end in _total"
+        );
+        let mut samples = samples.into_iter().peekable();
+        if samples.peek().is_none() {
+            return;
+        }
+        let text = &mut self.text;
+        let _ = writeln!(text, "# HELP mpbridge_{name} {}", escape_help(help));
+        let _ = writeln!(text, "# TYPE mpbridge_{name} {}", kind.name());
+        for (labels, value) in samples {
+            let _ = write!(text, "mpbridge_{name}");
+            for (i, (label, value)) in labels.iter().enumerate() {
+                let open = if i == 0 { '{' } else { ',' };
+                let _ = write!(text, "{open}{label}=\"{}\"", escape_label(value));
+            }
+            if !labels.is_empty() {
+                text.push('}');
+            }
+            let _ = writeln!(text, " {value}");
+        }
+    }
+}
+
+/// A label value as the format writes it: `\`, `"` and newline escaped.
+fn escape_label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// HELP text as the format writes it: `\` and newline escaped.
+fn escape_help(text: &str) -> String {
+    text.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+/// The exposition text of `stats`.
+pub fn render(stats: &Stats) -> String {
+    let mut out = Exposition {
+        text: String::with_capacity(8 * 1024),
+    };
+    let bridge = stats.name.as_str();
+    let one = |value: Value| [(vec![("bridge", bridge)], value)];
+
+    out.family(
+        "info",
+        Kind::Gauge,
+        "The bridge: its name and MAC table lock strategy; always 1.",
+        [(
+            vec![("bridge", bridge), ("lock", stats.lock.as_str())],
+            Value::Int(1),
+        )],
+    );
+    out.family(
+        "uptime_seconds",
+        Kind::Gauge,
+        "Seconds since the bridge started.",
+        one(Value::Int(stats.uptime_s)),
+    );
+
+    type PortField = fn(&PortStats) -> u64;
+    let port_counters: [(&str, &str, PortField); 9] = [
+        (
+            "port_rx_frames_total",
+            "Frames received on the port.",
+            |p| p.rx_frames,
+        ),
+        (
+            "port_rx_bytes_total",
+            "Ethernet bytes received on the port (without the virtio-net header).",
+            |p| p.rx_bytes,
+        ),
+        ("port_tx_frames_total", "Frames sent on the port.", |p| {
+            p.tx_frames
+        }),
+        (
+            "port_tx_bytes_total",
+            "Ethernet bytes sent on the port.",
+            |p| p.tx_bytes,
+        ),
+        (
+            "port_rx_oversize_total",
+            "Frames received that were larger than a receive buffer.",
+            |p| p.rx_oversize,
+        ),
+        (
+            "port_rx_errors_total",
+            "Receive faults (one per event) and malformed frames.",
+            |p| p.rx_errors,
+        ),
+        (
+            "port_tx_dropped_total",
+            "Frames for the port that a full queue or a send fault dropped.",
+            |p| p.tx_dropped,
+        ),
+        (
+            "port_tx_errors_total",
+            "Frames the port refused one by one, and send faults (one per event).",
+            |p| p.tx_errors,
+        ),
+        (
+            "port_moves_total",
+            "Stations that moved onto the port from another.",
+            |p| p.moves,
+        ),
+    ];
+    fn labels<'a>(bridge: &'a str, port: &'a PortStats) -> Vec<(&'a str, &'a str)> {
+        vec![("bridge", bridge), ("port", port.name.as_str())]
+    }
+    let port_labels = |port| labels(bridge, port);
+    for (name, help, field) in port_counters {
+        let samples = stats
+            .ports
+            .iter()
+            .map(|port| (port_labels(port), Value::Int(field(port))));
+        out.family(name, Kind::Counter, help, samples);
+    }
+    out.family(
+        "port_drops_total",
+        Kind::Counter,
+        "Received frames not forwarded, by reason (runt, bad_source, reserved, same_port, local).",
+        stats.ports.iter().flat_map(|port| {
+            port.drops.iter().map(move |(reason, count)| {
+                let mut labels = vec![("bridge", bridge), ("port", port.name.as_str())];
+                labels.push(("reason", reason.as_str()));
+                (labels, Value::Int(*count))
+            })
+        }),
+    );
+    out.family(
+        "port_up",
+        Kind::Gauge,
+        "1 if the port's link is up (running), else 0 (down, deleted, or not visible).",
+        stats
+            .ports
+            .iter()
+            .map(|port| (port_labels(port), Value::Int(u64::from(port.link == "up")))),
+    );
+    out.family(
+        "port_forwarding",
+        Kind::Gauge,
+        "1 if every worker forwards on the port, else 0 (faulted or gone).",
+        stats.ports.iter().map(|port| {
+            let forwarding = port.state == "forwarding";
+            (port_labels(port), Value::Int(u64::from(forwarding)))
+        }),
+    );
+
+    let worker_ids: Vec<String> = stats.workers.iter().map(|w| w.id.to_string()).collect();
+    let worker_labels =
+        |index: usize| vec![("bridge", bridge), ("worker", worker_ids[index].as_str())];
+    out.family(
+        "worker_frames_total",
+        Kind::Counter,
+        "Frames the worker received, all ports together.",
+        stats
+            .workers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (worker_labels(i), Value::Int(w.frames))),
+    );
+    out.family(
+        "worker_batches_total",
+        Kind::Counter,
+        "Batches the worker received and forwarded.",
+        stats
+            .workers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (worker_labels(i), Value::Int(w.batches))),
+    );
+    out.family(
+        "worker_busy_ratio",
+        Kind::Gauge,
+        "Share of the bridge's uptime the worker spent receiving and forwarding rather than waiting (0 to 1).",
+        stats
+            .workers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (worker_labels(i), Value::Ratio(w.busy_percent / 100.0))),
+    );
+
+    let fdb = &stats.fdb;
+    let fdb_gauges: [(&str, &str, u64); 6] = [
+        (
+            "fdb_entries",
+            "MAC table entries now, of every state.",
+            fdb.entries,
+        ),
+        (
+            "fdb_learned_entries",
+            "Learned MAC table entries now.",
+            fdb.learned,
+        ),
+        (
+            "fdb_static_entries",
+            "Static MAC table entries now.",
+            fdb.r#static,
+        ),
+        (
+            "fdb_local_entries",
+            "Local MAC table entries now (raw ports' own addresses).",
+            fdb.local,
+        ),
+        (
+            "fdb_max_entries",
+            "The most learned stations (the learning limit; 0: none).",
+            fdb.max_entries,
+        ),
+        (
+            "fdb_age_seconds",
+            "Seconds after which a silent station is forgotten.",
+            u64::from(fdb.age_s),
+        ),
+    ];
+    for (name, help, value) in fdb_gauges {
+        out.family(name, Kind::Gauge, help, one(Value::Int(value)));
+    }
+    let fdb_counters: [(&str, &str, u64); 4] = [
+        (
+            "fdb_learned_total",
+            "Stations learned since start.",
+            fdb.learned_total,
+        ),
+        ("fdb_moves_total", "Station moves since start.", fdb.moves),
+        (
+            "fdb_refused_total",
+            "New stations not learned at the learning limit (each once per batch).",
+            fdb.refused,
+        ),
+        ("fdb_aged_total", "Entries aged out since start.", fdb.aged),
+    ];
+    for (name, help, value) in fdb_counters {
+        out.family(name, Kind::Counter, help, one(Value::Int(value)));
+    }
+
+    let lock = &stats.lockstat;
+    out.family(
+        "lockstat_enabled",
+        Kind::Gauge,
+        "1 if the MAC table's lock statistics are counted (--lockstat), else 0.",
+        one(Value::Int(u64::from(lock.enabled))),
+    );
+    if lock.enabled {
+        let lock_families: [(&str, &str, Value); 3] = [
+            (
+                "lock_acquisitions_total",
+                "Acquisitions of the MAC table's lock by the workers.",
+                Value::Int(lock.acquisitions),
+            ),
+            (
+                "lock_contended_total",
+                "Acquisitions of the MAC table's lock that found it taken.",
+                Value::Int(lock.contended),
+            ),
+            (
+                "lock_wait_seconds_total",
+                "Seconds the workers spent waiting for the MAC table's lock.",
+                Value::Nanos(lock.wait_ns),
+            ),
+        ];
+        for (name, help, value) in lock_families {
+            let labels = vec![("bridge", bridge), ("lock", stats.lock.as_str())];
+            out.family(name, Kind::Counter, help, [(labels, value)]);
+        }
+    }
+    out.text
+}
+
+/// The address `--metrics` listens on: `PORT` (on 127.0.0.1), `ADDR:PORT`
+/// or `[ADDR6]:PORT`.
+pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    let invalid = || {
+        format!(
+            "invalid metrics address '{text}' (expected PORT, IPV4:PORT or [IPV6]:PORT, port 1 to 65535)"
+        )
+    };
+    let addr = if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        let port: u16 = text.parse().map_err(|_| invalid())?;
+        SocketAddr::from((Ipv4Addr::LOCALHOST, port))
+    } else if let Some(port) = text.strip_prefix("localhost:") {
+        let port: u16 = port.parse().map_err(|_| invalid())?;
+        SocketAddr::from((Ipv4Addr::LOCALHOST, port))
+    } else {
+        text.parse().map_err(|_| invalid())?
+    };
+    if addr.port() == 0 {
+        return Err(invalid());
+    }
+    Ok(addr)
+}
+
+/// The listening socket of the metrics endpoint.
+pub struct MetricsServer {
+    listener: TcpListener,
+}
+
+/// What a request head asks.
+#[derive(Debug, PartialEq)]
+enum Answer {
+    /// The metrics, with or without the body (HEAD).
+    Metrics {
+        body: bool,
+    },
+    NotFound,
+    MethodNotAllowed,
+    BadRequest,
+    TooLarge,
+}
+
+impl MetricsServer {
+    /// Listens on `addr`; call it before privileges are dropped if the port
+    /// is below 1024.
+    pub fn bind(addr: SocketAddr) -> Result<MetricsServer, String> {
+        let listener = TcpListener::bind(addr)
+            .map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| format!("metrics on {addr}: {e}"))?;
+        Ok(MetricsServer { listener })
+    }
+
+    /// Where it listens (with the port chosen, if `bind` was given 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound socket has an address")
+    }
+
+    /// Serves scrapes, one client at a time, until `stopped()` is true;
+    /// `stats()` is asked once per scrape. Meant as a thread's body.
+    pub fn serve(self, stats: impl Fn() -> Stats, stopped: impl Fn() -> bool) {
+        while !stopped() {
+            let mut fds = [PollFd::new(self.listener.as_fd(), PollFlags::POLLIN)];
+            let tick = PollTimeout::from(TICK.as_millis() as u16);
+            match nix::poll::poll(&mut fds, tick) {
+                Ok(0) => continue,
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(error) => {
+                    log::warn!("metrics: poll: {error}");
+                    std::thread::sleep(TICK);
+                    continue;
+                }
+            }
+            match self.listener.accept() {
+                Ok((stream, peer)) => {
+                    if let Err(error) = serve_client(stream, &stats, &stopped) {
+                        log::debug!("metrics: client {peer}: {error}");
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // Out of descriptors, say: try again a little later.
+                    log::warn!("metrics: accept: {e}");
+                    std::thread::sleep(TICK);
+                }
+            }
+        }
+    }
+}
+
+/// Reads one request head from `stream` and answers it; the connection is
+/// closed when this returns.
+fn serve_client(
+    mut stream: TcpStream,
+    stats: &impl Fn() -> Stats,
+    stopped: &impl Fn() -> bool,
+) -> io::Result<()> {
+    stream.set_nonblocking(false)?;
+    // Replies are written whole; no need to wait to coalesce them.
+    stream.set_nodelay(true)?;
+    let deadline = Instant::now() + CLIENT_TIMEOUT;
+    let answer = match read_head(&mut stream, deadline, stopped)? {
+        Some(head) => answer(&head),
+        None => Answer::TooLarge,
+    };
+    let response = match answer {
+        Answer::Metrics { body } => {
+            let text = render(&stats());
+            response("200 OK", CONTENT_TYPE, &text, body, "")
+        }
+        Answer::NotFound => response(
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "Not found: the metrics are at /metrics.\n",
+            true,
+            "",
+        ),
+        Answer::MethodNotAllowed => response(
+            "405 Method Not Allowed",
+            "text/plain; charset=utf-8",
+            "Only GET and HEAD are allowed.\n",
+            true,
+            "Allow: GET, HEAD\r\n",
+        ),
+        Answer::BadRequest => response(
+            "400 Bad Request",
+            "text/plain; charset=utf-8",
+            "Bad request.\n",
+            true,
+            "",
+        ),
+        Answer::TooLarge => response(
+            "431 Request Header Fields Too Large",
+            "text/plain; charset=utf-8",
+            "Request head over 8 KiB.\n",
+            true,
+            "",
+        ),
+    };
+    let deadline = Instant::now() + CLIENT_TIMEOUT;
+    write_all(&mut stream, response.as_bytes(), deadline, stopped)?;
+    linger(&mut stream);
+    Ok(())
+}
+
+/// Reads until the blank line that ends a request head: `Some(head)`, or
+/// `None` when it is longer than MAX_HEAD. An error when the client closes
+/// or is silent past `deadline`, or when the bridge stops meanwhile.
+fn read_head(
+    stream: &mut TcpStream,
+    deadline: Instant,
+    stopped: &impl Fn() -> bool,
+) -> io::Result<Option<Vec<u8>>> {
+    let mut head = Vec::with_capacity(1024);
+    let mut buffer = [0u8; 2048];
+    loop {
+        if let Some(end) = head_end(&head) {
+            head.truncate(end);
+            return Ok(Some(head));
+        }
+        if head.len() >= MAX_HEAD {
+            return Ok(None);
+        }
+        wait_slice(stream, deadline, stopped, TcpStream::set_read_timeout)?;
+        // Never read past MAX_HEAD (+1 to tell a longer head).
+        let room = (MAX_HEAD + 1 - head.len()).min(buffer.len());
+        match stream.read(&mut buffer[..room]) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "closed before its request was complete",
+                ))
+            }
+            Ok(n) => head.extend_from_slice(&buffer[..n]),
+            Err(e) if is_timeout(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Where the head in `bytes` ends (before its blank line), if it does.
+fn head_end(bytes: &[u8]) -> Option<usize> {
+    let crlf = bytes.windows(4).position(|w| w == b"\r\n\r\n");
+    let lf = bytes.windows(2).position(|w| w == b"\n\n");
+    match (crlf, lf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Sets the socket's timeout (`set` is `set_read_timeout` or
+/// `set_write_timeout`) to what is left of `deadline`, at most one TICK; an
+/// error when the deadline has passed or the bridge is stopping.
+fn wait_slice(
+    stream: &TcpStream,
+    deadline: Instant,
+    stopped: &impl Fn() -> bool,
+    set: fn(&TcpStream, Option<Duration>) -> io::Result<()>,
+) -> io::Result<()> {
+    if stopped() {
+        return Err(io::Error::other("the bridge is stopping"));
+    }
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(io::Error::new(io::ErrorKind::TimedOut, "timed out"));
+    }
+    set(stream, Some(left.min(TICK)))
+}
+
+fn is_timeout(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
+/// Writes all of `bytes` before `deadline`.
+fn write_all(
+    stream: &mut TcpStream,
+    mut bytes: &[u8],
+    deadline: Instant,
+    stopped: &impl Fn() -> bool,
+) -> io::Result<()> {
+    while !bytes.is_empty() {
+        wait_slice(stream, deadline, stopped, TcpStream::set_write_timeout)?;
+        match stream.write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if is_timeout(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Ends the connection gently: sends FIN, and reads what the client sent
+/// beyond its head, so that closing does not reset the connection (which
+/// can discard the response before the client reads it).
+fn linger(stream: &mut TcpStream) {
+    let _ = stream.shutdown(Shutdown::Write);
+    if stream.set_nonblocking(true).is_err() {
+        return;
+    }
+    let mut buffer = [0u8; 2048];
+    for _ in 0..32 {
+        match stream.read(&mut buffer) {
+            Ok(n) if n > 0 => {}
+            _ => return,
+        }
+    }
+}
+
+/// What the request head `head` asks for.
+fn answer(head: &[u8]) -> Answer {
+    let Ok(head) = std::str::from_utf8(head) else {
+        return Answer::BadRequest;
+    };
+    let line = head.lines().next().unwrap_or("");
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Answer::BadRequest;
+    };
+    if !version.starts_with("HTTP/1.") || method.is_empty() || !target.starts_with('/') {
+        return Answer::BadRequest;
+    }
+    let path = target.split(['?', '#']).next().unwrap_or(target);
+    match (method, path) {
+        ("GET", "/metrics") => Answer::Metrics { body: true },
+        ("HEAD", "/metrics") => Answer::Metrics { body: false },
+        (_, "/metrics") => Answer::MethodNotAllowed,
+        _ => Answer::NotFound,
+    }
+}
+
+/// A whole response; `body: false` leaves out the body, not its length.
+fn response(status: &str, content_type: &str, text: &str, body: bool, extra: &str) -> String {
+    let mut out = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
+        text.len()
+    );
+    if body {
+        out.push_str(text);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{FdbStats, LockStats, WorkerStats};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    fn port(name: &str, base: u64, link: &str, state: &str) -> PortStats {
+        let reasons = ["runt", "bad_source", "reserved", "same_port", "local"];
+        PortStats {
+            name: name.to_owned(),
+            link: link.to_owned(),
+            state: state.to_owned(),
+            rx_frames: base + 1,
+            rx_bytes: base + 2,
+            tx_frames: base + 3,
+            tx_bytes: base + 4,
+            drops: reasons
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (r.to_string(), base + 10 + i as u64))
+                .collect(),
+            rx_oversize: base + 5,
+            rx_errors: base + 6,
+            tx_dropped: base + 7,
+            tx_errors: base + 8,
+            moves: base + 9,
+        }
+    }
+
+    fn sample_stats() -> Stats {
+        Stats {
+            name: "br0".to_owned(),
+            lock: "mutex".to_owned(),
+            uptime_s: 4321,
+            ports: vec![
+                port("raw:eth1", 100, "up", "forwarding"),
+                port("tap:vm0", 200_000_000_000, "down", "faulted"),
+            ],
+            workers: vec![WorkerStats {
+                id: 0,
+                frames: 77,
+                batches: 12,
+                busy_percent: 12.3,
+            }],
+            fdb: FdbStats {
+                entries: 9,
+                learned: 5,
+                r#static: 1,
+                local: 3,
+                max_entries: 8192,
+                age_s: 300,
+                learned_total: 40,
+                moves: 7,
+                refused: 2,
+                aged: 31,
+            },
+            lockstat: LockStats {
+                enabled: true,
+                acquisitions: 1000,
+                contended: 10,
+                wait_ns: 1_500_000_007,
+            },
+        }
+    }
+
+    fn checked(stats: &Stats) -> lab::prometheus::Exposition {
+        let text = render(stats);
+        lab::prometheus::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+    }
+
+    #[test]
+    fn renders_a_valid_exposition() {
+        let e = checked(&sample_stats());
+        for (name, family) in &e.families {
+            assert!(name.starts_with("mpbridge_"), "{name}");
+            assert_eq!(family.kind == "counter", name.ends_with("_total"), "{name}");
+        }
+        for sample in &e.samples {
+            assert_eq!(sample.labels["bridge"], "br0", "{sample:?}");
+        }
+        // Every family of docs/control.md, and no other.
+        let names: Vec<&str> = e.families.keys().map(String::as_str).collect();
+        let want = [
+            "mpbridge_fdb_age_seconds",
+            "mpbridge_fdb_aged_total",
+            "mpbridge_fdb_entries",
+            "mpbridge_fdb_learned_entries",
+            "mpbridge_fdb_learned_total",
+            "mpbridge_fdb_local_entries",
+            "mpbridge_fdb_max_entries",
+            "mpbridge_fdb_moves_total",
+            "mpbridge_fdb_refused_total",
+            "mpbridge_fdb_static_entries",
+            "mpbridge_info",
+            "mpbridge_lock_acquisitions_total",
+            "mpbridge_lock_contended_total",
+            "mpbridge_lock_wait_seconds_total",
+            "mpbridge_lockstat_enabled",
+            "mpbridge_port_drops_total",
+            "mpbridge_port_forwarding",
+            "mpbridge_port_moves_total",
+            "mpbridge_port_rx_bytes_total",
+            "mpbridge_port_rx_errors_total",
+            "mpbridge_port_rx_frames_total",
+            "mpbridge_port_rx_oversize_total",
+            "mpbridge_port_tx_bytes_total",
+            "mpbridge_port_tx_dropped_total",
+            "mpbridge_port_tx_errors_total",
+            "mpbridge_port_tx_frames_total",
+            "mpbridge_port_up",
+            "mpbridge_uptime_seconds",
+            "mpbridge_worker_batches_total",
+            "mpbridge_worker_busy_ratio",
+            "mpbridge_worker_frames_total",
+        ];
+        assert_eq!(names, want);
+        let docs = include_str!("../../docs/control.md");
+        for name in want {
+            assert!(docs.contains(&format!("`{name}`")), "{name} not in docs");
+        }
+    }
+
+    #[test]
+    fn values_are_the_stats() {
+        let stats = sample_stats();
+        let e = checked(&stats);
+        let get = |name: &str, labels: &[(&str, &str)]| {
+            e.value(&format!("mpbridge_{name}"), labels)
+                .unwrap_or_else(|| panic!("no {name} {labels:?}"))
+        };
+        for p in &stats.ports {
+            let at = [("port", p.name.as_str())];
+            let fields = [
+                ("port_rx_frames_total", p.rx_frames),
+                ("port_rx_bytes_total", p.rx_bytes),
+                ("port_tx_frames_total", p.tx_frames),
+                ("port_tx_bytes_total", p.tx_bytes),
+                ("port_rx_oversize_total", p.rx_oversize),
+                ("port_rx_errors_total", p.rx_errors),
+                ("port_tx_dropped_total", p.tx_dropped),
+                ("port_tx_errors_total", p.tx_errors),
+                ("port_moves_total", p.moves),
+            ];
+            for (name, want) in fields {
+                assert_eq!(get(name, &at), want as f64, "{name} {}", p.name);
+            }
+            for (reason, count) in &p.drops {
+                let labels = [("port", p.name.as_str()), ("reason", reason.as_str())];
+                assert_eq!(get("port_drops_total", &labels), *count as f64);
+            }
+            assert_eq!(e.series("mpbridge_port_drops_total").len(), 10);
+        }
+        assert_eq!(get("port_up", &[("port", "raw:eth1")]), 1.0);
+        assert_eq!(get("port_up", &[("port", "tap:vm0")]), 0.0);
+        assert_eq!(get("port_forwarding", &[("port", "raw:eth1")]), 1.0);
+        assert_eq!(get("port_forwarding", &[("port", "tap:vm0")]), 0.0);
+        assert_eq!(get("worker_frames_total", &[("worker", "0")]), 77.0);
+        assert_eq!(get("worker_batches_total", &[("worker", "0")]), 12.0);
+        assert_eq!(get("worker_busy_ratio", &[("worker", "0")]), 0.123);
+        let fdb = &stats.fdb;
+        let table = [
+            ("fdb_entries", fdb.entries),
+            ("fdb_learned_entries", fdb.learned),
+            ("fdb_static_entries", fdb.r#static),
+            ("fdb_local_entries", fdb.local),
+            ("fdb_max_entries", fdb.max_entries),
+            ("fdb_age_seconds", u64::from(fdb.age_s)),
+            ("fdb_learned_total", fdb.learned_total),
+            ("fdb_moves_total", fdb.moves),
+            ("fdb_refused_total", fdb.refused),
+            ("fdb_aged_total", fdb.aged),
+            ("uptime_seconds", stats.uptime_s),
+            ("lockstat_enabled", 1),
+        ];
+        for (name, want) in table {
+            assert_eq!(get(name, &[]), want as f64, "{name}");
+        }
+        let lock = [("lock", "mutex")];
+        assert_eq!(get("lock_acquisitions_total", &lock), 1000.0);
+        assert_eq!(get("lock_contended_total", &lock), 10.0);
+        assert_eq!(get("lock_wait_seconds_total", &lock), 1.500000007);
+        assert_eq!(get("info", &lock), 1.0);
+        // Exact in the text, too: no float rounding of counters.
+        let text = render(&stats);
+        assert!(text.contains(
+            "mpbridge_port_rx_frames_total{bridge=\"br0\",port=\"tap:vm0\"} 200000000001\n"
+        ));
+        assert!(text.contains(
+            "mpbridge_lock_wait_seconds_total{bridge=\"br0\",lock=\"mutex\"} 1.500000007\n"
+        ));
+        assert!(text.contains("mpbridge_worker_busy_ratio{bridge=\"br0\",worker=\"0\"} 0.123\n"));
+    }
+
+    #[test]
+    fn lock_figures_only_when_counted() {
+        let mut stats = sample_stats();
+        stats.lockstat = LockStats {
+            enabled: false,
+            acquisitions: 0,
+            contended: 0,
+            wait_ns: 0,
+        };
+        let e = checked(&stats);
+        assert_eq!(e.value("mpbridge_lockstat_enabled", &[]), Some(0.0));
+        assert!(e.series("mpbridge_lock_acquisitions_total").is_empty());
+        assert!(!e.families.contains_key("mpbridge_lock_wait_seconds_total"));
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let mut stats = sample_stats();
+        stats.name = "a\\b\"c\nd".to_owned();
+        stats.ports[0].name = "raw:\"x\"".to_owned();
+        let text = render(&stats);
+        assert!(text.contains(r#"bridge="a\\b\"c\nd""#), "{text}");
+        assert!(text.contains(r#"port="raw:\"x\"""#), "{text}");
+        assert_eq!(text.lines().count(), checked(&stats).samples.len() + 2 * 31);
+        let e = checked(&stats);
+        assert_eq!(
+            e.value("mpbridge_port_moves_total", &[("port", "raw:\"x\"")]),
+            Some(109.0)
+        );
+        assert!(e.samples.iter().all(|s| s.labels["bridge"] == stats.name));
+        assert_eq!(escape_help("a\\b\nc"), "a\\\\b\\nc");
+    }
+
+    #[test]
+    fn values_are_written_exactly() {
+        assert_eq!(Value::Nanos(0).to_string(), "0.000000000");
+        assert_eq!(Value::Nanos(12).to_string(), "0.000000012");
+        assert_eq!(Value::Nanos(u64::MAX).to_string(), "18446744073.709551615");
+        assert_eq!(Value::Ratio(1.0).to_string(), "1.000");
+        assert_eq!(Value::Ratio(f64::NAN).to_string(), "NaN");
+        assert_eq!(Value::Ratio(f64::INFINITY).to_string(), "+Inf");
+        assert_eq!(Value::Int(u64::MAX).to_string(), "18446744073709551615");
+    }
+
+    #[test]
+    fn listen_addresses() {
+        let ok = [
+            ("9100", "127.0.0.1:9100"),
+            ("65535", "127.0.0.1:65535"),
+            ("localhost:9100", "127.0.0.1:9100"),
+            ("0.0.0.0:9100", "0.0.0.0:9100"),
+            ("192.0.2.7:80", "192.0.2.7:80"),
+            ("[::1]:9100", "[::1]:9100"),
+            ("[::]:9100", "[::]:9100"),
+        ];
+        for (text, want) in ok {
+            assert_eq!(parse_listen(text), Ok(want.parse().unwrap()), "{text}");
+        }
+        for text in [
+            "",
+            "0",
+            "65536",
+            "-1",
+            ":9100",
+            "::1:9100",
+            "[::1]",
+            "1.2.3.4",
+            "1.2.3.4:0",
+            "host:9100",
+            "9100 ",
+            "1.2.3.4:x",
+            "[::1]:99999",
+        ] {
+            let error = parse_listen(text).expect_err(text);
+            assert!(error.contains(&format!("'{text}'")), "{error}");
+            assert_eq!(error.lines().count(), 1, "{error}");
+        }
+    }
+
+    #[test]
+    fn request_heads() {
+        let cases: [(&[u8], Answer); 10] = [
+            (
+                b"GET /metrics HTTP/1.1\r\nHost: x",
+                Answer::Metrics { body: true },
+            ),
+            (
+                b"GET /metrics?name[]=x HTTP/1.0",
+                Answer::Metrics { body: true },
+            ),
+            (b"HEAD /metrics HTTP/1.1", Answer::Metrics { body: false }),
+            (b"POST /metrics HTTP/1.1", Answer::MethodNotAllowed),
+            (b"GET / HTTP/1.1", Answer::NotFound),
+            (b"GET /metrics/ HTTP/1.1", Answer::NotFound),
+            (b"GET /metrics", Answer::BadRequest),
+            (b"GET /metrics HTTP/2.0", Answer::BadRequest),
+            (b"GET metrics HTTP/1.1", Answer::BadRequest),
+            (b"\xff\xfe", Answer::BadRequest),
+        ];
+        for (head, want) in cases {
+            assert_eq!(answer(head), want, "{:?}", String::from_utf8_lossy(head));
+        }
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nA: b\r\n\r\nrest"), Some(20));
+        assert_eq!(head_end(b"GET / HTTP/1.1\n\n"), Some(14));
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\n"), None);
+    }
+
+    /// A server on a free loopback port, serving `sample_stats`; stopped
+    /// and joined on drop.
+    struct Running {
+        addr: SocketAddr,
+        stop: Arc<AtomicBool>,
+        thread: Option<std::thread::JoinHandle<()>>,
+    }
+
+    impl Running {
+        fn start() -> Running {
+            let server = MetricsServer::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+            let addr = server.local_addr();
+            let stop = Arc::new(AtomicBool::new(false));
+            let flag = Arc::clone(&stop);
+            let thread = std::thread::spawn(move || {
+                server.serve(sample_stats, move || flag.load(Ordering::Relaxed))
+            });
+            Running {
+                addr,
+                stop,
+                thread: Some(thread),
+            }
+        }
+    }
+
+    impl Drop for Running {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::Relaxed);
+            if let Some(thread) = self.thread.take() {
+                let _ = thread.join();
+            }
+        }
+    }
+
+    /// Sends `request` and reads the whole response.
+    fn exchange(addr: SocketAddr, request: &[u8]) -> String {
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        stream.write_all(request).unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        response
+    }
+
+    #[test]
+    fn serves_scrapes_and_refuses_the_rest() {
+        let server = Running::start();
+        let response = exchange(server.addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        let (head, body) = response.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        assert!(
+            head.contains(&format!("\r\nContent-Type: {CONTENT_TYPE}")),
+            "{head}"
+        );
+        assert!(
+            head.contains(&format!("\r\nContent-Length: {}\r\n", body.len())),
+            "{head}"
+        );
+        assert!(head.contains("\r\nConnection: close"), "{head}");
+        assert_eq!(body, render(&sample_stats()));
+        let head_only = exchange(server.addr, b"HEAD /metrics HTTP/1.1\r\n\r\n");
+        assert!(head_only.ends_with("\r\n\r\n"), "{head_only}");
+        let cases: [(&[u8], &str); 4] = [
+            (b"GET / HTTP/1.1\r\n\r\n", "404"),
+            (b"DELETE /metrics HTTP/1.1\r\n\r\n", "405"),
+            (b"nonsense\r\n\r\n", "400"),
+            (&[b'a'; 9000], "431"),
+        ];
+        for (request, status) in cases {
+            let response = exchange(server.addr, request);
+            assert!(
+                response.starts_with(&format!("HTTP/1.1 {status} ")),
+                "{response}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_silent_client_holds_the_next_for_at_most_the_timeout() {
+        let server = Running::start();
+        let _silent = TcpStream::connect(server.addr).unwrap();
+        // Wait for the server to take the silent one first.
+        std::thread::sleep(Duration::from_millis(300));
+        let started = Instant::now();
+        let response = exchange(server.addr, b"GET /metrics HTTP/1.1\r\n\r\n");
+        assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
+        let waited = started.elapsed();
+        assert!(
+            waited < CLIENT_TIMEOUT + Duration::from_millis(500),
+            "{waited:?}"
+        );
+    }
+
+    #[test]
+    fn stops_within_a_tick_even_with_a_client() {
+        let server = Running::start();
+        let _silent = TcpStream::connect(server.addr).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let started = Instant::now();
+        drop(server);
+        assert!(
+            started.elapsed() < Duration::from_millis(600),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+}
