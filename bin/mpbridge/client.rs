@@ -32,17 +32,7 @@ impl Failure {
 /// reply's result.
 pub fn call(name: &str, socket: &Path, request: Request) -> Result<serde_json::Value, Failure> {
     let shown = socket.display();
-    let stream = UnixStream::connect(socket).map_err(|e| match e.raw_os_error() {
-        Some(libc::ENOENT | libc::ECONNREFUSED) => Failure::new(
-            1,
-            format!("no bridge named {name} is running ({shown}: {e})"),
-        ),
-        Some(libc::EACCES | libc::EPERM) => Failure::new(
-            1,
-            format!("permission denied on {shown} (root or the bridge's control group may use it)"),
-        ),
-        _ => Failure::new(1, format!("cannot connect to {shown}: {e}")),
-    })?;
+    let stream = connect(name, socket)?;
     let io_error = |e: std::io::Error| Failure::new(1, format!("{shown}: {e}"));
     stream
         .set_read_timeout(Some(REPLY_TIMEOUT))
@@ -75,6 +65,65 @@ pub fn call(name: &str, socket: &Path, request: Request) -> Result<serde_json::V
             format!("{shown}: a reply without result or error"),
         )),
     }
+}
+
+/// Starts a capture and copies its pcapng stream to `out` (a file, or
+/// stdout) until the daemon ends it; then says on stderr what came.
+pub fn capture(
+    name: &str,
+    socket: &Path,
+    request: Request,
+    out: Option<&Path>,
+) -> Result<(), Failure> {
+    let shown = socket.display();
+    let stream = connect(name, socket)?;
+    let io_error = |e: std::io::Error| Failure::new(1, format!("{shown}: {e}"));
+    let line = serde_json::to_string(&RequestLine {
+        version: VERSION,
+        request,
+    })
+    .expect("a request serialises");
+    (&stream)
+        .write_all(format!("{line}\n").as_bytes())
+        .map_err(io_error)?;
+    // The reply line, then the stream, through one buffer.
+    let mut reader = BufReader::new(&stream);
+    let mut reply = String::new();
+    reader.read_line(&mut reply).map_err(io_error)?;
+    let reply: ReplyLine = serde_json::from_str(&reply)
+        .map_err(|e| Failure::new(1, format!("{shown}: unreadable reply: {e}")))?;
+    if !reply.ok {
+        return Err(Failure::new(1, reply.error.unwrap_or_default()));
+    }
+    let summary = match out {
+        Some(path) => {
+            let file = std::fs::File::create(path)
+                .map_err(|e| Failure::new(1, format!("cannot write {}: {e}", path.display())))?;
+            crate::capture::receive(reader, file)
+        }
+        None => crate::capture::receive(reader, std::io::stdout().lock()),
+    }
+    .map_err(|e| Failure::new(1, e))?;
+    eprintln!(
+        "{} frames captured, {} lost to a slow reader",
+        summary.frames, summary.lost
+    );
+    Ok(())
+}
+
+fn connect(name: &str, socket: &Path) -> Result<UnixStream, Failure> {
+    let shown = socket.display();
+    UnixStream::connect(socket).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOENT | libc::ECONNREFUSED) => Failure::new(
+            1,
+            format!("no bridge named {name} is running ({shown}: {e})"),
+        ),
+        Some(libc::EACCES | libc::EPERM) => Failure::new(
+            1,
+            format!("permission denied on {shown} (root or the bridge's control group may use it)"),
+        ),
+        _ => Failure::new(1, format!("cannot connect to {shown}: {e}")),
+    })
 }
 
 /// Checks a MAC address on the client side, so that bad input exits 2.

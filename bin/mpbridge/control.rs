@@ -61,6 +61,8 @@ pub struct Bridge<S: Strategy> {
     pub started: Instant,
     /// Whether lock statistics are counted.
     pub lockstat: bool,
+    /// Each worker's capture taps.
+    pub captures: Vec<Arc<bridge::capture::CaptureHub>>,
 }
 
 /// The listening socket, removed when dropped.
@@ -154,6 +156,12 @@ struct Client {
     last_seen: Instant,
     /// Close once the output is written (a line too long, say).
     closing: bool,
+    /// A capture it asked for: the client leaves this loop for a thread
+    /// that streams to it.
+    capture: Option<(
+        crate::capture::Request,
+        Vec<Arc<bridge::capture::CaptureHub>>,
+    )>,
 }
 
 impl Client {
@@ -208,6 +216,19 @@ pub fn serve<S: Strategy>(socket: ControlSocket, bridge: Arc<Bridge<S>>, stopper
                 read_some(client, &mut buffer, &bridge);
             }
         }
+        for index in (0..clients.len()).rev() {
+            if clients[index].capture.is_some() {
+                let mut client = clients.swap_remove(index);
+                let (request, hubs) = client.capture.take().expect("checked");
+                let stopper = Arc::clone(&stopper);
+                let spawned = std::thread::Builder::new()
+                    .name("capture".to_owned())
+                    .spawn(move || crate::capture::stream(client.stream, hubs, request, stopper));
+                if let Err(error) = spawned {
+                    log::warn!("cannot start a capture thread: {error}");
+                }
+            }
+        }
         clients.retain(|client| {
             let done = client.closing && !client.wants_to_write();
             let idle = now.duration_since(client.last_seen) > IDLE_TIMEOUT;
@@ -233,6 +254,7 @@ fn accept_all(socket: &ControlSocket, clients: &mut Vec<Client>, now: Instant) {
                     written: 0,
                     last_seen: now,
                     closing: false,
+                    capture: None,
                 };
                 if clients.len() >= MAX_CLIENTS {
                     client.reply(&ReplyLine::error(format!(
@@ -309,8 +331,15 @@ fn read_some<S: Strategy>(client: &mut Client, buffer: &mut [u8], bridge: &Bridg
             too_long(client);
             return;
         }
-        let reply = answer(line, bridge);
-        client.reply(&reply);
+        match answer(line, bridge) {
+            Answer::Reply(reply) => client.reply(&reply),
+            Answer::Capture(request, hubs) => {
+                // The stream that follows belongs to the capture thread.
+                client.capture = Some((request, hubs));
+                client.input.clear();
+                return;
+            }
+        }
     }
     if client.input.len() > protocol::MAX_LINE {
         too_long(client);
@@ -330,22 +359,86 @@ fn too_long(client: &mut Client) {
     write_some(client);
 }
 
+/// What a request line leads to.
+enum Answer {
+    /// One reply line.
+    Reply(ReplyLine),
+    /// A capture stream, from the workers' hubs given.
+    Capture(
+        crate::capture::Request,
+        Vec<Arc<bridge::capture::CaptureHub>>,
+    ),
+}
+
 /// The reply to one request line.
-fn answer<S: Strategy>(line: &[u8], bridge: &Bridge<S>) -> ReplyLine {
+fn answer<S: Strategy>(line: &[u8], bridge: &Bridge<S>) -> Answer {
     let request: RequestLine = match serde_json::from_slice(line) {
         Ok(request) => request,
-        Err(error) => return ReplyLine::error(format!("bad request: {error}")),
+        Err(error) => return Answer::Reply(ReplyLine::error(format!("bad request: {error}"))),
     };
     if request.version != VERSION {
-        return ReplyLine::error(format!(
+        return Answer::Reply(ReplyLine::error(format!(
             "protocol version {} not spoken here (this daemon speaks {VERSION})",
             request.version
-        ));
+        )));
     }
-    match handle(request.request, bridge) {
+    if let Request::Capture {
+        port,
+        direction,
+        count,
+        queue,
+    } = request.request
+    {
+        return match capture_request(bridge, &port, &direction, count, queue) {
+            Ok((request, hubs)) => Answer::Capture(request, hubs),
+            Err(error) => Answer::Reply(ReplyLine::error(error)),
+        };
+    }
+    Answer::Reply(match handle(request.request, bridge) {
         Ok(result) => ReplyLine::ok(result),
         Err(error) => ReplyLine::error(error),
-    }
+    })
+}
+
+/// Checks a capture request and picks the hubs it follows.
+fn capture_request<S: Strategy>(
+    bridge: &Bridge<S>,
+    port: &str,
+    direction: &str,
+    count: Option<u64>,
+    queue: Option<usize>,
+) -> Result<
+    (
+        crate::capture::Request,
+        Vec<Arc<bridge::capture::CaptureHub>>,
+    ),
+    String,
+> {
+    let id = bridge.port(port)?;
+    let (inbound, outbound) = match direction {
+        "in" => (true, false),
+        "out" => (false, true),
+        "both" => (true, true),
+        other => return Err(format!("invalid direction '{other}' (in, out or both)")),
+    };
+    let hubs = match queue {
+        None => bridge.captures.clone(),
+        Some(queue) => vec![bridge.captures.get(queue).cloned().ok_or_else(|| {
+            format!(
+                "no queue {queue} (the bridge has {} workers, queues 0 to {})",
+                bridge.captures.len(),
+                bridge.captures.len() - 1
+            )
+        })?],
+    };
+    let request = crate::capture::Request {
+        port: id,
+        label: bridge.label(id),
+        inbound,
+        outbound,
+        count,
+    };
+    Ok((request, hubs))
 }
 
 fn handle<S: Strategy>(request: Request, bridge: &Bridge<S>) -> Result<serde_json::Value, String> {
@@ -390,6 +483,7 @@ fn handle<S: Strategy>(request: Request, bridge: &Bridge<S>) -> Result<serde_jso
         }
         Request::Stats => value(&stats(bridge)),
         Request::PortAdd { port } => value(&bridge.add_port(&port)?),
+        Request::Capture { .. } => unreachable!("answered by answer()"),
         Request::PortDel { port } => value(&bridge.remove_port(&port)?),
     }
 }
@@ -611,7 +705,8 @@ fn fdb_entries<S: Strategy>(
         .collect()
 }
 
-fn stats<S: Strategy>(bridge: &Bridge<S>) -> protocol::Stats {
+/// The bridge's counters, as `stats` returns them.
+pub fn stats<S: Strategy>(bridge: &Bridge<S>) -> protocol::Stats {
     let sets: Vec<&[PortCounters]> = bridge.counters.iter().map(|set| &set[..]).collect();
     let totals = counters::sum(sets.iter().copied());
     let states = counters::states(sets.iter().copied());

@@ -2,8 +2,10 @@
 //! MAC table under the lock strategy of your choice, and the client that
 //! operates a running one through its control socket.
 
+mod capture;
 mod client;
 mod control;
+mod metrics;
 mod ports;
 mod protocol;
 
@@ -84,12 +86,37 @@ enum Command {
     /// Add or remove a port of a running bridge.
     #[command(subcommand)]
     Port(PortCommand),
+    /// Write a port's frames as pcapng (tcpdump, tshark and Wireshark read
+    /// it), with each frame's direction.
+    Capture {
+        /// The port, as given to --port (or its interface name).
+        port: String,
+        /// Received frames, sent frames, or both.
+        #[arg(long, value_enum, default_value_t = CaptureDirection::Both)]
+        direction: CaptureDirection,
+        /// Stop after this many frames (otherwise: until interrupted).
+        #[arg(long, value_name = "N")]
+        count: Option<u64>,
+        /// Write to FILE instead of stdout.
+        #[arg(short = 'w', value_name = "FILE")]
+        file: Option<std::path::PathBuf>,
+        /// Only the frames of this worker's queue.
+        #[arg(long, value_name = "Q")]
+        queue: Option<usize>,
+    },
     /// A running bridge's counters: ports, workers, the table, the lock.
     Stats {
         /// JSON instead of text.
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
+enum CaptureDirection {
+    In,
+    Out,
+    Both,
 }
 
 #[derive(Subcommand)]
@@ -184,6 +211,10 @@ struct RunArgs {
     /// The group that may use the control socket besides root.
     #[arg(long, value_name = "GROUP")]
     ctl_group: Option<String>,
+    /// Serve the counters for Prometheus at http://ADDR:PORT/metrics
+    /// (PORT alone: 127.0.0.1:PORT; [ADDR6]:PORT for IPv6).
+    #[arg(long, value_name = "ADDR:PORT", value_parser = metrics::parse_listen)]
+    metrics: Option<std::net::SocketAddr>,
     /// Count the MAC table's lock statistics (lock-based strategies), for
     /// `mpbridge stats`; each lock is then tried before it is taken.
     #[arg(long)]
@@ -303,6 +334,9 @@ fn run<S: Strategy>(
     let fdb = Arc::new(MacTable::<S>::new(config));
     // First, so that a second bridge of the same name touches no port.
     control::ControlSocket::check_free(socket)?;
+    // Before any port is opened (an address in use touches none) and before
+    // privileges are dropped (a port below 1024 needs them).
+    let metrics = args.metrics.map(metrics::MetricsServer::bind).transpose()?;
     let port_sets = open_ports(specs, workers)?;
     let control = control::ControlSocket::bind(socket, args.ctl_group.as_deref())?;
     if !args.keep_caps {
@@ -330,6 +364,7 @@ fn run<S: Strategy>(
     let mut counter_sets = Vec::new();
     let mut worker_totals = Vec::new();
     let mut controls = Vec::new();
+    let mut captures = Vec::new();
     if args.lockstat {
         locks::lockstat::enable(true);
     }
@@ -338,6 +373,8 @@ fn run<S: Strategy>(
     let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
     for (id, ports) in port_sets.into_iter().enumerate() {
         let mut worker = Worker::new(Arc::clone(&fdb), ports, worker_config);
+        worker.set_id(id);
+        captures.push(worker.capture());
         counter_sets.push(worker.counters());
         controls.push(worker.control());
         worker_totals.push(worker.totals());
@@ -364,6 +401,7 @@ fn run<S: Strategy>(
         controls,
         monitor: Arc::clone(&monitor),
         relay: args.mode == ModeArg::Relay,
+        captures,
         keep_caps: args.keep_caps,
         fdb: Arc::clone(&fdb),
         counters: counter_sets.clone(),
@@ -371,6 +409,20 @@ fn run<S: Strategy>(
         started,
         lockstat: args.lockstat,
     });
+    let metrics_thread = match metrics {
+        Some(server) => {
+            let bridge = Arc::clone(&shared);
+            let stopper = Arc::clone(&stopper);
+            let addr = server.local_addr();
+            let thread = thread::Builder::new()
+                .name("metrics".to_owned())
+                .spawn(move || server.serve(|| control::stats(&bridge), || stopper.is_stopped()))
+                .map_err(|e| format!("cannot start the metrics thread: {e}"))?;
+            log::info!("metrics at http://{addr}/metrics");
+            Some(thread)
+        }
+        None => None,
+    };
     let control_thread = {
         let stopper = Arc::clone(&stopper);
         let bridge = Arc::clone(&shared);
@@ -444,6 +496,11 @@ fn run<S: Strategy>(
     stopper.stop();
     if control_thread.join().is_err() && outcome.is_ok() {
         outcome = Err("the control thread panicked".to_owned());
+    }
+    if let Some(thread) = metrics_thread {
+        if thread.join().is_err() && outcome.is_ok() {
+            outcome = Err("the metrics thread panicked".to_owned());
+        }
     }
     for handle in handles {
         // A panic was reported by check_workers (or here, if it came while
@@ -626,6 +683,26 @@ fn operate(name: &str, socket: &std::path::Path, command: Command) -> Result<(),
         Command::Stats { json } => {
             let result = client::call(name, socket, Request::Stats)?;
             client::print_stats(result, json)
+        }
+        Command::Capture {
+            port,
+            direction,
+            count,
+            file,
+            queue,
+        } => {
+            let direction = match direction {
+                CaptureDirection::In => "in",
+                CaptureDirection::Out => "out",
+                CaptureDirection::Both => "both",
+            };
+            let request = Request::Capture {
+                port,
+                direction: direction.to_owned(),
+                count,
+                queue,
+            };
+            client::capture(name, socket, request, file.as_deref())
         }
         Command::Port(PortCommand::Add { port }) => {
             PortSpec::parse(&port).map_err(|message| client::Failure { code: 2, message })?;

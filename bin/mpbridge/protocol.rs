@@ -70,6 +70,21 @@ pub enum Request {
         /// `tap:NAME` or `raw:IFNAME`.
         port: String,
     },
+    /// Streams a port's frames as pcapng after the reply line, until
+    /// `count` frames or the client closes.
+    Capture {
+        /// The port, as given to `--port` (or its interface name).
+        port: String,
+        /// "in", "out" or "both" (the default).
+        #[serde(default = "both")]
+        direction: String,
+        /// Stop after this many frames.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        count: Option<u64>,
+        /// Only the frames of this worker's queue.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        queue: Option<usize>,
+    },
     /// Removes a port while the bridge runs.
     PortDel {
         /// The port, as given to `--port` (or its interface name).
@@ -233,4 +248,8 @@ pub struct LockStats {
     pub contended: u64,
     /// Nanoseconds spent waiting.
     pub wait_ns: u64,
+}
+
+fn both() -> String {
+    "both".to_owned()
 }

@@ -537,6 +537,194 @@ fn a_tap_added_and_removed_comes_and_goes() {
     tcp_transfer(&topology.hosts, 0, 1, 5299, 9);
 }
 
+/// The frame with sequence number `n`, from host 0's station.
+fn numbered(n: u16) -> Vec<u8> {
+    let mut frame = test_frame(BROADCAST, mac(1), 0, 100);
+    frame[20..22].copy_from_slice(&n.to_be_bytes());
+    frame
+}
+
+/// The frames of a pcapng file, with their direction flags.
+fn pcapng_frames(path: &Path) -> Vec<(Vec<u8>, Option<u32>)> {
+    use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketOption;
+    use pcap_file::pcapng::{Block, PcapNgReader};
+    let file = std::fs::File::open(path).expect("the capture file");
+    let mut reader = PcapNgReader::new(file).expect("a pcapng file");
+    let mut frames = Vec::new();
+    while let Some(block) = reader.next_block() {
+        if let Block::EnhancedPacket(packet) = block.expect("a sound block") {
+            let flags = packet.options.iter().find_map(|option| match option {
+                EnhancedPacketOption::Flags(flags) => Some(*flags),
+                _ => None,
+            });
+            frames.push((packet.data.to_vec(), flags));
+        }
+    }
+    frames
+}
+
+fn capture_writes_pcapng_that_tshark_reads() {
+    let socket = socket_path("capture");
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg]);
+    let mut st: Vec<Station> = topology
+        .hosts
+        .iter()
+        .map(|host| Station::on(host))
+        .collect();
+    settle(&mut st);
+    let file = socket.with_file_name("out.pcapng");
+    let mut client = Command::new(env!("CARGO_BIN_EXE_mpbridge"))
+        .arg("--ctl")
+        .arg(&socket)
+        .args([
+            "capture",
+            "raw:p1",
+            "--direction",
+            "out",
+            "--count",
+            "100",
+            "-w",
+        ])
+        .arg(&file)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Numbered frames until the capture has its 100 (it starts a moment
+    // after the client), at most 3000 over about 3 s.
+    let mut sent = 0u16;
+    while sent < 3000 && client.try_wait().unwrap().is_none() {
+        st[0].send(&numbered(sent));
+        sent += 1;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let status = netns::wait_exit(&mut client, Duration::from_secs(5));
+    let mut report = String::new();
+    client
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut report)
+        .unwrap();
+    assert!(status.success(), "{report}");
+    assert!(report.contains("100 frames captured, 0 lost"), "{report}");
+    let frames = pcapng_frames(&file);
+    assert_eq!(frames.len(), 100);
+    // A run of the numbered frames, in order, each byte-identical, each
+    // marked outbound.
+    let first = u16::from_be_bytes([frames[0].0[20], frames[0].0[21]]);
+    for (i, (frame, flags)) in frames.iter().enumerate() {
+        assert_eq!(frame, &numbered(first + i as u16), "frame {i}");
+        assert_eq!(*flags, Some(0b10), "frame {i} not marked outbound");
+    }
+    // tshark (Debian's) reads it too.
+    let output = Command::new("tshark")
+        .arg("-r")
+        .arg(&file)
+        .args(["-T", "fields", "-e", "frame.len", "-e", "eth.src"])
+        .output()
+        .expect("tshark (Debian's tshark package) is needed for this test");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 100, "{text}");
+    assert!(
+        lines.iter().all(|l| *l == "100\t02:42:00:00:00:01"),
+        "{text}"
+    );
+    // A queue that does not exist.
+    let (code, _, err) = ctl(&socket, &["capture", "raw:p1", "--queue", "5"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no queue 5"), "{err}");
+}
+
+fn a_stalled_capture_loses_capture_frames_not_forwarded_ones() {
+    let socket = socket_path("stalled");
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg]);
+    let mut st: Vec<Station> = topology
+        .hosts
+        .iter()
+        .map(|host| Station::on(host))
+        .collect();
+    settle(&mut st);
+    // A reader that asks and then reads nothing.
+    let mut stalled = UnixStream::connect(&socket).unwrap();
+    stalled
+        .write_all(
+            b"{\"version\":1,\"command\":\"capture\",\"port\":\"raw:p0\",\"direction\":\"in\"}\n",
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let before = ctl_json(&socket, &["stats", "--json"]);
+    const FRAMES: usize = 20_000;
+    let frames: Vec<Vec<u8>> = (0..64).map(|n| numbered(n as u16)).collect();
+    let mut sent = 0;
+    while sent < FRAMES {
+        sent += st[0].send_many(&frames);
+        // Keep host 1's socket from overflowing, so that every forwarded
+        // frame can be counted there too.
+        st[1].clear();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let after = ctl_json(&socket, &["stats", "--json"]);
+    let delta = |port: &str, key: &str| {
+        port_stats(&after, port)[key].as_u64().unwrap()
+            - port_stats(&before, port)[key].as_u64().unwrap()
+    };
+    assert_eq!(delta("raw:p0", "rx_frames"), sent as u64);
+    assert_eq!(
+        delta("raw:p1", "tx_frames"),
+        sent as u64,
+        "forwarding lost frames"
+    );
+    // Now read: the statistics in the stream count what the capture lost.
+    drop(st);
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let mut reply = String::new();
+    let mut reader = BufReader::new(&stalled);
+    reader.read_line(&mut reply).unwrap();
+    assert!(reply.contains(r#""ok":true"#), "{reply}");
+    // Stop the stream from our side after a statistics block came.
+    let summary = {
+        use pcap_file::pcapng::blocks::interface_statistics::InterfaceStatisticsOption;
+        use pcap_file::pcapng::{Block, PcapNgReader};
+        let mut reader = PcapNgReader::new(reader).expect("pcapng");
+        let mut frames = 0u64;
+        let mut lost = None;
+        while let Some(Ok(block)) = reader.next_block() {
+            match block {
+                Block::EnhancedPacket(_) => frames += 1,
+                Block::InterfaceStatistics(statistics) => {
+                    for option in &statistics.options {
+                        if let InterfaceStatisticsOption::IsbIfDrop(n) = option {
+                            lost = Some(*n);
+                        }
+                    }
+                    if lost.is_some() && frames > 0 {
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        (frames, lost)
+    };
+    let (captured, lost) = summary;
+    let lost = lost.expect("no statistics in the stream");
+    assert!(
+        lost > 0,
+        "a stalled reader lost nothing: {captured} captured"
+    );
+    assert!(captured + lost <= sent as u64, "{captured} + {lost}");
+}
+
 lab::test_main! {
     privileged: [
         fdb_show_lists_every_station_on_its_port,
@@ -548,6 +736,8 @@ lab::test_main! {
         client_errors_are_one_line_with_the_right_exit_code,
         ports_come_and_go_while_traffic_flows,
         a_tap_added_and_removed_comes_and_goes,
+        capture_writes_pcapng_that_tshark_reads,
+        a_stalled_capture_loses_capture_frames_not_forwarded_ones,
     ],
     plain: [],
 }

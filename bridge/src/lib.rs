@@ -8,9 +8,11 @@
 //! - [`worker`]: the forwarding loop.
 //! - [`monitor`]: link state and local addresses of raw ports.
 //! - [`counters`]: per-port counters.
+//! - [`capture`]: copies of a port's frames for a capture.
 
 #![deny(unsafe_code)]
 
+pub mod capture;
 pub mod counters;
 pub mod decision;
 pub mod fdb;

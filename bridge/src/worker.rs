@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use locks::Strategy;
 
+use crate::capture::{self, CaptureHub};
 use crate::counters::{PortCounters, PortState, PortStats, WorkerCounters};
 use crate::decision::{classify, decide, Decision};
 use crate::fdb::{FdbKey, FdbReader, FdbSection, MacTable, PortId, Seconds, SourceState};
@@ -233,6 +234,11 @@ pub struct Worker<S: Strategy, P: Port> {
     config: WorkerConfig,
     counters: Arc<[PortCounters]>,
     totals: Arc<WorkerCounters>,
+    capture: Arc<CaptureHub>,
+    /// This worker's index, as capture reports it.
+    id: usize,
+    /// Whether a capture was attached when this batch began.
+    capturing: bool,
     batch: RxBatch,
     decisions: Vec<Decision>,
     /// Per output port, the indices of the batch's frames to send there.
@@ -266,6 +272,9 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             control: PortControl { sender, wake },
             counters: (0..MAX_PORTS).map(|_| PortCounters::default()).collect(),
             totals: Arc::default(),
+            capture: Arc::default(),
+            id: 0,
+            capturing: false,
             batch: RxBatch::new(config.batch_size, config.frame_capacity),
             decisions: Vec::with_capacity(config.batch_size),
             outputs: (0..n)
@@ -332,6 +341,16 @@ impl<S: Strategy, P: Port> Worker<S, P> {
     /// This worker's counters, one per port.
     pub fn counters(&self) -> Arc<[PortCounters]> {
         Arc::clone(&self.counters)
+    }
+
+    /// This worker's capture taps.
+    pub fn capture(&self) -> Arc<CaptureHub> {
+        Arc::clone(&self.capture)
+    }
+
+    /// Sets the index captures report for this worker's frames.
+    pub fn set_id(&mut self, id: usize) {
+        self.id = id;
     }
 
     /// This worker's own totals.
@@ -580,6 +599,18 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         // this second differs from the one they hold.
         let now = self.fdb.clock().now();
         let port = PortId(ingress as u16);
+        // The one load a batch pays for capture while nobody captures.
+        self.capturing = self.capture.is_active();
+        if self.capturing {
+            let frames = self.batch.iter();
+            self.capture.offer(
+                self.id,
+                port,
+                capture::Direction::In,
+                P::METADATA_LEN,
+                frames,
+            );
+        }
         let Worker {
             fdb,
             batch,
@@ -718,7 +749,18 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             let report = self.ports[egress]
                 .as_mut()
                 .expect("sendable ports are in use")
-                .send_batch(frames);
+                .send_batch(frames.clone());
+            if self.capturing && report.sent > 0 {
+                // The frames offered up to the last one the port took (a
+                // refused or dropped one among them shows too).
+                self.capture.offer(
+                    self.id,
+                    PortId(egress as u16),
+                    capture::Direction::Out,
+                    P::METADATA_LEN,
+                    frames.take(report.sent + report.refused),
+                );
+            }
             output.clear();
             let tx = &mut self.stats[egress];
             let sent = report.sent as u64;

@@ -102,7 +102,7 @@ impl RxBatch {
     }
 
     /// The frames, in order of arrival.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + Clone + '_ {
         (0..self.count).map(|index| self.frame(index))
     }
 

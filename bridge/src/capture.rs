@@ -1,0 +1,151 @@
+//! Capture taps: copies of the frames a worker receives on or sends to a
+//! port, for `mpbridge capture`. One hub per worker (so that a capture can
+//! follow one queue, as a multiqueue BPF can). While nobody captures, the
+//! worker pays one relaxed load per batch; while someone does, a copy per
+//! frame into a bounded channel, and a reader too slow for the traffic
+//! loses capture frames (counted), never forwarded ones.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use crate::fdb::PortId;
+
+/// Which way a captured frame went through the port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Received on the port.
+    In,
+    /// Sent out of the port.
+    Out,
+}
+
+/// Which frames a tap wants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Filter {
+    /// The port.
+    pub port: PortId,
+    /// Received frames.
+    pub inbound: bool,
+    /// Sent frames.
+    pub outbound: bool,
+}
+
+impl Filter {
+    fn wants(&self, port: PortId, direction: Direction) -> bool {
+        self.port == port
+            && match direction {
+                Direction::In => self.inbound,
+                Direction::Out => self.outbound,
+            }
+    }
+}
+
+/// One captured frame.
+#[derive(Debug, Clone)]
+pub struct Captured {
+    /// When its batch was received or sent.
+    pub time: SystemTime,
+    /// In or out.
+    pub direction: Direction,
+    /// The worker (queue) that handled it.
+    pub queue: usize,
+    /// The Ethernet frame.
+    pub frame: Vec<u8>,
+}
+
+struct Tap {
+    id: u64,
+    filter: Filter,
+    sender: SyncSender<Captured>,
+    lost: Arc<AtomicU64>,
+}
+
+/// The taps of one worker.
+#[derive(Default)]
+pub struct CaptureHub {
+    /// Whether any tap is attached: what the worker reads once per batch.
+    active: AtomicBool,
+    taps: Mutex<Vec<Tap>>,
+    next_id: AtomicU64,
+}
+
+impl std::fmt::Debug for CaptureHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CaptureHub")
+            .field("active", &self.active.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl CaptureHub {
+    /// Whether a tap is attached. Relaxed: a worker that sees a new tap one
+    /// batch late misses one batch of a capture that just started.
+    #[inline]
+    pub fn is_active(&self) -> bool {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    fn taps(&self) -> std::sync::MutexGuard<'_, Vec<Tap>> {
+        self.taps.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Attaches a tap that sends matching frames to `sender`, counting in
+    /// `lost` those the channel had no room for; returns its id.
+    pub fn attach(
+        &self,
+        filter: Filter,
+        sender: SyncSender<Captured>,
+        lost: Arc<AtomicU64>,
+    ) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut taps = self.taps();
+        taps.push(Tap {
+            id,
+            filter,
+            sender,
+            lost,
+        });
+        self.active.store(true, Ordering::Relaxed);
+        id
+    }
+
+    /// Detaches tap `id`.
+    pub fn detach(&self, id: u64) {
+        let mut taps = self.taps();
+        taps.retain(|tap| tap.id != id);
+        self.active.store(!taps.is_empty(), Ordering::Relaxed);
+    }
+
+    /// Offers the frames of one batch that went `direction` through `port`
+    /// (each with `skip` bytes of port metadata before the frame).
+    pub fn offer<'a>(
+        &self,
+        queue: usize,
+        port: PortId,
+        direction: Direction,
+        skip: usize,
+        frames: impl Iterator<Item = &'a [u8]> + Clone,
+    ) {
+        let taps = self.taps();
+        let time = SystemTime::now();
+        for tap in taps.iter().filter(|tap| tap.filter.wants(port, direction)) {
+            for frame in frames.clone() {
+                let captured = Captured {
+                    time,
+                    direction,
+                    queue,
+                    frame: frame[skip.min(frame.len())..].to_vec(),
+                };
+                match tap.sender.try_send(captured) {
+                    Ok(()) => {}
+                    // Full, or the reader left (it detaches soon).
+                    Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                        tap.lost.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    }
+}
