@@ -63,6 +63,8 @@ pub struct Bridge<S: Strategy> {
     pub lockstat: bool,
     /// Each worker's capture taps.
     pub captures: Vec<Arc<bridge::capture::CaptureHub>>,
+    /// The configuration file and what of it is applied, with `--config`.
+    pub config: Mutex<Option<(std::path::PathBuf, crate::config::Config)>>,
 }
 
 /// The listening socket, removed when dropped.
@@ -483,6 +485,7 @@ fn handle<S: Strategy>(request: Request, bridge: &Bridge<S>) -> Result<serde_jso
         }
         Request::Stats => value(&stats(bridge)),
         Request::PortAdd { port } => value(&bridge.add_port(&port)?),
+        Request::Reload => value(&bridge.reload()?),
         Request::Capture { .. } => unreachable!("answered by answer()"),
         Request::PortDel { port } => value(&bridge.remove_port(&port)?),
     }
@@ -632,6 +635,91 @@ impl<S: Strategy> Bridge<S> {
         }
         log::info!("{}: added as port {id}", spec.label());
         Ok(serde_json::json!({ "port": spec.label(), "id": id }))
+    }
+
+    /// Adds the static entries of the configuration file.
+    pub fn add_statics(&self, statics: &[crate::config::StaticEntry]) -> Result<(), String> {
+        for entry in statics {
+            let port = self.port(&entry.port)?;
+            self.fdb
+                .add_static(FdbKey::new(entry.vlan, entry.mac), port);
+        }
+        Ok(())
+    }
+
+    /// Reads the configuration file again and applies what changed in its
+    /// ports and static entries; a file with an error changes nothing.
+    pub fn reload(&self) -> Result<serde_json::Value, String> {
+        let mut current = self.config.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((path, old)) = current.as_ref() else {
+            return Err("the bridge runs without --config: nothing to reload".to_owned());
+        };
+        let new = crate::config::load(path)?;
+        if new.ports.len() < 2 {
+            return Err(format!(
+                "{}: a bridge needs at least two ports (the file has {})",
+                path.display(),
+                new.ports.len()
+            ));
+        }
+        let mut restart = Vec::new();
+        if new.name != old.name {
+            restart.push("name");
+        }
+        if new.lock != old.lock {
+            restart.push("lock");
+        }
+        if new.workers != old.workers {
+            restart.push("workers");
+        }
+        if new.age != old.age {
+            restart.push("age");
+        }
+        if new.max_entries != old.max_entries {
+            restart.push("max_entries");
+        }
+        let live: Vec<String> = self
+            .live_ports()
+            .into_iter()
+            .map(|(_, spec)| spec.label())
+            .collect();
+        let wanted: Vec<String> = new.ports.iter().map(PortSpec::label).collect();
+        let mut added = Vec::new();
+        let mut removed = Vec::new();
+        // Additions first, so that two ports stay throughout.
+        for label in wanted.iter().filter(|label| !live.contains(label)) {
+            self.add_port(label)?;
+            added.push(label.clone());
+        }
+        let stale_statics: Vec<_> = old
+            .statics
+            .iter()
+            .filter(|entry| !new.statics.contains(entry))
+            .collect();
+        for entry in &stale_statics {
+            self.fdb.remove_static(FdbKey::new(entry.vlan, entry.mac));
+        }
+        for label in live.iter().filter(|label| !wanted.contains(label)) {
+            self.remove_port(label)?;
+            removed.push(label.clone());
+        }
+        let fresh: Vec<_> = new
+            .statics
+            .iter()
+            .filter(|entry| !old.statics.contains(entry))
+            .cloned()
+            .collect();
+        self.add_statics(&fresh)?;
+        let reply = serde_json::json!({
+            "ports_added": added,
+            "ports_removed": removed,
+            "static_added": fresh.len(),
+            "static_removed": stale_statics.len(),
+            "needs_restart": restart,
+        });
+        let path = path.clone();
+        *current = Some((path, new));
+        Ok(reply)
     }
 
     /// Removes a port while the bridge runs: every worker closes its queue

@@ -4,6 +4,7 @@
 
 mod capture;
 mod client;
+mod config;
 mod control;
 mod metrics;
 mod ports;
@@ -86,6 +87,8 @@ enum Command {
     /// Add or remove a port of a running bridge.
     #[command(subcommand)]
     Port(PortCommand),
+    /// Apply the configuration file's ports and static entries again.
+    Reload,
     /// Write a port's frames as pcapng (tcpdump, tshark and Wireshark read
     /// it), with each frame's direction.
     Capture {
@@ -179,8 +182,18 @@ struct RunArgs {
     /// or raw:IFNAME (an existing interface through AF_PACKET, promiscuous:
     /// a NIC, a veth, or a VM's tap on its host side; needs CAP_NET_RAW).
     /// Repeat for each port; at least two.
-    #[arg(long = "port", value_name = "tap:NAME|raw:IFNAME", required = true)]
+    #[arg(
+        long = "port",
+        value_name = "tap:NAME|raw:IFNAME",
+        required_unless_present = "config"
+    )]
     ports: Vec<String>,
+    /// A TOML file with the bridge's settings, ports and static entries
+    /// (docs/control.md); options given on the command line win over it.
+    /// SIGHUP or `mpbridge reload` applies its ports and static entries
+    /// again.
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
     /// MAC table lock strategy [possible values: mutex, rwlock, rmlock,
     /// sharded, rcu, epoch].
     #[arg(long, value_name = "STRATEGY", default_value_t = DEFAULT_LOCK.name().to_owned())]
@@ -324,6 +337,7 @@ fn run<S: Strategy>(
     signals: &libc::sigset_t,
     name: &str,
     socket: &std::path::Path,
+    file: Option<(std::path::PathBuf, config::Config)>,
 ) -> Result<(), String> {
     let started = std::time::Instant::now();
     let workers = usize::from(args.workers);
@@ -402,6 +416,7 @@ fn run<S: Strategy>(
         monitor: Arc::clone(&monitor),
         relay: args.mode == ModeArg::Relay,
         captures,
+        config: std::sync::Mutex::new(file.clone()),
         keep_caps: args.keep_caps,
         fdb: Arc::clone(&fdb),
         counters: counter_sets.clone(),
@@ -409,6 +424,9 @@ fn run<S: Strategy>(
         started,
         lockstat: args.lockstat,
     });
+    if let Some((_, file)) = &file {
+        shared.add_statics(&file.statics)?;
+    }
     let metrics_thread = match metrics {
         Some(server) => {
             let bridge = Arc::clone(&shared);
@@ -476,7 +494,11 @@ fn run<S: Strategy>(
     while outcome.is_ok() {
         match wait_for_signal(signals, Duration::from_secs(1)) {
             Some(libc::SIGHUP) => {
-                log::info!("SIGHUP: nothing to reload; carrying on");
+                match shared.reload() {
+                    Ok(changes) => log::info!("SIGHUP: reloaded: {changes}"),
+                    // A bad file keeps the running configuration.
+                    Err(error) => log::warn!("SIGHUP: {error}; nothing changed"),
+                }
                 continue;
             }
             Some(signal) => {
@@ -594,8 +616,12 @@ fn drop_privileges() -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    use clap::{CommandFactory, FromArgMatches};
+    let parsed = Cli::command()
+        .try_get_matches()
+        .and_then(|matches| Cli::from_arg_matches(&matches).map(|cli| (cli, matches)));
+    let (mut cli, matches) = match parsed {
+        Ok(parsed) => parsed,
         Err(error) if !error.use_stderr() => {
             // --help and --version.
             let _ = error.print();
@@ -618,20 +644,29 @@ fn main() -> ExitCode {
         _ => "debug",
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
-    let socket = cli.socket();
-    let args = match cli.command {
+    let command = std::mem::replace(&mut cli.command, Command::Reload);
+    let mut args = match command {
         Command::Run(args) => args,
         other => {
+            let socket = cli.socket();
             return match operate(&cli.name, &socket, other) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(failure) => {
                     say(&format!("mpbridge: {}\n", failure.message));
                     ExitCode::from(failure.code)
                 }
-            }
+            };
         }
     };
 
+    let config = match merge_config(&mut cli, &mut args, &matches) {
+        Ok(config) => config,
+        Err(error) => {
+            say(&format!("mpbridge: {error}\n"));
+            return ExitCode::from(2);
+        }
+    };
+    let socket = cli.socket();
     let lock: StrategyKind = match args.lock.parse() {
         Ok(lock) => lock,
         Err(error) => {
@@ -666,7 +701,8 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let signals = block_signals();
-    match locks::with_strategy!(lock, S => run::<S>(&args, &specs, &signals, &cli.name, &socket)) {
+    match locks::with_strategy!(lock, S => run::<S>(&args, &specs, &signals, &cli.name, &socket, config))
+    {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             say(&format!("mpbridge: {error}\n"));
@@ -710,6 +746,32 @@ fn operate(name: &str, socket: &std::path::Path, command: Command) -> Result<(),
             println!("added {}", result["port"].as_str().unwrap_or("?"));
             Ok(())
         }
+        Command::Reload => {
+            let result = client::call(name, socket, Request::Reload)?;
+            let list = |key: &str| {
+                result[key]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str())
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    })
+                    .unwrap_or_default()
+            };
+            println!(
+                "reloaded: ports added [{}], removed [{}]; static entries added {}, removed {}",
+                list("ports_added"),
+                list("ports_removed"),
+                result["static_added"],
+                result["static_removed"]
+            );
+            let restart = list("needs_restart");
+            if !restart.is_empty() {
+                println!("changed, needs a restart to apply: {restart}");
+            }
+            Ok(())
+        }
         Command::Port(PortCommand::Del { port }) => {
             let result = client::call(name, socket, Request::PortDel { port })?;
             println!("removed {}", result["removed"].as_str().unwrap_or("?"));
@@ -744,4 +806,62 @@ fn operate(name: &str, socket: &std::path::Path, command: Command) -> Result<(),
             Ok(())
         }
     }
+}
+
+/// Reads `--config` and fills in what the command line left to it (an
+/// option given on the command line wins); returns the file and its
+/// contents for reloads.
+fn merge_config(
+    cli: &mut Cli,
+    args: &mut RunArgs,
+    matches: &clap::ArgMatches,
+) -> Result<Option<(std::path::PathBuf, config::Config)>, String> {
+    use clap::parser::ValueSource;
+    let Some(path) = args.config.clone() else {
+        return Ok(None);
+    };
+    let config = config::load(&path)?;
+    let run = matches.subcommand_matches("run");
+    // Whether option `id` was on the command line (global ones such as
+    // --name may stand before or after `run`).
+    let given = |id: &str| {
+        let source = |m: &clap::ArgMatches| {
+            m.ids().any(|known| known.as_str() == id)
+                && m.value_source(id) == Some(ValueSource::CommandLine)
+        };
+        source(matches) || run.is_some_and(source)
+    };
+    if !args.ports.is_empty() {
+        return Err(format!(
+            "the ports come from {}: give no --port with --config",
+            path.display()
+        ));
+    }
+    args.ports = config.ports.iter().map(PortSpec::label).collect();
+    if !given("lock") {
+        if let Some(lock) = &config.lock {
+            args.lock = lock.clone();
+        }
+    }
+    if !given("workers") {
+        if let Some(workers) = config.workers {
+            args.workers = workers;
+        }
+    }
+    if !given("age") {
+        if let Some(age) = config.age {
+            args.age = age;
+        }
+    }
+    if !given("max_entries") {
+        if let Some(max) = config.max_entries {
+            args.max_entries = max;
+        }
+    }
+    if !given("name") {
+        if let Some(name) = &config.name {
+            cli.name = name.clone();
+        }
+    }
+    Ok(Some((path, config)))
 }

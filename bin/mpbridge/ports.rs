@@ -7,7 +7,7 @@ use bridge::port::tap::TapError;
 use bridge::port::{LinkPort, RawPort, TapPort};
 
 /// What kind of port.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// A tap mpbridge owns.
     Tap,
@@ -16,7 +16,7 @@ pub enum Kind {
 }
 
 /// A port as `--port` gives it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PortSpec {
     /// Tap or raw.
     pub kind: Kind,

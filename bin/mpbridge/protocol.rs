@@ -85,6 +85,9 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         queue: Option<usize>,
     },
+    /// Reads the configuration file again and applies what changed in
+    /// ports and static entries.
+    Reload,
     /// Removes a port while the bridge runs.
     PortDel {
         /// The port, as given to `--port` (or its interface name).

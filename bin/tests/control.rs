@@ -725,6 +725,93 @@ fn a_stalled_capture_loses_capture_frames_not_forwarded_ones() {
     assert!(captured + lost <= sent as u64, "{captured} + {lost}");
 }
 
+fn the_config_file_sets_up_and_reload_applies_changes() {
+    let bridge = Netns::new();
+    let hosts: Vec<Netns> = (0..3).map(|_| Netns::new()).collect();
+    for (i, host) in hosts.iter().enumerate() {
+        host.add_veth(&format!("p{i}"), &bridge).expect("veth");
+        host.ip(&["link", "set", "eth0", "up"]);
+    }
+    let socket = socket_path("config");
+    let file = socket.with_file_name("bridge.toml");
+    let write = |text: &str| std::fs::write(&file, text).unwrap();
+    let (a, b) = (mac_text(mac(0x50)), mac_text(mac(0x51)));
+    write(&format!(
+        "lock = \"rcu\"\nports = [\"raw:p0\", \"raw:p1\"]\n\n[[static]]\nmac = \"{a}\"\nport = \"raw:p1\"\n"
+    ));
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let config_arg = format!("--config={}", file.display());
+    let daemon = Daemon::start(&bridge, &["run", &config_arg, &ctl_arg]);
+    assert!(
+        daemon.log.iter().any(|l| l.contains("lock rcu")),
+        "{:?}",
+        daemon.log
+    );
+    assert_eq!(fdb(&socket)[&a], ("raw:p1".to_owned(), "static".to_owned()));
+    let port_names = || {
+        let stats = ctl_json(&socket, &["stats", "--json"]);
+        stats["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(port_names(), ["raw:p0", "raw:p1"]);
+
+    // A port and a static entry added, the old entry gone: `reload`.
+    write(&format!(
+        "lock = \"rcu\"\nports = [\"raw:p0\", \"raw:p1\", \"raw:p2\"]\n\n[[static]]\nmac = \"{b}\"\nport = \"raw:p2\"\nvlan = 7\n"
+    ));
+    let (code, out, err) = ctl(&socket, &["reload"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("ports added [raw:p2]"), "{out}");
+    assert!(out.contains("static entries added 1, removed 1"), "{out}");
+    assert_eq!(port_names(), ["raw:p0", "raw:p1", "raw:p2"]);
+    let table = fdb(&socket);
+    assert_eq!(table[&b], ("raw:p2".to_owned(), "static".to_owned()));
+    assert!(!table.contains_key(&a), "{table:?}");
+
+    // A file with an error changes nothing, and says where.
+    write("lock = \"rcu\"\nports = [\"raw:p0\", \"raw:p1\"\n");
+    let (code, _, err) = ctl(&socket, &["reload"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("line") && err.contains("bridge.toml"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(port_names(), ["raw:p0", "raw:p1", "raw:p2"]);
+
+    // The port removed again, through SIGHUP; a new worker count is only
+    // reported.
+    write("lock = \"rcu\"\nworkers = 2\nports = [\"raw:p0\", \"raw:p1\"]\n");
+    #[allow(unsafe_code)]
+    // SAFETY: kill has no memory preconditions; the pid is our child's.
+    unsafe {
+        libc::kill(daemon.child.id() as libc::pid_t, libc::SIGHUP);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while port_names().len() != 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(port_names(), ["raw:p0", "raw:p1"]);
+    assert!(!fdb(&socket).contains_key(&b));
+    let (status, log) = daemon.stop(Duration::from_secs(3));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+
+    // Errors at start: one line, exit 2.
+    write("lock = \"spinlock\"\nports = [\"raw:p0\", \"raw:p1\"]\n");
+    let (status, err) = run_to_exit(Some(&bridge), &["run", &config_arg], Duration::from_secs(5));
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("line 1") && err.contains("spinlock"), "{err}");
+    write("ports = [\"raw:p0\", \"raw:p1\"]\n");
+    let (status, err) = run_to_exit(
+        Some(&bridge),
+        &["run", &config_arg, "--port", "raw:p2"],
+        Duration::from_secs(5),
+    );
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("give no --port"), "{err}");
+}
+
 lab::test_main! {
     privileged: [
         fdb_show_lists_every_station_on_its_port,
@@ -738,6 +825,7 @@ lab::test_main! {
         a_tap_added_and_removed_comes_and_goes,
         capture_writes_pcapng_that_tshark_reads,
         a_stalled_capture_loses_capture_frames_not_forwarded_ones,
+        the_config_file_sets_up_and_reload_applies_changes,
     ],
     plain: [],
 }

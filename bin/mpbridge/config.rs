@@ -1,0 +1,241 @@
+//! The configuration file (`--config FILE`, TOML): what `mpbridge run`
+//! takes on its command line, plus static MAC table entries. SIGHUP or
+//! `mpbridge reload` reads it again and applies what changed in the ports
+//! and static entries; what cannot change while running (lock, workers,
+//! name, ageing, limit) is reported as needing a restart.
+//!
+//! ```toml
+//! name = "br0"
+//! lock = "epoch"
+//! workers = 2
+//! age = 300
+//! max_entries = 8192
+//! ports = ["tap:vm0", "raw:eth1"]
+//!
+//! [[static]]
+//! mac = "02:00:00:00:00:01"
+//! port = "raw:eth1"
+//! vlan = 0
+//! ```
+
+use std::path::Path;
+
+use bridge::wire::{MacAddr, MacKind};
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::ports::PortSpec;
+
+/// The file as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    name: Option<Spanned<String>>,
+    lock: Option<Spanned<String>>,
+    workers: Option<Spanned<u16>>,
+    age: Option<u32>,
+    max_entries: Option<usize>,
+    #[serde(default)]
+    ports: Vec<Spanned<String>>,
+    #[serde(default, rename = "static")]
+    statics: Vec<FileStatic>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileStatic {
+    mac: Spanned<String>,
+    port: Spanned<String>,
+    vlan: Option<Spanned<u16>>,
+}
+
+/// A static entry of the file.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StaticEntry {
+    /// The station.
+    pub mac: MacAddr,
+    /// Its VLAN.
+    pub vlan: u16,
+    /// Its port, as the file names it (`tap:NAME` or `raw:IFNAME`).
+    pub port: String,
+}
+
+/// A checked configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The bridge's name.
+    pub name: Option<String>,
+    /// The lock strategy.
+    pub lock: Option<String>,
+    /// Forwarding threads.
+    pub workers: Option<u16>,
+    /// Ageing time, seconds.
+    pub age: Option<u32>,
+    /// Learning limit.
+    pub max_entries: Option<usize>,
+    /// The ports, in order.
+    pub ports: Vec<PortSpec>,
+    /// Static entries.
+    pub statics: Vec<StaticEntry>,
+}
+
+/// The 1-based line of byte `offset` in `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+/// Reads and checks `path`. Errors are one line naming the file and line.
+pub fn load(path: &Path) -> Result<Config, String> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let file: File = toml::from_str(&text).map_err(|e| {
+        let line = e.span().map(|span| line_of(&text, span.start));
+        let message = e.message().trim().to_owned();
+        match line {
+            Some(line) => format!("{shown}: line {line}: {message}"),
+            None => format!("{shown}: {message}"),
+        }
+    })?;
+    let at = |span: std::ops::Range<usize>, message: String| {
+        format!("{shown}: line {}: {message}", line_of(&text, span.start))
+    };
+    if let Some(lock) = &file.lock {
+        lock.get_ref()
+            .parse::<locks::StrategyKind>()
+            .map_err(|e| at(lock.span(), e.to_string()))?;
+    }
+    if let Some(workers) = &file.workers {
+        if !(1..=256).contains(workers.get_ref()) {
+            return Err(at(workers.span(), "workers must be 1 to 256".to_owned()));
+        }
+    }
+    if let Some(name) = &file.name {
+        crate::bridge_name(name.get_ref()).map_err(|e| at(name.span(), e))?;
+    }
+    let mut ports = Vec::new();
+    for port in &file.ports {
+        let spec = PortSpec::parse(port.get_ref()).map_err(|e| at(port.span(), e))?;
+        if ports.iter().any(|p: &PortSpec| p.name == spec.name) {
+            return Err(at(port.span(), format!("{} is listed twice", spec.name)));
+        }
+        ports.push(spec);
+    }
+    let mut statics = Vec::new();
+    for entry in &file.statics {
+        let mac: MacAddr = entry.mac.get_ref().parse().map_err(|_| {
+            at(
+                entry.mac.span(),
+                format!("invalid MAC address '{}'", entry.mac.get_ref()),
+            )
+        })?;
+        if mac.kind() != MacKind::Unicast {
+            return Err(at(
+                entry.mac.span(),
+                format!(
+                    "'{}' is not a station's (unicast) address",
+                    entry.mac.get_ref()
+                ),
+            ));
+        }
+        let vlan = entry.vlan.as_ref().map_or(0, |vlan| *vlan.get_ref());
+        if let Some(spanned) = entry.vlan.as_ref().filter(|_| vlan > 4094) {
+            return Err(at(
+                spanned.span(),
+                format!("invalid vlan {vlan} (0 to 4094)"),
+            ));
+        }
+        let port = entry.port.get_ref();
+        if !ports.iter().any(|p| p.label() == *port || p.name == *port) {
+            return Err(at(
+                entry.port.span(),
+                format!("'{port}' is not one of the ports"),
+            ));
+        }
+        statics.push(StaticEntry {
+            mac,
+            vlan,
+            port: port.clone(),
+        });
+    }
+    Ok(Config {
+        name: file.name.map(Spanned::into_inner),
+        lock: file.lock.map(Spanned::into_inner),
+        workers: file.workers.map(Spanned::into_inner),
+        age: file.age,
+        max_entries: file.max_entries,
+        ports,
+        statics,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_text(text: &str) -> Result<Config, String> {
+        let dir = std::env::temp_dir().join(format!("mpbcfg{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{}.toml", text.len()));
+        std::fs::write(&path, text).unwrap();
+        let result = load(&path);
+        let _ = std::fs::remove_file(&path);
+        result
+    }
+
+    #[test]
+    fn a_full_file_reads_back() {
+        let config = load_text(
+            "name = \"br0\"\nlock = \"rcu\"\nworkers = 2\nage = 60\nmax_entries = 100\n\
+             ports = [\"tap:a0\", \"raw:eth1\"]\n\n[[static]]\nmac = \"02:00:00:00:00:01\"\n\
+             port = \"raw:eth1\"\nvlan = 5\n",
+        )
+        .unwrap();
+        assert_eq!(config.name.as_deref(), Some("br0"));
+        assert_eq!(config.lock.as_deref(), Some("rcu"));
+        assert_eq!(
+            (config.workers, config.age, config.max_entries),
+            (Some(2), Some(60), Some(100))
+        );
+        let labels: Vec<String> = config.ports.iter().map(PortSpec::label).collect();
+        assert_eq!(labels, ["tap:a0", "raw:eth1"]);
+        assert_eq!(config.statics.len(), 1);
+        assert_eq!(config.statics[0].vlan, 5);
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let cases = [
+            (
+                "ports = [\"tap:a\", \"raw:b\"]\nlock = \"spinlock\"\n",
+                "line 2",
+                "spinlock",
+            ),
+            ("ports = [\"tap:a\",\n \"eth0\"]\n", "line 2", "'eth0'"),
+            (
+                "ports = [\"tap:a\"]\n[[static]]\nmac = \"02:zz:00:00:00:01\"\nport = \"tap:a\"\n",
+                "line 3",
+                "02:zz",
+            ),
+            (
+                "ports = [\"tap:a\"]\n[[static]]\nmac = \"02:00:00:00:00:01\"\nport = \"tap:b\"\n",
+                "line 4",
+                "'tap:b'",
+            ),
+            (
+                "ports = [\"tap:a\"]\ncolour = \"blue\"\n",
+                "line 2",
+                "colour",
+            ),
+            ("ports = [\"tap:a\"\n", "line", ""),
+            ("workers = 0\n", "line 1", "workers"),
+        ];
+        for (text, line, needle) in cases {
+            let error = load_text(text).unwrap_err();
+            assert!(
+                error.contains(line) && error.contains(needle),
+                "{text:?}: {error}"
+            );
+            assert_eq!(error.lines().count(), 1, "{error}");
+        }
+    }
+}
