@@ -493,6 +493,10 @@ fn run<S: Strategy>(
     }
     while outcome.is_ok() {
         match wait_for_signal(signals, Duration::from_secs(1)) {
+            Some(libc::SIGHUP) if args.config.is_none() => {
+                log::info!("SIGHUP: the bridge runs without --config; nothing to reload");
+                continue;
+            }
             Some(libc::SIGHUP) => {
                 match shared.reload() {
                     Ok(changes) => log::info!("SIGHUP: reloaded: {changes}"),
