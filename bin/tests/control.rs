@@ -369,6 +369,53 @@ fn one_bridge_per_socket_and_stale_sockets_are_replaced() {
     assert!(!path.exists(), "the socket outlived its bridge");
 }
 
+/// `--ctl-group`: the socket and the directory made for it belong to the
+/// group, so that its members may control the bridge.
+fn the_control_group_owns_the_socket() {
+    use std::os::unix::fs::MetadataExt;
+    let bridge = Netns::new();
+    let dir = std::env::temp_dir()
+        .join(netns::unique("mpbgroup"))
+        .join("run");
+    let socket = dir.join("br.sock");
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let _daemon = Daemon::start(
+        &bridge,
+        &[
+            "run",
+            "--port",
+            "tap:g0",
+            "--port",
+            "tap:g1",
+            &ctl_arg,
+            "--ctl-group",
+            "nogroup",
+        ],
+    );
+    let nogroup = 65534;
+    assert_eq!(std::fs::metadata(&socket).unwrap().gid(), nogroup);
+    assert_eq!(std::fs::metadata(&dir).unwrap().gid(), nogroup);
+    // A member of the group may use it; another user may not.
+    let as_user = |gid: &str| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", &format!("--regid={gid}"), "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_mpbridge"))
+            .arg("--ctl")
+            .arg(&socket)
+            .arg("stats")
+            .output()
+            .unwrap()
+    };
+    let member = as_user("65534");
+    let err = String::from_utf8_lossy(&member.stderr);
+    assert!(member.status.success(), "{err}");
+    let stranger = as_user("1");
+    let err = String::from_utf8_lossy(&stranger.stderr);
+    assert_eq!(stranger.status.code(), Some(1), "{err}");
+    assert!(err.contains("permission denied"), "{err}");
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+}
+
 fn client_errors_are_one_line_with_the_right_exit_code() {
     let socket = socket_path("client");
     let cases: [(&[&str], i32, &str); 6] = [
@@ -826,6 +873,7 @@ lab::test_main! {
         capture_writes_pcapng_that_tshark_reads,
         a_stalled_capture_loses_capture_frames_not_forwarded_ones,
         the_config_file_sets_up_and_reload_applies_changes,
+        the_control_group_owns_the_socket,
     ],
     plain: [],
 }
