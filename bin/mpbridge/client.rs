@@ -31,24 +31,42 @@ impl Failure {
 /// Sends `request` to the bridge at `socket` (named `name`) and returns the
 /// reply's result.
 pub fn call(name: &str, socket: &Path, request: Request) -> Result<serde_json::Value, Failure> {
-    let shown = socket.display();
     let stream = connect(name, socket)?;
-    let io_error = |e: std::io::Error| Failure::new(1, format!("{shown}: {e}"));
     stream
         .set_read_timeout(Some(REPLY_TIMEOUT))
-        .map_err(io_error)?;
+        .map_err(|e| Failure::new(1, format!("{}: {e}", socket.display())))?;
+    let (_, reply) = exchange(&stream, socket, request)?;
+    match (reply.ok, reply.result, reply.error) {
+        (true, Some(result), _) => Ok(result),
+        (_, _, Some(error)) => Err(Failure::new(1, error)),
+        _ => Err(Failure::new(
+            1,
+            format!("{}: a reply without result or error", socket.display()),
+        )),
+    }
+}
+
+/// Sends one request line on `stream` and reads the reply line; returns
+/// the reader too, which may hold what followed the reply.
+fn exchange<'a>(
+    stream: &'a UnixStream,
+    socket: &Path,
+    request: Request,
+) -> Result<(BufReader<&'a UnixStream>, ReplyLine), Failure> {
+    let shown = socket.display();
+    let io_error = |e: std::io::Error| Failure::new(1, format!("{shown}: {e}"));
     let line = serde_json::to_string(&RequestLine {
         version: VERSION,
         request,
     })
     .expect("a request serialises");
-    (&stream)
+    let mut writer = stream;
+    writer
         .write_all(format!("{line}\n").as_bytes())
         .map_err(io_error)?;
+    let mut reader = BufReader::new(stream);
     let mut reply = String::new();
-    BufReader::new(&stream)
-        .read_line(&mut reply)
-        .map_err(io_error)?;
+    reader.read_line(&mut reply).map_err(io_error)?;
     if reply.is_empty() {
         return Err(Failure::new(
             1,
@@ -57,14 +75,7 @@ pub fn call(name: &str, socket: &Path, request: Request) -> Result<serde_json::V
     }
     let reply: ReplyLine = serde_json::from_str(&reply)
         .map_err(|e| Failure::new(1, format!("{shown}: unreadable reply: {e}")))?;
-    match (reply.ok, reply.result, reply.error) {
-        (true, Some(result), _) => Ok(result),
-        (_, _, Some(error)) => Err(Failure::new(1, error)),
-        _ => Err(Failure::new(
-            1,
-            format!("{shown}: a reply without result or error"),
-        )),
-    }
+    Ok((reader, reply))
 }
 
 /// Starts a capture and copies its pcapng stream to `out` (a file, or
@@ -75,23 +86,9 @@ pub fn capture(
     request: Request,
     out: Option<&Path>,
 ) -> Result<(), Failure> {
-    let shown = socket.display();
     let stream = connect(name, socket)?;
-    let io_error = |e: std::io::Error| Failure::new(1, format!("{shown}: {e}"));
-    let line = serde_json::to_string(&RequestLine {
-        version: VERSION,
-        request,
-    })
-    .expect("a request serialises");
-    (&stream)
-        .write_all(format!("{line}\n").as_bytes())
-        .map_err(io_error)?;
     // The reply line, then the stream, through one buffer.
-    let mut reader = BufReader::new(&stream);
-    let mut reply = String::new();
-    reader.read_line(&mut reply).map_err(io_error)?;
-    let reply: ReplyLine = serde_json::from_str(&reply)
-        .map_err(|e| Failure::new(1, format!("{shown}: unreadable reply: {e}")))?;
+    let (reader, reply) = exchange(&stream, socket, request)?;
     if !reply.ok {
         return Err(Failure::new(1, reply.error.unwrap_or_default()));
     }

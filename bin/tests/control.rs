@@ -107,12 +107,7 @@ fn static_entries_steer_traffic_and_survive_ageing() {
     let socket = socket_path("static");
     let ctl_arg = format!("--ctl={}", socket.display());
     let topology = Topology::new(PortKind::Raw, 3, &[&ctl_arg, "--age", "1"]);
-    let mut st: Vec<Station> = topology
-        .hosts
-        .iter()
-        .map(|host| Station::on(host))
-        .collect();
-    settle(&mut st);
+    let mut st = topology.stations();
     let never_seen = mac(0x99);
     let text = mac_text(never_seen);
     ctl_ok(&socket, &["fdb", "add", &text, "port", "raw:p2"]);
@@ -139,12 +134,7 @@ fn del_and_flush_make_stations_flood_again() {
     let socket = socket_path("flush");
     let ctl_arg = format!("--ctl={}", socket.display());
     let topology = Topology::new(PortKind::Raw, 3, &[&ctl_arg]);
-    let mut st: Vec<Station> = topology
-        .hosts
-        .iter()
-        .map(|host| Station::on(host))
-        .collect();
-    settle(&mut st);
+    let mut st = topology.stations();
     let station = mac(5);
     let learn = |st: &mut Vec<Station>| {
         st[1].send(&test_frame(BROADCAST, station, 1, 60));
@@ -196,12 +186,7 @@ fn stats_count_exactly_what_was_sent() {
         2,
         &[&ctl_arg, "--lock", "mutex", "--lockstat"],
     );
-    let mut st: Vec<Station> = topology
-        .hosts
-        .iter()
-        .map(|host| Station::on(host))
-        .collect();
-    settle(&mut st);
+    let mut st = topology.stations();
     let before = ctl_json(&socket, &["stats", "--json"]);
     for n in 0..10 {
         st[0].send(&test_frame(BROADCAST, mac(1), n, 100));
@@ -614,12 +599,7 @@ fn capture_writes_pcapng_that_tshark_reads() {
     let socket = socket_path("capture");
     let ctl_arg = format!("--ctl={}", socket.display());
     let topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg]);
-    let mut st: Vec<Station> = topology
-        .hosts
-        .iter()
-        .map(|host| Station::on(host))
-        .collect();
-    settle(&mut st);
+    let mut st = topology.stations();
     let file = socket.with_file_name("out.pcapng");
     let mut client = Command::new(env!("CARGO_BIN_EXE_mpbridge"))
         .arg("--ctl")
@@ -693,12 +673,7 @@ fn a_stalled_capture_loses_capture_frames_not_forwarded_ones() {
     let socket = socket_path("stalled");
     let ctl_arg = format!("--ctl={}", socket.display());
     let topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg]);
-    let mut st: Vec<Station> = topology
-        .hosts
-        .iter()
-        .map(|host| Station::on(host))
-        .collect();
-    settle(&mut st);
+    let mut st = topology.stations();
     // A reader that asks and then reads nothing.
     let mut stalled = UnixStream::connect(&socket).unwrap();
     stalled

@@ -95,12 +95,7 @@ fn a_raw_port_down_then_deleted_costs_no_cpu_and_is_reported_once() {
 /// until they are heard again, as on the Linux bridge.
 fn a_port_going_down_flushes_its_stations(kind: PortKind) {
     let topology = Topology::new(kind, 3, &[]);
-    let mut st: Vec<Station> = topology
-        .hosts
-        .iter()
-        .map(|host| Station::on(host))
-        .collect();
-    settle(&mut st);
+    let mut st = topology.stations();
     st[2].send(&test_frame(BROADCAST, mac(3), 1, 60));
     settle(&mut st);
     st[0].send(&test_frame(mac(3), mac(1), 2, 60));
@@ -149,12 +144,7 @@ fn a_frame_above_the_egress_mtu_costs_only_itself() {
     // stays at 1500.
     topology.hosts[0].ip(&["link", "set", "eth0", "mtu", "9000"]);
     topology.bridge.ip(&["link", "set", "p0", "mtu", "9000"]);
-    let mut st: Vec<Station> = topology
-        .hosts
-        .iter()
-        .map(|host| Station::on(host))
-        .collect();
-    settle(&mut st);
+    let mut st = topology.stations();
     let small = |tag| test_frame(BROADCAST, mac(1), tag, 60);
     let frames = vec![
         small(1),

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use lab::prometheus::{self, Exposition};
 use netns::{
-    mac, run_to_exit, settle_counts as settle, test_frame, Daemon, Netns, PortKind, Station,
-    Topology, BROADCAST,
+    mac, run_to_exit, settle_counts as settle, test_frame, Daemon, Netns, PortKind, Topology,
+    BROADCAST,
 };
 
 /// A control socket path of this test's own.
@@ -162,12 +162,7 @@ fn scrape_equals_stats_on_an_idle_bridge() {
         2,
         &[&ctl_arg, &metrics_arg, "--lock", "mutex", "--lockstat"],
     );
-    let mut st: Vec<Station> = topology
-        .hosts
-        .iter()
-        .map(|host| Station::on(host))
-        .collect();
-    settle(&mut st);
+    let mut st = topology.stations();
     for n in 0..10 {
         st[0].send(&test_frame(BROADCAST, mac(1), n, 100));
     }

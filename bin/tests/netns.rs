@@ -241,6 +241,15 @@ impl Topology {
     }
 }
 
+impl Topology {
+    /// A station on every host, once frames of the set-up have passed.
+    pub fn stations(&self) -> Vec<Station> {
+        let mut stations: Vec<Station> = self.hosts.iter().map(|host| Station::on(host)).collect();
+        settle_counts(&mut stations);
+        stations
+    }
+}
+
 impl Drop for Topology {
     fn drop(&mut self) {
         // The daemon first, so that its taps go before their namespaces.
