@@ -228,6 +228,12 @@ struct RunArgs {
     /// (PORT alone: 127.0.0.1:PORT; [ADDR6]:PORT for IPv6).
     #[arg(long, value_name = "ADDR:PORT", value_parser = metrics::parse_listen)]
     metrics: Option<std::net::SocketAddr>,
+    /// CPUs the workers may run on (a list like 0-3,8), each worker pinned
+    /// to one in turn. By default workers are pinned away from the CPUs
+    /// that take raw ports' receive work, where those are known and others
+    /// are free.
+    #[arg(long, value_name = "LIST", value_parser = bridge::port::placement::parse_cpu_list)]
+    cpus: Option<bridge::port::placement::CpuSet>,
     /// Count the MAC table's lock statistics (lock-based strategies), for
     /// `mpbridge stats`; each lock is then tried before it is taken.
     #[arg(long)]
@@ -352,6 +358,7 @@ fn run<S: Strategy>(
     // privileges are dropped (a port below 1024 needs them).
     let metrics = args.metrics.map(metrics::MetricsServer::bind).transpose()?;
     let port_sets = open_ports(specs, workers)?;
+    let placement = place_workers(args.cpus.as_ref(), specs, workers)?;
     let control = control::ControlSocket::bind(socket, args.ctl_group.as_deref())?;
     if !args.keep_caps {
         drop_privileges()?;
@@ -395,11 +402,15 @@ fn run<S: Strategy>(
         let stopper = Arc::clone(&stopper);
         let panic_now = id == 0 && args.inject_fault == Some(InjectedFault::WorkerPanic);
         let started = started_tx.clone();
+        let cpus = placement.workers[id].clone();
         let handle = thread::Builder::new()
             .name(format!("worker{id}"))
             .spawn(move || {
                 if panic_now {
                     panic!("injected fault");
+                }
+                if let Some(cpus) = &cpus {
+                    pin_to(cpus);
                 }
                 let _ = started.send(());
                 drop(started);
@@ -484,10 +495,11 @@ fn run<S: Strategy>(
     }
     if outcome.is_ok() {
         say(&format!(
-            "mpbridge: ready: ports {} lock {} workers {}{mode}{poll}\n",
+            "mpbridge: ready: ports {} lock {} workers {}{mode}{poll} cpus {}\n",
             labels.join(","),
             S::KIND,
-            workers
+            workers,
+            placement_text(&placement)
         ));
         notify_ready();
     }
@@ -868,4 +880,77 @@ fn merge_config(
         }
     }
     Ok(Some((path, config)))
+}
+
+/// Decides the workers' CPUs (see `bridge::port::placement::place`) and
+/// warns, once per port, where receive work shares a CPU with a worker.
+fn place_workers(
+    cpus: Option<&bridge::port::placement::CpuSet>,
+    specs: &[PortSpec],
+    workers: usize,
+) -> Result<bridge::port::placement::Placement, String> {
+    use bridge::port::placement::{self, format_cpu_list, ReceiveCpus, System};
+    let allowed: placement::CpuSet = {
+        let affinity = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+            .map_err(|e| format!("cannot read this process's CPUs: {e}"))?;
+        (0..nix::sched::CpuSet::count())
+            .filter(|cpu| affinity.is_set(*cpu).unwrap_or(false))
+            .collect()
+    };
+    let allowed = match cpus {
+        Some(cpus) => {
+            let outside: placement::CpuSet = cpus.difference(&allowed).copied().collect();
+            if !outside.is_empty() {
+                return Err(format!(
+                    "--cpus {}: CPU {} not available to this process (it may use {})",
+                    format_cpu_list(cpus),
+                    format_cpu_list(&outside),
+                    format_cpu_list(&allowed)
+                ));
+            }
+            cpus.clone()
+        }
+        None => allowed,
+    };
+    let system = System::default();
+    let ports: Vec<(String, ReceiveCpus)> = specs
+        .iter()
+        .filter(|spec| spec.kind == Kind::Raw)
+        .map(|spec| (spec.label(), system.receive_cpus(&spec.name)))
+        .collect();
+    let plan = placement::place(&allowed, cpus.is_some(), workers, &ports);
+    for (port, shared) in &plan.overlaps {
+        log::warn!(
+            "{port}: its receive work runs on CPU {}, where a worker runs too: under load \
+             the worker will livelock; steer the receive work elsewhere (rps_cpus) or pick \
+             other CPUs with --cpus",
+            format_cpu_list(shared)
+        );
+    }
+    Ok(plan)
+}
+
+/// The workers' CPUs for the ready line: `0,1` per worker, `any` unpinned.
+fn placement_text(plan: &bridge::port::placement::Placement) -> String {
+    plan.workers
+        .iter()
+        .map(|cpus| match cpus {
+            Some(cpus) => bridge::port::placement::format_cpu_list(cpus),
+            None => "any".to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// Pins the calling thread to `cpus`; a failure is logged, not fatal.
+fn pin_to(cpus: &bridge::port::placement::CpuSet) {
+    let mut set = nix::sched::CpuSet::new();
+    for cpu in cpus {
+        if set.set(*cpu).is_err() {
+            log::warn!("cannot pin to CPU {cpu}: beyond this system's CPU set");
+        }
+    }
+    if let Err(error) = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set) {
+        log::warn!("cannot pin a worker to CPUs {cpus:?}: {error}");
+    }
 }

@@ -6,7 +6,7 @@ mod netns;
 
 use std::time::{Duration, Instant};
 
-use netns::{cpu_seconds, privileged, tcp_transfer, Netns, PortKind, Topology};
+use netns::{cpu_seconds, privileged, tcp_transfer, Daemon, Netns, PortKind, Topology};
 
 fn tcp_through(kind: PortKind, lock: &str) {
     if !privileged("tcp_through") {
@@ -494,8 +494,90 @@ fn poll_mode_forwards_too() {
     }
 }
 
+/// The thread named `name` of process `pid`: its allowed CPUs.
+fn thread_cpus(pid: u32, name: &str) -> String {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let task = task.unwrap().path();
+        let comm = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+        if comm.trim() == name {
+            let status = std::fs::read_to_string(task.join("status")).unwrap();
+            return status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .unwrap()
+                .trim()
+                .to_owned();
+        }
+    }
+    panic!("no thread {name} in {pid}");
+}
+
+/// Workers keep off the CPUs that take raw ports' receive work (RPS), or
+/// the daemon says that they share one.
+fn workers_are_placed_away_from_receive_work() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        eprintln!("skipped most of workers_are_placed_away_from_receive_work: one CPU");
+    }
+    let bridge = Netns::new();
+    let hosts: Vec<Netns> = (0..2).map(|_| Netns::new()).collect();
+    for (i, host) in hosts.iter().enumerate() {
+        host.add_veth(&format!("p{i}"), &bridge).expect("veth");
+        host.ip(&["link", "set", "eth0", "up"]);
+    }
+    let ports = ["run", "--port", "raw:p0", "--port", "raw:p1"];
+    let rps = |mask: u64| {
+        for port in ["p0", "p1"] {
+            bridge.rps(port, mask).expect("rps_cpus");
+        }
+    };
+    if cpus >= 2 {
+        // Receive work on CPU 1: the worker goes to CPU 0.
+        rps(0b10);
+        let daemon = Daemon::start(&bridge, &ports);
+        let ready = daemon.log.iter().find(|l| l.contains("ready")).unwrap();
+        assert!(ready.ends_with("cpus 0"), "{ready}");
+        assert_eq!(thread_cpus(daemon.child.id(), "worker0"), "0");
+        drop(daemon);
+        // Asked for CPU 1 anyway: pinned there, and warned.
+        let mut args = ports.to_vec();
+        args.extend(["--cpus", "1", "-v"]);
+        let daemon = Daemon::start(&bridge, &args);
+        assert_eq!(thread_cpus(daemon.child.id(), "worker0"), "1");
+        let (_, log) = daemon.stop(Duration::from_secs(3));
+        let warned = |port: &str| {
+            log.iter()
+                .filter(|l| l.contains(&format!("{port}: its receive work runs on CPU 1")))
+                .count()
+        };
+        assert_eq!((warned("raw:p0"), warned("raw:p1")), (1, 1), "{log:?}");
+    }
+    // Receive work everywhere: no CPU is free; unpinned, and warned.
+    let all = if cpus >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << cpus) - 1
+    };
+    rps(all);
+    let daemon = Daemon::start(&bridge, &ports);
+    let ready = daemon
+        .log
+        .iter()
+        .find(|l| l.contains("ready"))
+        .unwrap()
+        .clone();
+    let (_, log) = daemon.stop(Duration::from_secs(3));
+    assert!(ready.ends_with("cpus any"), "{ready}");
+    assert!(
+        log.iter()
+            .any(|l| l.contains("raw:p0: its receive work runs on CPU")),
+        "{log:?}"
+    );
+}
+
 lab::test_main! {
     privileged: [
+        workers_are_placed_away_from_receive_work,
         tcp_tap_mutex,
         tcp_tap_rwlock,
         tcp_tap_rmlock,

@@ -11,6 +11,7 @@ mod fd;
 pub mod link;
 pub mod memory;
 pub mod netdev;
+pub mod placement;
 pub mod raw;
 pub mod tap;
 pub(crate) mod wake;
