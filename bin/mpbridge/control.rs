@@ -16,13 +16,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bridge::counters::{self, PortCounters, WorkerCounters};
-use bridge::fdb::FdbKey;
+use bridge::fdb::{FdbKey, Table};
 use bridge::monitor::LinkMonitor;
 use bridge::port::{netdev, LinkPort};
 use bridge::wire::{MacAddr, MacKind};
 use bridge::worker::{PortControl, MAX_PORTS};
-use bridge::{DropReason, MacTable, PortId, Stopper};
-use locks::Strategy;
+use bridge::{DropReason, PortId, Stopper};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 
 use crate::ports::{self, Kind, PortSpec};
@@ -36,13 +35,19 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 const TICK_MS: u16 = 200;
 
 /// What the control thread may read and change of a running bridge.
-pub struct Bridge<S: Strategy> {
+pub struct Bridge {
     /// The bridge's name.
     pub name: String,
     /// The ports, by port id; `None` where no port has the id (removed).
     pub ports: Mutex<Vec<Option<PortSpec>>>,
     /// Each worker's handle for adding and removing its queues.
-    pub controls: Vec<PortControl<LinkPort>>,
+    pub controls: Mutex<Vec<PortControl<LinkPort>>>,
+    /// The workers running now.
+    pub generation: Mutex<crate::workers::Generation>,
+    /// The workers' settings, for a new generation.
+    pub worker_config: bridge::WorkerConfig,
+    /// Each worker's CPUs, for a new generation.
+    pub placement: Vec<Option<bridge::port::placement::CpuSet>>,
     /// The link monitor, which the main thread ticks once a second.
     pub monitor: Arc<Mutex<LinkMonitor>>,
     /// A relay: exactly two ports, none added or removed.
@@ -52,7 +57,8 @@ pub struct Bridge<S: Strategy> {
     /// as it takes.
     pub keep_caps: bool,
     /// The MAC table.
-    pub fdb: Arc<MacTable<S>>,
+    /// The MAC table; replaced by one of another strategy by `lock set`.
+    pub fdb: std::sync::RwLock<Arc<dyn Table>>,
     /// Each worker's port counters.
     pub counters: Vec<Arc<[PortCounters]>>,
     /// Each worker's own counters.
@@ -180,7 +186,7 @@ impl Client {
 }
 
 /// Serves the control socket until `stopper` says stop.
-pub fn serve<S: Strategy>(socket: ControlSocket, bridge: Arc<Bridge<S>>, stopper: Arc<Stopper>) {
+pub fn serve(socket: ControlSocket, bridge: Arc<Bridge>, stopper: Arc<Stopper>) {
     let mut clients: Vec<Client> = Vec::new();
     let mut buffer = vec![0u8; 16 * 1024];
     while !stopper.is_stopped() {
@@ -303,7 +309,7 @@ fn write_some(client: &mut Client) {
     client.written = 0;
 }
 
-fn read_some<S: Strategy>(client: &mut Client, buffer: &mut [u8], bridge: &Bridge<S>) {
+fn read_some(client: &mut Client, buffer: &mut [u8], bridge: &Bridge) {
     loop {
         match client.stream.read(buffer) {
             Ok(0) => {
@@ -373,7 +379,7 @@ enum Answer {
 }
 
 /// The reply to one request line.
-fn answer<S: Strategy>(line: &[u8], bridge: &Bridge<S>) -> Answer {
+fn answer(line: &[u8], bridge: &Bridge) -> Answer {
     let request: RequestLine = match serde_json::from_slice(line) {
         Ok(request) => request,
         Err(error) => return Answer::Reply(ReplyLine::error(format!("bad request: {error}"))),
@@ -403,8 +409,8 @@ fn answer<S: Strategy>(line: &[u8], bridge: &Bridge<S>) -> Answer {
 }
 
 /// Checks a capture request and picks the hubs it follows.
-fn capture_request<S: Strategy>(
-    bridge: &Bridge<S>,
+fn capture_request(
+    bridge: &Bridge,
     port: &str,
     direction: &str,
     count: Option<u64>,
@@ -443,7 +449,7 @@ fn capture_request<S: Strategy>(
     Ok((request, hubs))
 }
 
-fn handle<S: Strategy>(request: Request, bridge: &Bridge<S>) -> Result<serde_json::Value, String> {
+fn handle(request: Request, bridge: &Bridge) -> Result<serde_json::Value, String> {
     match request {
         Request::FdbShow { port, vlan } => {
             let port = port.map(|p| bridge.port(&p)).transpose()?;
@@ -459,7 +465,7 @@ fn handle<S: Strategy>(request: Request, bridge: &Bridge<S>) -> Result<serde_jso
                     bridge.label(local)
                 ));
             }
-            let replaced = bridge.fdb.add_static(key, port);
+            let replaced = bridge.fdb().add_static(key, port);
             value(&serde_json::json!({ "replaced_learned": replaced }))
         }
         Request::FdbDel { mac, vlan } => {
@@ -470,7 +476,7 @@ fn handle<S: Strategy>(request: Request, bridge: &Bridge<S>) -> Result<serde_jso
                     bridge.label(local)
                 ));
             }
-            if bridge.fdb.remove_static(key) || bridge.fdb.forget(key) {
+            if bridge.fdb().remove_static(key) || bridge.fdb().forget(key) {
                 value(&serde_json::json!({ "removed": true }))
             } else {
                 Err(format!("no entry for {mac} in vlan {vlan}"))
@@ -478,14 +484,15 @@ fn handle<S: Strategy>(request: Request, bridge: &Bridge<S>) -> Result<serde_jso
         }
         Request::FdbFlush { port } => {
             let flushed = match port {
-                Some(port) => bridge.fdb.flush_port(bridge.port(&port)?),
-                None => bridge.fdb.flush(),
+                Some(port) => bridge.fdb().flush_port(bridge.port(&port)?),
+                None => bridge.fdb().flush(),
             };
             value(&serde_json::json!({ "flushed": flushed }))
         }
         Request::Stats => value(&stats(bridge)),
         Request::PortAdd { port } => value(&bridge.add_port(&port)?),
         Request::Reload => value(&bridge.reload()?),
+        Request::LockSet { lock } => value(&bridge.switch_lock(&lock)?),
         Request::Capture { .. } => unreachable!("answered by answer()"),
         Request::PortDel { port } => value(&bridge.remove_port(&port)?),
     }
@@ -549,7 +556,89 @@ fn parse_station(text: &str) -> Result<MacAddr, String> {
     }
 }
 
-impl<S: Strategy> Bridge<S> {
+impl Bridge {
+    /// The MAC table now.
+    pub fn fdb(&self) -> Arc<dyn Table> {
+        Arc::clone(&self.fdb.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn generation(&self) -> MutexGuard<'_, crate::workers::Generation> {
+        self.generation.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An error naming the first worker that ended on its own: workers run
+    /// until told to stop, so one that ended panicked, and part of the
+    /// traffic would be black-holed if the daemon carried on.
+    pub fn check_workers(&self) -> Result<(), String> {
+        let generation = self.generation();
+        match generation.handles.iter().position(|h| h.is_finished()) {
+            Some(id) => Err(format!(
+                "worker {id} stopped unexpectedly (panicked); stopping the bridge"
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops the workers for good.
+    pub fn stop_workers(&self) -> Result<(), String> {
+        self.generation().stop().map(|_| ())
+    }
+
+    /// Moves the bridge to a MAC table of strategy `kind` while it runs:
+    /// the workers finish their batch and stop, the table's entries (ages,
+    /// kinds) move into a table of the new strategy, and workers of that
+    /// strategy take over the same queues and counters. Returns how long
+    /// forwarding paused.
+    fn switch_lock(&self, name: &str) -> Result<serde_json::Value, String> {
+        let kind: locks::StrategyKind = name
+            .parse()
+            .map_err(|e: locks::UnknownStrategy| e.to_string())?;
+        if self.relay {
+            return Err("a relay has no MAC table".to_owned());
+        }
+        // Port changes wait for the switch, and the switch for them.
+        let mut controls = self.controls();
+        let mut generation = self.generation();
+        let old = self.fdb();
+        if old.kind() == kind {
+            return Ok(serde_json::json!({
+                "lock": kind.name(), "entries": old.len(), "pause_us": 0
+            }));
+        }
+        let paused = Instant::now();
+        let sets = generation.stop()?;
+        let entries = old.export();
+        let totals = old.stats();
+        let started = locks::with_strategy!(kind, S => {
+            let table = Arc::new(bridge::MacTable::<S>::with_clock(old.config(), old.clock()));
+            table.import(&entries, totals);
+            *self.fdb.write().unwrap_or_else(|e| e.into_inner()) = table.clone();
+            crate::workers::start::<S>(table, sets, self.worker_config, &self.placement, false)
+        })?;
+        let pause = paused.elapsed();
+        *generation = started.generation;
+        *controls = started.controls;
+        for worker in &self.workers {
+            worker.reset_locks();
+        }
+        log::info!(
+            "lock {} -> {}: {} entries moved, forwarding paused {:?}",
+            old.kind(),
+            kind,
+            entries.len(),
+            pause
+        );
+        Ok(serde_json::json!({
+            "lock": kind.name(),
+            "entries": entries.len(),
+            "pause_us": pause.as_micros() as u64,
+        }))
+    }
+
+    fn controls(&self) -> MutexGuard<'_, Vec<PortControl<LinkPort>>> {
+        self.controls.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn table(&self) -> MutexGuard<'_, Vec<Option<PortSpec>>> {
         // A panic elsewhere while holding it leaves the table whole.
         self.ports.lock().unwrap_or_else(|e| e.into_inner())
@@ -611,11 +700,11 @@ impl<S: Strategy> Bridge<S> {
             return Err(format!("a bridge has at most {MAX_PORTS} ports"));
         }
         let queues = with_port_caps(self.keep_caps, || {
-            ports::open_queues(&spec, self.controls.len())
+            ports::open_queues(&spec, self.controls().len())
         })?;
         let port = PortId(id as u16);
         let answers = self
-            .controls
+            .controls()
             .iter()
             .zip(queues)
             .map(|(control, queue)| control.add(port, queue))
@@ -631,7 +720,7 @@ impl<S: Strategy> Bridge<S> {
         if spec.kind == Kind::Raw {
             let mut monitor = self.monitor.lock().unwrap_or_else(|e| e.into_inner());
             monitor.watch(port, &spec.name);
-            monitor.tick(&self.fdb);
+            monitor.tick(&*self.fdb());
         }
         log::info!("{}: added as port {id}", spec.label());
         Ok(serde_json::json!({ "port": spec.label(), "id": id }))
@@ -641,7 +730,7 @@ impl<S: Strategy> Bridge<S> {
     pub fn add_statics(&self, statics: &[crate::config::StaticEntry]) -> Result<(), String> {
         for entry in statics {
             let port = self.port(&entry.port)?;
-            self.fdb
+            self.fdb()
                 .add_static(FdbKey::new(entry.vlan, entry.mac), port);
         }
         Ok(())
@@ -697,7 +786,7 @@ impl<S: Strategy> Bridge<S> {
             .filter(|entry| !new.statics.contains(entry))
             .collect();
         for entry in &stale_statics {
-            self.fdb.remove_static(FdbKey::new(entry.vlan, entry.mac));
+            self.fdb().remove_static(FdbKey::new(entry.vlan, entry.mac));
         }
         for label in live.iter().filter(|label| !wanted.contains(label)) {
             self.remove_port(label)?;
@@ -740,15 +829,15 @@ impl<S: Strategy> Bridge<S> {
         self.monitor
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .unwatch(port, &self.fdb);
+            .unwatch(port, &*self.fdb());
         let answers = self
-            .controls
+            .controls()
             .iter()
             .map(|control| control.remove(port))
             .collect::<io::Result<Vec<_>>>()
             .map_err(|e| format!("cannot reach the workers: {e}"))?;
         await_workers(answers)?;
-        let flushed = self.fdb.purge_port(port);
+        let flushed = self.fdb().purge_port(port);
         log::info!(
             "{}: removed (port {}), {flushed} entries flushed",
             spec.label(),
@@ -759,22 +848,17 @@ impl<S: Strategy> Bridge<S> {
 
     /// The port whose own address `key` is, if it is a local entry.
     fn local_port(&self, key: &FdbKey) -> Option<PortId> {
-        use bridge::fdb::{FdbLookup, Location};
-        self.fdb.read(|r| match r.locate(&FdbKey::new(0, key.mac)) {
-            Some(Location::Local(port)) => Some(port),
+        match self.fdb().locate(&FdbKey::new(0, key.mac)) {
+            Some(bridge::fdb::Location::Local(port)) => Some(port),
             _ => None,
-        })
+        }
     }
 }
 
-fn fdb_entries<S: Strategy>(
-    bridge: &Bridge<S>,
-    port: Option<PortId>,
-    vlan: Option<u16>,
-) -> Vec<FdbEntry> {
-    let now = bridge.fdb.clock().now();
+fn fdb_entries(bridge: &Bridge, port: Option<PortId>, vlan: Option<u16>) -> Vec<FdbEntry> {
+    let now = bridge.fdb().now();
     bridge
-        .fdb
+        .fdb()
         .snapshot(now)
         .into_iter()
         .filter(|r| port.is_none_or(|p| r.port == p) && vlan.is_none_or(|v| r.key.vlan == v))
@@ -794,7 +878,7 @@ fn fdb_entries<S: Strategy>(
 }
 
 /// The bridge's counters, as `stats` returns them.
-pub fn stats<S: Strategy>(bridge: &Bridge<S>) -> protocol::Stats {
+pub fn stats(bridge: &Bridge) -> protocol::Stats {
     let sets: Vec<&[PortCounters]> = bridge.counters.iter().map(|set| &set[..]).collect();
     let totals = counters::sum(sets.iter().copied());
     let states = counters::states(sets.iter().copied());
@@ -862,15 +946,15 @@ pub fn stats<S: Strategy>(bridge: &Bridge<S>) -> protocol::Stats {
             }
         })
         .collect();
-    let fdb = &bridge.fdb;
-    let records = fdb.snapshot(fdb.clock().now());
+    let fdb = bridge.fdb();
+    let records = fdb.snapshot(fdb.now());
     let local = records.iter().filter(|r| r.is_local).count() as u64;
     let configured = records.iter().filter(|r| r.is_static).count() as u64;
     let totals = fdb.stats();
     let config = fdb.config();
     protocol::Stats {
         name: bridge.name.clone(),
-        lock: S::KIND.name().to_owned(),
+        lock: fdb.kind().name().to_owned(),
         uptime_s: uptime.as_secs(),
         ports,
         workers,

@@ -9,6 +9,7 @@ mod control;
 mod metrics;
 mod ports;
 mod protocol;
+mod workers;
 
 use std::fmt::Write as _;
 use std::io::{self, Write as _};
@@ -20,7 +21,7 @@ use std::time::Duration;
 use bridge::counters::{self, PortCounters};
 use bridge::fdb::Seconds;
 use bridge::monitor::{LinkEvent, LinkMonitor};
-use bridge::{DropReason, FdbConfig, MacTable, Mode, PortId, Stopper, Worker, WorkerConfig};
+use bridge::{DropReason, FdbConfig, MacTable, Mode, PortId, Stopper, WorkerConfig};
 use clap::{Args, Parser, Subcommand};
 use locks::{Strategy, StrategyKind};
 use ports::{open_ports, Kind, PortSpec};
@@ -89,6 +90,9 @@ enum Command {
     Port(PortCommand),
     /// Apply the configuration file's ports and static entries again.
     Reload,
+    /// Change the MAC table's lock strategy while traffic flows.
+    #[command(subcommand)]
+    Lock(LockCommand),
     /// Write a port's frames as pcapng (tcpdump, tshark and Wireshark read
     /// it), with each frame's direction.
     Capture {
@@ -120,6 +124,16 @@ enum CaptureDirection {
     In,
     Out,
     Both,
+}
+
+#[derive(Subcommand)]
+enum LockCommand {
+    /// Move the table to STRATEGY: workers finish their batch, the entries
+    /// move over with their ages, and forwarding resumes.
+    Set {
+        /// mutex, rwlock, rmlock, sharded, rcu or epoch.
+        strategy: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -369,7 +383,7 @@ fn run<S: Strategy>(
             monitor.watch(PortId(index as u16), &spec.name);
         }
     }
-    report_links(|port| specs[port.index()].label(), monitor.tick(&fdb));
+    report_links(|port| specs[port.index()].label(), monitor.tick(&*fdb));
     let monitor = Arc::new(std::sync::Mutex::new(monitor));
     let stopper = Arc::new(Stopper::new().map_err(|e| format!("cannot create an eventfd: {e}"))?);
     let worker_config = WorkerConfig {
@@ -382,56 +396,43 @@ fn run<S: Strategy>(
         lockstat: args.lockstat,
         ..WorkerConfig::default()
     };
-    let mut counter_sets = Vec::new();
-    let mut worker_totals = Vec::new();
-    let mut controls = Vec::new();
-    let mut captures = Vec::new();
     if args.lockstat {
         locks::lockstat::enable(true);
     }
-    let mut handles = Vec::new();
-    // Each worker says it started; ready is announced only once all did.
-    let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
-    for (id, ports) in port_sets.into_iter().enumerate() {
-        let mut worker = Worker::new(Arc::clone(&fdb), ports, worker_config);
-        worker.set_id(id);
-        captures.push(worker.capture());
-        counter_sets.push(worker.counters());
-        controls.push(worker.control());
-        worker_totals.push(worker.totals());
-        let stopper = Arc::clone(&stopper);
-        let panic_now = id == 0 && args.inject_fault == Some(InjectedFault::WorkerPanic);
-        let started = started_tx.clone();
-        let cpus = placement.workers[id].clone();
-        let handle = thread::Builder::new()
-            .name(format!("worker{id}"))
-            .spawn(move || {
-                if panic_now {
-                    panic!("injected fault");
-                }
-                if let Some(cpus) = &cpus {
-                    pin_to(cpus);
-                }
-                let _ = started.send(());
-                drop(started);
-                worker.run(&stopper)
-            })
-            .map_err(|e| format!("cannot start worker {id}: {e}"))?;
-        handles.push(handle);
-    }
+    let sets = port_sets
+        .into_iter()
+        .enumerate()
+        .map(|(id, ports)| {
+            let ports = ports.into_iter().map(Some).collect();
+            (ports, bridge::worker::WorkerParts::new(id))
+        })
+        .collect();
+    let panic_first = args.inject_fault == Some(InjectedFault::WorkerPanic);
+    let first = workers::start(
+        Arc::clone(&fdb),
+        sets,
+        worker_config,
+        &placement.workers,
+        panic_first,
+    )?;
+    let counter_sets = first.counters.clone();
+    let started_rx = first.started;
     let labels: Vec<String> = specs.iter().map(PortSpec::label).collect();
     let shared = Arc::new(control::Bridge {
         name: name.to_owned(),
         ports: std::sync::Mutex::new(specs.iter().cloned().map(Some).collect()),
-        controls,
+        controls: std::sync::Mutex::new(first.controls),
+        generation: std::sync::Mutex::new(first.generation),
+        worker_config,
+        placement: placement.workers.clone(),
         monitor: Arc::clone(&monitor),
         relay: args.mode == ModeArg::Relay,
-        captures,
+        captures: first.captures,
         config: std::sync::Mutex::new(file.clone()),
         keep_caps: args.keep_caps,
-        fdb: Arc::clone(&fdb),
+        fdb: std::sync::RwLock::new(fdb.clone() as Arc<dyn bridge::fdb::Table>),
         counters: counter_sets.clone(),
-        workers: worker_totals,
+        workers: first.totals,
         started,
         lockstat: args.lockstat,
     });
@@ -475,16 +476,15 @@ fn run<S: Strategy>(
     let poll = if args.poll { " poll" } else { "" };
     // A worker that died before it started must not be announced as ready:
     // the channel ends when every worker has sent or died.
-    drop(started_tx);
     let started = started_rx.iter().count();
-    let mut outcome = check_workers(&handles);
+    let mut outcome = shared.check_workers();
     if outcome.is_ok() && started < workers {
         // The dead worker's thread may still be unwinding: wait for it to
         // end so that the error can name it.
         let deadline = std::time::Instant::now() + Duration::from_secs(2);
         while outcome.is_ok() && std::time::Instant::now() < deadline {
             thread::sleep(Duration::from_millis(10));
-            outcome = check_workers(&handles);
+            outcome = shared.check_workers();
         }
         if outcome.is_ok() {
             outcome = Err(format!(
@@ -497,7 +497,7 @@ fn run<S: Strategy>(
         say(&format!(
             "mpbridge: ready: ports {} lock {} workers {}{mode}{poll} cpus {}\n",
             labels.join(","),
-            S::KIND,
+            shared.fdb().kind(),
             workers,
             placement_text(&placement)
         ));
@@ -523,13 +523,17 @@ fn run<S: Strategy>(
             }
             None => {}
         }
-        let aged = fdb.age(fdb.clock().now());
+        let fdb = shared.fdb();
+        let aged = fdb.age(fdb.now());
         if aged > 0 {
             log::debug!("aged out {aged} stations");
         }
-        let events = monitor.lock().unwrap_or_else(|e| e.into_inner()).tick(&fdb);
+        let events = monitor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .tick(&*fdb);
         report_links(|port| shared.label(port), events);
-        outcome = check_workers(&handles);
+        outcome = shared.check_workers();
     }
     stopper.stop();
     if control_thread.join().is_err() && outcome.is_ok() {
@@ -540,13 +544,14 @@ fn run<S: Strategy>(
             outcome = Err("the metrics thread panicked".to_owned());
         }
     }
-    for handle in handles {
-        // A panic was reported by check_workers (or here, if it came while
-        // stopping); its message went to stderr through the panic hook.
-        if handle.join().is_err() && outcome.is_ok() {
-            outcome = Err("a worker panicked while stopping".to_owned());
+    // A panic was reported by check_workers (or here, if it came while
+    // stopping); its message went to stderr through the panic hook.
+    if let Err(error) = shared.stop_workers() {
+        if outcome.is_ok() {
+            outcome = Err(format!("{error} while stopping"));
         }
     }
+    let fdb = shared.fdb();
     let stats = fdb.stats();
     let fdb_line = format!(
         "  fdb: {} entries ({} learned), learned {}, moved {}, refused {}, aged {}\n",
@@ -559,18 +564,6 @@ fn run<S: Strategy>(
     );
     say(&report(&shared.live_ports(), &counter_sets, fdb_line));
     outcome
-}
-
-/// An error naming the first worker that ended on its own: workers run
-/// until told to stop, so one that ended panicked, and part of the traffic
-/// would be black-holed if the daemon carried on.
-fn check_workers(handles: &[thread::JoinHandle<()>]) -> Result<(), String> {
-    match handles.iter().position(|handle| handle.is_finished()) {
-        Some(id) => Err(format!(
-            "worker {id} stopped unexpectedly (panicked); stopping the bridge"
-        )),
-        None => Ok(()),
-    }
 }
 
 /// Logs what the link monitor saw.
@@ -762,6 +755,22 @@ fn operate(name: &str, socket: &std::path::Path, command: Command) -> Result<(),
             println!("added {}", result["port"].as_str().unwrap_or("?"));
             Ok(())
         }
+        Command::Lock(LockCommand::Set { strategy }) => {
+            strategy
+                .parse::<StrategyKind>()
+                .map_err(|e| client::Failure {
+                    code: 2,
+                    message: e.to_string(),
+                })?;
+            let result = client::call(name, socket, Request::LockSet { lock: strategy })?;
+            println!(
+                "lock {}: {} entries moved, forwarding paused {} us",
+                result["lock"].as_str().unwrap_or("?"),
+                result["entries"],
+                result["pause_us"]
+            );
+            Ok(())
+        }
         Command::Reload => {
             let result = client::call(name, socket, Request::Reload)?;
             let list = |key: &str| {
@@ -943,7 +952,7 @@ fn placement_text(plan: &bridge::port::placement::Placement) -> String {
 }
 
 /// Pins the calling thread to `cpus`; a failure is logged, not fatal.
-fn pin_to(cpus: &bridge::port::placement::CpuSet) {
+pub(crate) fn pin_to(cpus: &bridge::port::placement::CpuSet) {
     let mut set = nix::sched::CpuSet::new();
     for cpu in cpus {
         if set.set(*cpu).is_err() {

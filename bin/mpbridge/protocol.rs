@@ -88,6 +88,11 @@ pub enum Request {
     /// Reads the configuration file again and applies what changed in
     /// ports and static entries.
     Reload,
+    /// Moves the MAC table to another lock strategy while traffic flows.
+    LockSet {
+        /// mutex, rwlock, rmlock, sharded, rcu or epoch.
+        lock: String,
+    },
     /// Removes a port while the bridge runs.
     PortDel {
         /// The port, as given to `--port` (or its interface name).

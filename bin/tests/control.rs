@@ -834,6 +834,66 @@ fn the_config_file_sets_up_and_reload_applies_changes() {
     assert!(err.contains("give no --port"), "{err}");
 }
 
+fn the_lock_strategy_switches_while_tcp_flows() {
+    let socket = socket_path("switch");
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg, "--workers", "2"]);
+    // Stations of every kind in the table: learned (the hosts), local (the
+    // ports' own addresses), static.
+    tcp_transfer(&topology.hosts, 0, 1, 5400, 1);
+    ctl_ok(
+        &socket,
+        &[
+            "fdb",
+            "add",
+            &mac_text(mac(0x77)),
+            "port",
+            "raw:p1",
+            "vlan",
+            "3",
+        ],
+    );
+    let before = fdb(&socket);
+    assert_eq!(before.len(), 5, "{before:?}");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let hosts = &topology.hosts;
+        let stop = &stop;
+        let transfers = scope.spawn(move || {
+            let mut count = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                tcp_transfer(
+                    hosts,
+                    count % 2,
+                    1 - count % 2,
+                    5401 + count as u16,
+                    count as u64,
+                );
+                count += 1;
+            }
+            count
+        });
+        let strategies = ["mutex", "rwlock", "rmlock", "sharded", "rcu", "epoch"];
+        for lock in strategies.iter().chain(&strategies) {
+            let (code, out, err) = ctl(&socket, &["lock", "set", lock]);
+            assert_eq!(code, 0, "{lock}: {err}");
+            assert!(
+                out.starts_with(&format!("lock {lock}: 5 entries moved")),
+                "{out}"
+            );
+            let stats = ctl_json(&socket, &["stats", "--json"]);
+            assert_eq!(stats["lock"], *lock);
+            assert_eq!(fdb(&socket), before, "entries changed moving to {lock}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(transfers.join().expect("a transfer failed") >= 1);
+    });
+    let (code, _, err) = ctl(&socket, &["lock", "set", "spinlock"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("'spinlock'"), "{err}");
+}
+
 lab::test_main! {
     privileged: [
         fdb_show_lists_every_station_on_its_port,
@@ -849,6 +909,7 @@ lab::test_main! {
         a_stalled_capture_loses_capture_frames_not_forwarded_ones,
         the_config_file_sets_up_and_reload_applies_changes,
         the_control_group_owns_the_socket,
+        the_lock_strategy_switches_while_tcp_flows,
     ],
     plain: [],
 }

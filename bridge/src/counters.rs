@@ -260,6 +260,13 @@ impl WorkerCounters {
         }
     }
 
+    /// Zeroes the lock statistics: the table's strategy changed.
+    pub fn reset_locks(&self) {
+        self.lock_acquisitions.store(0, Ordering::Relaxed);
+        self.lock_contended.store(0, Ordering::Relaxed);
+        self.lock_wait_ns.store(0, Ordering::Relaxed);
+    }
+
     /// The totals now.
     pub fn snapshot(&self) -> WorkerStats {
         let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);

@@ -195,6 +195,124 @@ pub struct FdbRecord {
     pub idle_secs: Seconds,
 }
 
+/// One entry as [`MacTable::export`] gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExportedEntry {
+    /// VLAN and address.
+    pub key: FdbKey,
+    /// The port.
+    pub port: PortId,
+    /// Configured rather than learned.
+    pub is_static: bool,
+    /// A port's own address.
+    pub is_local: bool,
+    /// When last seen, on the table's clock.
+    pub last_seen: Seconds,
+}
+
+/// A MAC table of any strategy, for the control plane (which may work
+/// through a trait object: it is not the packet path, and a table can be
+/// replaced by one of another strategy while the bridge runs).
+pub trait Table: Send + Sync {
+    /// The table's strategy.
+    fn kind(&self) -> locks::StrategyKind;
+    /// See [`MacTable::config`].
+    fn config(&self) -> FdbConfig;
+    /// The table's clock now.
+    fn now(&self) -> Seconds;
+    /// The table's clock, for a table that takes over its entries.
+    fn clock(&self) -> CoarseClock;
+    /// See [`MacTable::len`].
+    fn len(&self) -> usize;
+    /// Whether the table is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// See [`MacTable::learned_len`].
+    fn learned_len(&self) -> usize;
+    /// See [`MacTable::stats`].
+    fn stats(&self) -> FdbStatsSnapshot;
+    /// See [`MacTable::snapshot`].
+    fn snapshot(&self, now: Seconds) -> Vec<FdbRecord>;
+    /// Where `key` is, telling local entries apart.
+    fn locate(&self, key: &FdbKey) -> Option<Location>;
+    /// See [`MacTable::add_static`].
+    fn add_static(&self, key: FdbKey, port: PortId) -> bool;
+    /// See [`MacTable::add_local`].
+    fn add_local(&self, key: FdbKey, port: PortId) -> bool;
+    /// See [`MacTable::remove_static`].
+    fn remove_static(&self, key: FdbKey) -> bool;
+    /// See [`MacTable::forget`].
+    fn forget(&self, key: FdbKey) -> bool;
+    /// See [`MacTable::flush`].
+    fn flush(&self) -> usize;
+    /// See [`MacTable::flush_port`].
+    fn flush_port(&self, port: PortId) -> usize;
+    /// See [`MacTable::purge_port`].
+    fn purge_port(&self, port: PortId) -> usize;
+    /// See [`MacTable::age`].
+    fn age(&self, now: Seconds) -> usize;
+    /// See [`MacTable::export`].
+    fn export(&self) -> Vec<ExportedEntry>;
+}
+
+impl<S: Strategy> Table for MacTable<S> {
+    fn kind(&self) -> locks::StrategyKind {
+        S::KIND
+    }
+    fn config(&self) -> FdbConfig {
+        MacTable::config(self)
+    }
+    fn now(&self) -> Seconds {
+        self.clock.now()
+    }
+    fn clock(&self) -> CoarseClock {
+        self.clock
+    }
+    fn len(&self) -> usize {
+        MacTable::len(self)
+    }
+    fn learned_len(&self) -> usize {
+        MacTable::learned_len(self)
+    }
+    fn stats(&self) -> FdbStatsSnapshot {
+        MacTable::stats(self)
+    }
+    fn snapshot(&self, now: Seconds) -> Vec<FdbRecord> {
+        MacTable::snapshot(self, now)
+    }
+    fn locate(&self, key: &FdbKey) -> Option<Location> {
+        self.read(|r| r.locate(key))
+    }
+    fn add_static(&self, key: FdbKey, port: PortId) -> bool {
+        MacTable::add_static(self, key, port)
+    }
+    fn add_local(&self, key: FdbKey, port: PortId) -> bool {
+        MacTable::add_local(self, key, port)
+    }
+    fn remove_static(&self, key: FdbKey) -> bool {
+        MacTable::remove_static(self, key)
+    }
+    fn forget(&self, key: FdbKey) -> bool {
+        MacTable::forget(self, key)
+    }
+    fn flush(&self) -> usize {
+        MacTable::flush(self)
+    }
+    fn flush_port(&self, port: PortId) -> usize {
+        MacTable::flush_port(self, port)
+    }
+    fn purge_port(&self, port: PortId) -> usize {
+        MacTable::purge_port(self, port)
+    }
+    fn age(&self, now: Seconds) -> usize {
+        MacTable::age(self, now)
+    }
+    fn export(&self) -> Vec<ExportedEntry> {
+        MacTable::export(self)
+    }
+}
+
 /// The table's coarse clock: whole seconds since the table was made.
 #[derive(Debug, Clone, Copy)]
 pub struct CoarseClock {
@@ -332,6 +450,12 @@ impl<R: ReadSection<FdbKey, FdbEntry>> FdbReader<'_, R> {
 impl<S: Strategy> MacTable<S> {
     /// An empty table.
     pub fn new(config: FdbConfig) -> Self {
+        Self::with_clock(config, CoarseClock::new())
+    }
+
+    /// An empty table on `clock`: a table that takes over another's
+    /// entries keeps its clock, so that their ages carry over.
+    pub fn with_clock(config: FdbConfig, clock: CoarseClock) -> Self {
         let capacity = match config.max_entries {
             0 => FdbConfig::DEFAULT_MAX_ENTRIES,
             n => n,
@@ -341,8 +465,51 @@ impl<S: Strategy> MacTable<S> {
             config,
             learned_len: AtomicUsize::new(0),
             stats: FdbStats::default(),
-            clock: CoarseClock::new(),
+            clock,
         }
+    }
+
+    /// Every entry with everything it holds, for a table of another
+    /// strategy to take over ([`import`](Self::import)).
+    pub fn export(&self) -> Vec<ExportedEntry> {
+        let mut entries = Vec::with_capacity(self.len());
+        self.map.read(|r| {
+            r.for_each(|key, entry| {
+                entries.push(ExportedEntry {
+                    key: *key,
+                    port: entry.port,
+                    is_static: entry.is_static,
+                    is_local: entry.is_local,
+                    last_seen: entry.last_seen(),
+                })
+            })
+        });
+        entries
+    }
+
+    /// Takes over `entries` (from [`export`](Self::export)) in one write
+    /// section, ages and kinds kept, and the totals of the table they came
+    /// from.
+    pub fn import(&self, entries: &[ExportedEntry], totals: FdbStatsSnapshot) {
+        let learned = self.map.write(|w| {
+            let mut learned = 0;
+            for entry in entries {
+                let value = FdbEntry {
+                    port: entry.port,
+                    is_static: entry.is_static,
+                    is_local: entry.is_local,
+                    last_seen: AtomicU32::new(entry.last_seen),
+                };
+                w.update(entry.key, |_| (Update::Put(value), ()));
+                learned += usize::from(!entry.is_static);
+            }
+            learned
+        });
+        self.learned_len.fetch_add(learned, Ordering::Relaxed);
+        self.stats.learned.store(totals.learned, Ordering::Relaxed);
+        self.stats.moved.store(totals.moved, Ordering::Relaxed);
+        self.stats.refused.store(totals.refused, Ordering::Relaxed);
+        self.stats.aged.store(totals.aged, Ordering::Relaxed);
     }
 
     /// The table's settings.

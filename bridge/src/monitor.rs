@@ -9,9 +9,7 @@
 //! Taps are left to the workers: mpbridge owns them, and their kernel side
 //! usually lives in another network namespace, out of this one's sight.
 
-use locks::Strategy;
-
-use crate::fdb::{FdbKey, MacTable, PortId};
+use crate::fdb::{FdbKey, PortId, Table};
 use crate::port::netdev::{self, LinkState};
 use crate::wire::MacAddr;
 
@@ -82,7 +80,7 @@ impl LinkMonitor {
 
     /// Stops watching port `port` (it left the bridge) and removes its
     /// interface's address from `fdb`.
-    pub fn unwatch<S: Strategy>(&mut self, port: PortId, fdb: &MacTable<S>) {
+    pub fn unwatch(&mut self, port: PortId, fdb: &dyn Table) {
         self.watched.retain(|watched| {
             if watched.port != port {
                 return true;
@@ -96,7 +94,7 @@ impl LinkMonitor {
 
     /// Looks at every watched interface once, updates `fdb`, and returns
     /// what changed.
-    pub fn tick<S: Strategy>(&mut self, fdb: &MacTable<S>) -> Vec<LinkEvent> {
+    pub fn tick(&mut self, fdb: &dyn Table) -> Vec<LinkEvent> {
         let mut events = Vec::new();
         for watched in &mut self.watched {
             if watched.gone {

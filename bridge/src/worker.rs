@@ -257,6 +257,20 @@ impl<S: Strategy, P: Port> Worker<S, P> {
     /// A worker over `ports` (at most [`MAX_PORTS`]; port `i` has
     /// [`PortId`] `i`).
     pub fn new(fdb: Arc<MacTable<S>>, ports: Vec<P>, config: WorkerConfig) -> Self {
+        let ports = ports.into_iter().map(Some).collect();
+        Self::resume(fdb, ports, config, WorkerParts::default())
+    }
+
+    /// A worker that takes over the queues and the counters of one that
+    /// stopped (see [`into_parts`](Self::into_parts)): how a bridge moves
+    /// to a table of another strategy without closing a port or losing a
+    /// count.
+    pub fn resume(
+        fdb: Arc<MacTable<S>>,
+        ports: Vec<Option<P>>,
+        config: WorkerConfig,
+        parts: WorkerParts,
+    ) -> Self {
         assert!(ports.len() <= MAX_PORTS, "too many ports");
         assert!(
             config.mode == Mode::Bridge || ports.len() == 2,
@@ -270,10 +284,12 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             config,
             changes,
             control: PortControl { sender, wake },
-            counters: (0..MAX_PORTS).map(|_| PortCounters::default()).collect(),
-            totals: Arc::default(),
-            capture: Arc::default(),
-            id: 0,
+            counters: parts
+                .counters
+                .unwrap_or_else(|| (0..MAX_PORTS).map(|_| PortCounters::default()).collect()),
+            totals: parts.totals.unwrap_or_default(),
+            capture: parts.capture.unwrap_or_default(),
+            id: parts.id,
             capturing: false,
             batch: RxBatch::new(config.batch_size, config.frame_capacity),
             decisions: Vec::with_capacity(config.batch_size),
@@ -283,11 +299,31 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             to_learn: Vec::with_capacity(config.batch_size),
             learn_buffer: Vec::with_capacity(config.batch_size),
             stats: vec![PortStats::default(); n],
-            faults: vec![Fault::default(); n],
+            faults: ports
+                .iter()
+                .map(|port| match port {
+                    Some(_) => Fault::default(),
+                    None => Fault::VACANT,
+                })
+                .collect(),
             flaps: vec![Flaps::default(); n],
             polled: Vec::with_capacity(n),
-            ports: ports.into_iter().map(Some).collect(),
+            ports,
         }
+    }
+
+    /// Stops being a worker: its queues (by port id) and its counters, for
+    /// [`resume`](Self::resume). Port changes sent but not applied are
+    /// applied first.
+    pub fn into_parts(mut self) -> (Vec<Option<P>>, WorkerParts) {
+        self.apply_changes();
+        let parts = WorkerParts {
+            counters: Some(self.counters),
+            totals: Some(self.totals),
+            capture: Some(self.capture),
+            id: self.id,
+        };
+        (self.ports, parts)
     }
 
     /// A handle that adds and removes this worker's queues of ports while
@@ -806,6 +842,26 @@ fn decide_and_refresh<S: Strategy>(
         }
     }
     decide(ingress, frame, section)
+}
+
+/// What a worker keeps across a change of table: its counters, totals,
+/// capture taps and index. The default is a fresh set.
+#[derive(Debug, Default)]
+pub struct WorkerParts {
+    counters: Option<Arc<[PortCounters]>>,
+    totals: Option<Arc<WorkerCounters>>,
+    capture: Option<Arc<CaptureHub>>,
+    id: usize,
+}
+
+impl WorkerParts {
+    /// A fresh set for worker `id`.
+    pub fn new(id: usize) -> WorkerParts {
+        WorkerParts {
+            id,
+            ..WorkerParts::default()
+        }
+    }
 }
 
 /// A port change for one worker, with the channel it answers on once done.

@@ -1,0 +1,109 @@
+//! Starting the forwarding threads over a table of one strategy: at start,
+//! and again when `mpbridge lock set` moves the bridge to a table of
+//! another strategy (the workers are monomorphised per strategy, so a new
+//! strategy means new workers; they take over the old ones' queues and
+//! counters).
+
+use std::sync::{mpsc, Arc};
+use std::thread::{self, JoinHandle};
+
+use bridge::counters::{PortCounters, WorkerCounters};
+use bridge::port::placement::CpuSet;
+use bridge::port::LinkPort;
+use bridge::worker::{PortControl, WorkerParts};
+use bridge::{MacTable, Stopper, Worker, WorkerConfig};
+use locks::Strategy;
+
+/// What a worker thread hands back when it stops.
+pub type Returned = (Vec<Option<LinkPort>>, WorkerParts);
+
+/// The workers running now, and what stops them.
+pub struct Generation {
+    /// Stops these workers (and only them).
+    pub stopper: Arc<Stopper>,
+    /// One per worker, in worker order.
+    pub handles: Vec<JoinHandle<Returned>>,
+}
+
+impl Generation {
+    /// Stops the workers and takes back what each held.
+    pub fn stop(&mut self) -> Result<Vec<Returned>, String> {
+        self.stopper.stop();
+        self.handles
+            .drain(..)
+            .enumerate()
+            .map(|(id, handle)| handle.join().map_err(|_| format!("worker {id} panicked")))
+            .collect()
+    }
+}
+
+/// Workers just started.
+pub struct Started {
+    /// The threads.
+    pub generation: Generation,
+    /// Each worker's port handle.
+    pub controls: Vec<PortControl<LinkPort>>,
+    /// Each worker's port counters.
+    pub counters: Vec<Arc<[PortCounters]>>,
+    /// Each worker's own counters.
+    pub totals: Vec<Arc<WorkerCounters>>,
+    /// Each worker's capture hub.
+    pub captures: Vec<Arc<bridge::capture::CaptureHub>>,
+    /// Yields once per worker that started; ends when all have started or
+    /// died.
+    pub started: mpsc::Receiver<()>,
+}
+
+/// Starts one worker over `table` per set of queues and parts, worker `i`
+/// pinned to `placement[i]` when given. `panic_first` makes worker 0 panic
+/// at once (the daemon's fault-injection hook).
+pub fn start<S: Strategy>(
+    table: Arc<MacTable<S>>,
+    sets: Vec<Returned>,
+    config: WorkerConfig,
+    placement: &[Option<CpuSet>],
+    panic_first: bool,
+) -> Result<Started, String> {
+    let stopper = Arc::new(Stopper::new().map_err(|e| format!("cannot create an eventfd: {e}"))?);
+    let (started_tx, started) = mpsc::channel::<()>();
+    let mut result = Started {
+        generation: Generation {
+            stopper: Arc::clone(&stopper),
+            handles: Vec::new(),
+        },
+        controls: Vec::new(),
+        counters: Vec::new(),
+        totals: Vec::new(),
+        captures: Vec::new(),
+        started,
+    };
+    for (id, (ports, parts)) in sets.into_iter().enumerate() {
+        let mut worker = Worker::resume(Arc::clone(&table), ports, config, parts);
+        worker.set_id(id);
+        result.controls.push(worker.control());
+        result.counters.push(worker.counters());
+        result.totals.push(worker.totals());
+        result.captures.push(worker.capture());
+        let stopper = Arc::clone(&stopper);
+        let started = started_tx.clone();
+        let cpus = placement.get(id).cloned().flatten();
+        let panic_now = panic_first && id == 0;
+        let handle = thread::Builder::new()
+            .name(format!("worker{id}"))
+            .spawn(move || {
+                if panic_now {
+                    panic!("injected fault");
+                }
+                if let Some(cpus) = &cpus {
+                    crate::pin_to(cpus);
+                }
+                let _ = started.send(());
+                drop(started);
+                worker.run(&stopper);
+                worker.into_parts()
+            })
+            .map_err(|e| format!("cannot start worker {id}: {e}"))?;
+        result.generation.handles.push(handle);
+    }
+    Ok(result)
+}
