@@ -473,25 +473,8 @@ fn ports_come_and_go_while_traffic_flows() {
     third.add_veth("p2", &topology.bridge).expect("veth");
     third.ip(&["addr", "add", "198.18.0.3/24", "dev", "eth0"]);
     third.ip(&["link", "set", "eth0", "up"]);
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    std::thread::scope(|scope| {
-        let hosts = &topology.hosts;
-        let stop = &stop;
-        // TCP between hosts 0 and 1, byte-checked, all along.
-        let transfers = scope.spawn(move || {
-            let mut count = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                tcp_transfer(
-                    hosts,
-                    count % 2,
-                    1 - count % 2,
-                    5300 + count as u16,
-                    count as u64,
-                );
-                count += 1;
-            }
-            count
-        });
+    // TCP between hosts 0 and 1, byte-checked, all along.
+    netns::while_tcp_flows(&topology.hosts, 5300, || {
         for round in 0..10 {
             let (code, out, err) = ctl(&socket, &["port", "add", "raw:p2"]);
             assert_eq!(code, 0, "round {round}: {err}");
@@ -523,9 +506,6 @@ fn ports_come_and_go_while_traffic_flows() {
                 "round {round}: the removed port's entries stayed: {table:?}"
             );
         }
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let transfers = transfers.join().expect("a transfer failed");
-        assert!(transfers >= 1);
     });
     still_running(&mut topology);
     let stats = ctl_json(&socket, &["stats", "--json"]);
@@ -855,24 +835,7 @@ fn the_lock_strategy_switches_while_tcp_flows() {
     );
     let before = fdb(&socket);
     assert_eq!(before.len(), 5, "{before:?}");
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    std::thread::scope(|scope| {
-        let hosts = &topology.hosts;
-        let stop = &stop;
-        let transfers = scope.spawn(move || {
-            let mut count = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                tcp_transfer(
-                    hosts,
-                    count % 2,
-                    1 - count % 2,
-                    5401 + count as u16,
-                    count as u64,
-                );
-                count += 1;
-            }
-            count
-        });
+    netns::while_tcp_flows(&topology.hosts, 5401, || {
         let strategies = ["mutex", "rwlock", "rmlock", "sharded", "rcu", "epoch"];
         for lock in strategies.iter().chain(&strategies) {
             let (code, out, err) = ctl(&socket, &["lock", "set", lock]);
@@ -886,8 +849,6 @@ fn the_lock_strategy_switches_while_tcp_flows() {
             assert_eq!(fdb(&socket), before, "entries changed moving to {lock}");
             std::thread::sleep(Duration::from_millis(100));
         }
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        assert!(transfers.join().expect("a transfer failed") >= 1);
     });
     let (code, _, err) = ctl(&socket, &["lock", "set", "spinlock"]);
     assert_eq!(code, 2);

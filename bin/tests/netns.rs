@@ -422,3 +422,27 @@ pub fn settle_counts(stations: &mut [Station]) -> Vec<usize> {
         .map(|s| s.collect(Duration::from_millis(1)).len())
         .collect()
 }
+
+/// Runs `f` while byte-checked TCP transfers go back and forth between
+/// hosts 0 and 1, one after another on ports from `first_port` on, and
+/// checks that at least one completed; returns what `f` returned.
+pub fn while_tcp_flows<T>(hosts: &[Netns], first_port: u16, f: impl FnOnce() -> T) -> T {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    thread::scope(|scope| {
+        let stop = &stop;
+        let transfers = scope.spawn(move || {
+            let mut count = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let port = first_port + count as u16;
+                tcp_transfer(hosts, count % 2, 1 - count % 2, port, count as u64);
+                count += 1;
+            }
+            count
+        });
+        let result = f();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let count = transfers.join().expect("a transfer failed");
+        assert!(count >= 1, "no transfer completed");
+        result
+    })
+}
