@@ -70,6 +70,11 @@ pub struct ForwardArgs {
     /// The mpbridge binary (default: the one beside mpbench).
     #[arg(long)]
     mpbridge: Option<PathBuf>,
+    /// Measure every strategy on one running mpbridge per configuration,
+    /// switching its table with `mpbridge lock set` between measurements,
+    /// so that the comparison is not disturbed by restarts and re-learning.
+    #[arg(long)]
+    switch: bool,
     /// Where the CSV, JSON and plot files go.
     #[arg(long, default_value = "mpbench-results")]
     out: PathBuf,
@@ -305,7 +310,7 @@ fn start_mpbridge(
 ) -> Result<Process, String> {
     // A name of its own, so that a bridge already running on the machine
     // (the default name) is left alone.
-    let name = format!("--name=mpbench-{}", std::process::id());
+    let name = format!("--name={}", bridge_name());
     let mut args: Vec<String> = vec!["run".into(), name];
     args.extend(ports.iter().map(|p| p.to_string()));
     let workers = match target {
@@ -336,6 +341,52 @@ fn start_mpbridge(
     };
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Process::start(b, &forwarder_cpus(workers), program, &args)
+}
+
+/// The name mpbench gives the mpbridge it runs.
+fn bridge_name() -> String {
+    format!("mpbench-{}", std::process::id())
+}
+
+/// Moves the running mpbridge's table to `lock` (`mpbridge lock set`).
+fn switch_lock(program: &str, lock: StrategyKind) -> Result<(), String> {
+    let output = std::process::Command::new(program)
+        .args(["--name", &bridge_name(), "lock", "set", lock.name()])
+        .output()
+        .map_err(|e| format!("cannot run {program}: {e}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        Err(format!("mpbridge lock set {lock}: {}", stderr.trim()))
+    }
+}
+
+/// With `--switch`, the setups measured on one running mpbridge: those that
+/// differ only in their lock. Every other setup is a group of its own.
+fn switch_groups(setups: &[Setup], switch: bool) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (index, setup) in setups.iter().enumerate() {
+        let same_bridge = |other: &Setup| match (setup.target, other.target) {
+            (
+                Target::Mpbridge { workers, poll, .. },
+                Target::Mpbridge {
+                    workers: w,
+                    poll: p,
+                    ..
+                },
+            ) => switch && setup.ports == other.ports && workers == w && poll == p,
+            _ => false,
+        };
+        match groups
+            .iter_mut()
+            .find(|group| same_bridge(&setups[group[0]]))
+        {
+            Some(group) => group.push(index),
+            None => groups.push(vec![index]),
+        }
+    }
+    groups
 }
 
 fn mac_string(mac: [u8; 6]) -> String {
@@ -537,6 +588,9 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
         }
     }
     let points = setups.len() * args.sizes.len() * args.runs;
+    if args.switch {
+        println!("Strategies switched on one running mpbridge per configuration (mpbridge lock set), not restarted");
+    }
     println!(
         "Forwarding: {} CPU(s); generator on CPU 0, forwarder on CPU {}; median of {} interleaved runs of {} s per point; offered {}",
         cpus(),
@@ -554,20 +608,32 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
         .iter()
         .map(|_| args.sizes.iter().map(|_| Vec::new()).collect())
         .collect();
+    let groups = switch_groups(&setups, args.switch);
     for run in 0..args.runs {
         // Each run starts one configuration later, so that no configuration
         // always follows the same one (and the tear-down of its namespaces).
-        for k in 0..setups.len() {
-            let s = (run + k) % setups.len();
-            let setup = &setups[s];
-            bar.set_message(setup.label());
-            let bench = build(*setup, &mpbridge)?;
+        for k in 0..groups.len() {
+            let group = &groups[(run + k) % groups.len()];
+            // Within a group (one mpbridge, its table switched), the
+            // strategies take turns going first too.
+            let first = group[run % group.len()];
+            bar.set_message(setups[first].label());
+            let bench = build(setups[first], &mpbridge)?;
             // Deleting the previous namespaces goes on in the kernel after
             // `ip netns del` returns; let it finish before measuring.
             thread::sleep(SETTLE);
-            for (z, &size) in args.sizes.iter().enumerate() {
-                samples[s][z].push(measure(&bench, size, args.seconds, args.rate)?);
-                bar.inc(1);
+            for turn in 0..group.len() {
+                let s = group[(run + turn) % group.len()];
+                let setup = &setups[s];
+                if let (true, Target::Mpbridge { lock, .. }) = (turn > 0, setup.target) {
+                    bar.set_message(setup.label());
+                    switch_lock(&mpbridge, lock)?;
+                    thread::sleep(WARMUP);
+                }
+                for (z, &size) in args.sizes.iter().enumerate() {
+                    samples[s][z].push(measure(&bench, size, args.seconds, args.rate)?);
+                    bar.inc(1);
+                }
             }
         }
     }

@@ -222,6 +222,47 @@ fn unknown_strategies_and_workloads_are_one_line_errors() {
 }
 
 #[test]
+fn forward_switches_strategies_on_one_running_bridge() {
+    if !lab::privileged("forward_switches_strategies_on_one_running_bridge") {
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("mpbench-switch-{}", std::process::id()));
+    let output = mpbench(&[
+        "forward",
+        "--runs",
+        "2",
+        "--seconds",
+        "0.2",
+        "--sizes",
+        "64",
+        "--ports",
+        "raw",
+        "--references",
+        "direct",
+        "--lock",
+        "mutex,rcu,epoch",
+        "--switch",
+        "--mpbridge",
+        &mpbridge_binary(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let stdout = succeeded(&output);
+    assert!(stdout.contains("not restarted"), "{stdout}");
+    for lock in ["mutex", "rcu", "epoch"] {
+        let heading = format!("mpbridge {lock} (raw, 1 worker)");
+        assert!(
+            stdout.contains(&heading),
+            "missing '{heading}' in:\n{stdout}"
+        );
+    }
+    let csv = std::fs::read_to_string(out.join("forward.csv")).unwrap();
+    // Two runs of three strategies and the direct reference, one size.
+    assert_eq!(csv.lines().count(), 1 + 2 * 4, "{csv}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
 fn forward_measures_mpbridge_and_its_references() {
     if !lab::privileged("forward_measures_mpbridge_and_its_references") {
         return;
