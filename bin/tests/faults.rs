@@ -264,19 +264,12 @@ fn a_vms_tap_is_bridged_on_its_host_side() {
     bridge.ip(&["link", "set", "vm0", "up"]);
 
     // mpbridge refuses to attach as a second queue of the VM's tap...
-    let output = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &bridge.name,
-            env!("CARGO_BIN_EXE_mpbridge"),
-        ])
-        .args(["run", "--port", "tap:vm0", "--port", "raw:p1"])
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success());
+    let (status, err) = netns::run_to_exit(
+        Some(&bridge),
+        &["run", "--port", "tap:vm0", "--port", "raw:p1"],
+        Duration::from_secs(5),
+    );
+    assert!(!status.success());
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("raw:vm0"), "{err}");
 
@@ -351,14 +344,9 @@ fn taps_other_programs_made_open_or_say_why_not() {
     let (status, log) = daemon.stop(Duration::from_secs(3));
     assert!(status.is_some_and(|s| s.success()), "{log:?}");
 
-    let output = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &bridge.name,
-            env!("CARGO_BIN_EXE_mpbridge"),
-        ])
-        .args([
+    let (status, err) = netns::run_to_exit(
+        Some(&bridge),
+        &[
             "run",
             "--port",
             "tap:sq0",
@@ -366,12 +354,10 @@ fn taps_other_programs_made_open_or_say_why_not() {
             "tap:sq1",
             "--workers",
             "2",
-        ])
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success());
+        ],
+        Duration::from_secs(5),
+    );
+    assert!(!status.success());
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
         err.contains("single-queue") && err.contains("multi_queue"),
