@@ -80,7 +80,17 @@ fn a_raw_port_down_then_deleted_costs_no_cpu_and_is_reported_once() {
         1,
         "deletion not reported once: {log:?}"
     );
-    assert_eq!(lines_with(&log, "raw:p2: link down"), 1, "{log:?}");
+    // The link went down once: the worker reports it (from the socket's
+    // error), and the once-a-second link monitor at most once more (it can
+    // miss a link that was up for less than a second before going down).
+    let worker_lines = log
+        .iter()
+        .filter(|l| l.contains("p2:") && l.contains("Network is down"))
+        .count();
+    // Once for this event (once more if the link was caught down while
+    // the host side came up at set-up); never once per poll.
+    assert!((1..=2).contains(&worker_lines), "{log:?}");
+    assert!(lines_with(&log, "raw:p2: link down") <= 1, "{log:?}");
     // The down event and the deletion: at most one error each, never one
     // per poll.
     let errors =
