@@ -5,12 +5,17 @@
 //! straight to the sink. Needs root.
 //!
 //! The generator is a thread of this process, pinned to CPU 0, sending one
-//! known-unicast frame over and over with sendmmsg through a packet socket
-//! in its own namespace. The sink is the far interface in another
-//! namespace: what it received is read from its counters, and what was
-//! offered from the generator interface's counters, never from what the
-//! generator believes it sent. The forwarder (mpbridge, or the kernel
-//! bridge through RPS on its ingress) gets the last CPU.
+//! known-unicast frame over and over from a PACKET_TX_RING with
+//! PACKET_QDISC_BYPASS (`generator.rs`) in its own namespace. The sink is
+//! the far interface in another namespace: what it received is read from
+//! its counters, and what was offered from the generator interface's
+//! counters (sent plus dropped there), never from what the generator
+//! believes it sent. The forwarder (mpbridge, or the kernel bridge) gets
+//! CPU 1 (1..=workers). The ingress veth's receive work is steered with RPS
+//! either to a CPU that is not the forwarder's (placement a, "apart") or to
+//! the forwarder's own (placement b, "shared"); every core's busy time over
+//! the interval is read from /proc/stat, so that each figure comes with the
+//! CPU time it cost per delivered frame and where that time went.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,6 +27,8 @@ use bridge::port::{Port, RawPort, VNET_HDR_LEN};
 use bridge::wire::{EtherType, FrameSpec, MacAddr, Payload};
 use locks::StrategyKind;
 
+use crate::cpuload::{self, CoreUse};
+use crate::generator::TxRing;
 use crate::report::{self, Field, Plot, Record};
 use lab::{self, Netns, Process};
 
@@ -55,8 +62,13 @@ pub struct ForwardArgs {
     #[arg(long, value_delimiter = ',', default_value = "interrupt")]
     io: Vec<IoArg>,
     /// References to measure beside mpbridge: kernel (veth ports), relay,
-    /// direct (veth ports), vde (tap ports, when vde_switch is installed).
-    #[arg(long, value_delimiter = ',', default_value = "kernel,relay,direct,vde")]
+    /// direct (veth ports), loop (a blocking read/write loop, tap ports),
+    /// vde (tap ports, when vde_switch is installed).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "kernel,relay,direct,loop,vde"
+    )]
     references: Vec<ReferenceArg>,
     /// Seconds per measurement (after a 0.3 s warm-up).
     #[arg(long, default_value_t = 1.0)]
@@ -67,6 +79,18 @@ pub struct ForwardArgs {
     /// Offered rate in frames per second; 0 sends flat out.
     #[arg(long, default_value_t = 0)]
     rate: u64,
+    /// Where the ingress veth's receive work runs: apart (placement a, a
+    /// CPU that is not the forwarder's) and/or shared (placement b, the
+    /// forwarder's CPU, as RPS gives the kernel bridge). Raw ports only.
+    #[arg(long, value_delimiter = ',', default_value = "apart,shared")]
+    placement: Vec<Placement>,
+    /// An offered-load sweep: percentages of each configuration's own
+    /// flat-out delivered rate (measured first in every run), and `max`
+    /// (flat out), e.g. 10,25,50,100,150,max. Plots delivered against
+    /// offered at the first frame size; receive livelock shows as a curve
+    /// that falls after its peak.
+    #[arg(long, value_delimiter = ',', value_parser = parse_load)]
+    sweep: Vec<Load>,
     /// The mpbridge binary (default: the one beside mpbench).
     #[arg(long)]
     mpbridge: Option<PathBuf>,
@@ -99,6 +123,48 @@ enum ReferenceArg {
     Direct,
     /// vde_switch (Debian's vde2) between two taps, when it is installed.
     Vde,
+    /// Blocking read/write between the two taps, one thread per direction
+    /// (`mpbench tap-loop`): the least a tap forwarder can do.
+    Loop,
+}
+
+/// Where the ingress interface's receive work (softirq) runs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum Placement {
+    /// Placement (a): on a CPU that is not the forwarder's.
+    Apart,
+    /// Placement (b): on the forwarder's CPU.
+    Shared,
+}
+
+impl Placement {
+    fn label(self) -> &'static str {
+        match self {
+            Placement::Apart => "(a) rx apart",
+            Placement::Shared => "(b) rx on forwarder CPU",
+        }
+    }
+}
+
+/// How much the generator offers.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum Load {
+    /// As fast as it can.
+    FlatOut,
+    /// This many frames per second.
+    Rate(f64),
+    /// This fraction of the configuration's flat-out delivered rate.
+    Share(f64),
+}
+
+fn parse_load(text: &str) -> Result<Load, String> {
+    if text == "max" {
+        return Ok(Load::FlatOut);
+    }
+    match text.trim_end_matches('%').parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 1000.0 => Ok(Load::Share(p / 100.0)),
+        _ => Err(format!("{text}: a percentage between 0 and 1000, or max")),
+    }
 }
 
 /// What forwards the frames.
@@ -107,6 +173,7 @@ enum Target {
     Direct,
     Kernel,
     Vde,
+    Loop,
     Relay {
         poll: bool,
     },
@@ -121,6 +188,9 @@ enum Target {
 struct Setup {
     ports: PortKindArg,
     target: Target,
+    /// Where the ingress receive work runs; None where there is none to
+    /// place (a tap's ingress is the generator's own send) or no forwarder.
+    placement: Option<Placement>,
 }
 
 impl Setup {
@@ -130,10 +200,19 @@ impl Setup {
             PortKindArg::Tap => "tap",
         };
         let io = |poll: bool| if poll { ", poll" } else { "" };
+        let placed = match self.placement {
+            Some(p) => format!(" {}", p.label()),
+            None => String::new(),
+        };
+        self.target_label(ports, io) + &placed
+    }
+
+    fn target_label(&self, ports: &str, io: impl Fn(bool) -> &'static str) -> String {
         match self.target {
             Target::Direct => "direct (generator to sink)".to_owned(),
-            Target::Kernel => "kernel bridge (veth, RPS)".to_owned(),
+            Target::Kernel => "kernel bridge (veth)".to_owned(),
             Target::Vde => "vde_switch (tap)".to_owned(),
+            Target::Loop => "read/write loop (tap)".to_owned(),
             Target::Relay { poll } => format!("relay ({ports}{})", io(poll)),
             Target::Mpbridge {
                 lock,
@@ -163,6 +242,18 @@ fn cpus() -> usize {
     thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// The CPU that takes the ingress receive work: the forwarder's first CPU
+/// (shared), or one that is neither the forwarder's nor the generator's
+/// where there is one, else the generator's (apart).
+fn receive_cpu(placement: Placement, workers: usize) -> usize {
+    let n = cpus();
+    match placement {
+        Placement::Shared => 1.min(n - 1),
+        Placement::Apart if workers + 1 < n => workers + 1,
+        Placement::Apart => 0,
+    }
+}
+
 /// The CPUs the forwarder runs on: all but the generator's CPU 0, as many as
 /// it has workers, shared when there are not enough.
 fn forwarder_cpus(workers: usize) -> String {
@@ -183,17 +274,26 @@ fn build(setup: Setup, mpbridge: &str) -> Result<Bench, String> {
         ns.sysctl("net/ipv6/conf/all/disable_ipv6", "1")?;
         ns.sysctl("net/ipv6/conf/default/disable_ipv6", "1")?;
     }
-    let last_cpu_mask = 1u64 << (cpus() - 1).min(63);
+    let forwarder_mask = 1u64 << 1.min(cpus() - 1);
+    let workers = match setup.target {
+        Target::Mpbridge { workers, .. } => workers,
+        _ => 1,
+    };
+    let ingress_mask =
+        1u64 << receive_cpu(setup.placement.unwrap_or(Placement::Shared), workers).min(63);
     let mut bridge = None;
     let mut process = None;
     let mut daemon = None;
     match (setup.target, setup.ports) {
         (Target::Direct, _) => {
             generator.add_veth("eth0", &sink)?;
-            sink.rps("eth0", last_cpu_mask)?;
+            sink.rps("eth0", forwarder_mask)?;
         }
         (Target::Vde, PortKindArg::Raw) => {
             return Err("vde_switch is measured on tap ports only".to_owned())
+        }
+        (Target::Loop, PortKindArg::Raw) => {
+            return Err("the read/write loop is measured on tap ports only".to_owned())
         }
         (target, PortKindArg::Raw) => {
             let b = Netns::new("br")?;
@@ -201,9 +301,9 @@ fn build(setup: Setup, mpbridge: &str) -> Result<Bench, String> {
             b.sysctl("net/ipv6/conf/default/disable_ipv6", "1")?;
             generator.add_veth("p0", &b)?;
             sink.add_veth("p1", &b)?;
-            // Receive work on the forwarder's ingress runs on the forwarder's
-            // CPU, not inside the generator's sends.
-            b.rps("p0", last_cpu_mask)?;
+            // Receive work on the forwarder's ingress runs where the
+            // placement says (RPS), not inside the generator's sends.
+            b.rps("p0", ingress_mask)?;
             match target {
                 Target::Kernel => {
                     b.ip(&["link", "add", "br0", "type", "bridge"])?;
@@ -247,6 +347,18 @@ fn build(setup: Setup, mpbridge: &str) -> Result<Bench, String> {
                     ]
                 },
                 &["t0", "t1"],
+            )?);
+            move_taps(&b, &generator, &sink)?;
+            bridge = Some(b);
+        }
+        (Target::Loop, PortKindArg::Tap) => {
+            let b = Netns::new("br")?;
+            let mpbench = std::env::current_exe().map_err(|e| e.to_string())?;
+            process = Some(Process::start(
+                &b,
+                &forwarder_cpus(1),
+                &mpbench.to_string_lossy(),
+                &["tap-loop", "t0", "t1"],
             )?);
             move_taps(&b, &generator, &sink)?;
             bridge = Some(b);
@@ -375,7 +487,13 @@ fn switch_groups(setups: &[Setup], switch: bool) -> Vec<Vec<usize>> {
                     poll: p,
                     ..
                 },
-            ) => switch && setup.ports == other.ports && workers == w && poll == p,
+            ) => {
+                switch
+                    && setup.ports == other.ports
+                    && setup.placement == other.placement
+                    && workers == w
+                    && poll == p
+            }
             _ => false,
         };
         match groups
@@ -411,64 +529,88 @@ fn with_header(frame: &[u8]) -> Vec<u8> {
     buffer
 }
 
-/// One measurement's result, in frames per second.
-#[derive(Clone, Copy, Debug)]
+/// One measurement's result: frames per second, and the CPU time spent.
+#[derive(Clone, Debug)]
 struct Rates {
     offered: f64,
     delivered: f64,
+    /// Every core's time over the interval.
+    cores: Vec<CoreUse>,
+    seconds: f64,
 }
 
-fn measure(bench: &Bench, size: usize, seconds: f64, rate: u64) -> Result<Rates, String> {
+impl Rates {
+    /// CPU nanoseconds per delivered frame, all cores together.
+    fn ns_per_frame(&self) -> f64 {
+        let busy: f64 = self.cores.iter().map(CoreUse::busy_ns).sum();
+        busy / (self.delivered * self.seconds).max(1.0)
+    }
+
+    /// The same without the generator's own work: the user and system
+    /// time of the generator's CPU 0, where nothing else runs in process
+    /// context. Softirq time there is receive work (placement a, or RPS
+    /// dispatch in b) and stays in: it is a cost of forwarding.
+    fn forwarding_ns_per_frame(&self) -> f64 {
+        let busy: f64 = self.cores.iter().map(CoreUse::busy_ns).sum();
+        let generator = self
+            .cores
+            .first()
+            .map_or(0.0, |core| core.user_ns + core.system_ns);
+        (busy - generator).max(0.0) / (self.delivered * self.seconds).max(1.0)
+    }
+}
+
+/// The generator: frames from the transmit ring at `rate` frames per
+/// second (0: flat out) until `stop`.
+fn generate(size: usize, rate: f64, stop: &AtomicBool) -> Result<u64, String> {
+    lab::pin_to(0)?;
+    let mut ring = TxRing::open("eth0", &frame(SINK_MAC, GENERATOR_MAC, size))
+        .map_err(|e| format!("generator ring: {e}"))?;
+    let start = Instant::now();
+    let mut sent = 0u64;
+    // Relaxed: a stop flag; nothing is published through it.
+    while !stop.load(Ordering::Relaxed) {
+        let n = if rate > 0.0 {
+            let due = (start.elapsed().as_secs_f64() * rate) as u64;
+            if sent >= due {
+                thread::sleep(Duration::from_micros(50));
+                continue;
+            }
+            (due - sent).min(256) as usize
+        } else {
+            256
+        };
+        sent += ring.send(n).map_err(|e| format!("generator: {e}"))? as u64;
+    }
+    Ok(sent)
+}
+
+fn measure(bench: &Bench, size: usize, seconds: f64, rate: f64) -> Result<Rates, String> {
     let stop = Arc::new(AtomicBool::new(false));
     let generator = {
         let stop = Arc::clone(&stop);
-        bench.generator.spawn(move || -> Result<u64, String> {
-            lab::pin_to(0)?;
-            let mut port = RawPort::open("eth0", 1)
-                .map_err(|e| format!("generator socket: {e}"))?
-                .remove(0);
-            let buffer = with_header(&frame(SINK_MAC, GENERATOR_MAC, size));
-            let batch: Vec<&[u8]> = vec![&buffer[..]; 64];
-            let start = Instant::now();
-            let mut sent = 0u64;
-            // Relaxed: a stop flag; nothing is published through it.
-            while !stop.load(Ordering::Relaxed) {
-                if rate > 0 {
-                    let due = (start.elapsed().as_secs_f64() * rate as f64) as u64;
-                    if sent >= due {
-                        thread::sleep(Duration::from_micros(100));
-                        continue;
-                    }
-                    let n = (due - sent).min(64) as usize;
-                    sent += port
-                        .send_batch(batch[..n].iter().copied())
-                        .into_result()
-                        .map_err(|e| e.to_string())? as u64;
-                } else {
-                    sent += port
-                        .send_batch(batch.iter().copied())
-                        .into_result()
-                        .map_err(|e| e.to_string())? as u64;
-                }
-            }
-            Ok(sent)
-        })
+        bench.generator.spawn(move || generate(size, rate, &stop))
     };
     thread::sleep(WARMUP);
+    let gen0 = bench.generator.counters("eth0")?;
+    let sink0 = bench.sink.counters("eth0")?;
+    let cpu0 = cpuload::sample().map_err(|e| format!("/proc/stat: {e}"))?;
     let t0 = Instant::now();
-    let (_, tx0) = bench.generator.packets("eth0")?;
-    let (rx0, _) = bench.sink.packets("eth0")?;
     thread::sleep(Duration::from_secs_f64(seconds));
-    let (_, tx1) = bench.generator.packets("eth0")?;
-    let (rx1, _) = bench.sink.packets("eth0")?;
+    let cpu1 = cpuload::sample().map_err(|e| format!("/proc/stat: {e}"))?;
     let dt = t0.elapsed().as_secs_f64();
+    let gen1 = bench.generator.counters("eth0")?;
+    let sink1 = bench.sink.counters("eth0")?;
     stop.store(true, Ordering::Relaxed);
     generator
         .join()
         .map_err(|_| "the generator panicked".to_owned())???;
+    let offered = (gen1.tx_packets + gen1.tx_dropped) - (gen0.tx_packets + gen0.tx_dropped);
     Ok(Rates {
-        offered: (tx1 - tx0) as f64 / dt,
-        delivered: (rx1 - rx0) as f64 / dt,
+        offered: offered as f64 / dt,
+        delivered: (sink1.rx_packets - sink0.rx_packets) as f64 / dt,
+        cores: cpuload::between(&cpu0, &cpu1),
+        seconds: dt,
     })
 }
 
@@ -507,6 +649,96 @@ fn mbps(pps: f64, size: usize) -> f64 {
     pps * (size + 20) as f64 * 8.0 / 1e6
 }
 
+/// samples[setup][size][load point] = one Rates per run.
+type Samples = Vec<Vec<Vec<Vec<Rates>>>>;
+
+/// The setups to measure, in order: the references, then mpbridge; each raw
+/// configuration with a forwarder once per placement.
+fn setups(args: &ForwardArgs) -> Vec<Setup> {
+    let mut targets: Vec<(PortKindArg, Target)> = Vec::new();
+    for &ports in &args.ports {
+        for &reference in &args.references {
+            match (reference, ports) {
+                (ReferenceArg::Direct, PortKindArg::Raw) => targets.push((ports, Target::Direct)),
+                (ReferenceArg::Kernel, PortKindArg::Raw) => targets.push((ports, Target::Kernel)),
+                (ReferenceArg::Loop, PortKindArg::Tap) => targets.push((ports, Target::Loop)),
+                (ReferenceArg::Vde, PortKindArg::Tap) => {
+                    let installed = std::process::Command::new("vde_switch")
+                        .arg("--help")
+                        .output()
+                        .is_ok();
+                    if installed {
+                        targets.push((ports, Target::Vde));
+                    } else {
+                        println!(
+                            "note: vde_switch is not installed (Debian's vde2): no vde reference"
+                        );
+                    }
+                }
+                (ReferenceArg::Relay, _) => {
+                    for &io in &args.io {
+                        let poll = io == IoArg::Poll;
+                        targets.push((ports, Target::Relay { poll }));
+                    }
+                }
+                _ => {}
+            }
+        }
+        for &lock in &args.locks {
+            for &workers in &args.workers {
+                for &io in &args.io {
+                    let poll = io == IoArg::Poll;
+                    targets.push((
+                        ports,
+                        Target::Mpbridge {
+                            lock,
+                            workers,
+                            poll,
+                        },
+                    ));
+                }
+            }
+        }
+    }
+    let mut setups = Vec::new();
+    for (ports, target) in targets {
+        // Only a veth ingress has receive work to place: a tap's ingress is
+        // the generator's own send, and the direct link has no forwarder.
+        if ports == PortKindArg::Raw && target != Target::Direct {
+            for &placement in &args.placement {
+                setups.push(Setup {
+                    ports,
+                    target,
+                    placement: Some(placement),
+                });
+            }
+        } else {
+            setups.push(Setup {
+                ports,
+                target,
+                placement: None,
+            });
+        }
+    }
+    setups
+}
+
+/// The load points measured per setup and size; the first is the one the
+/// size tables show.
+fn load_points(args: &ForwardArgs) -> Vec<Load> {
+    if args.sweep.is_empty() {
+        return vec![if args.rate == 0 {
+            Load::FlatOut
+        } else {
+            Load::Rate(args.rate as f64)
+        }];
+    }
+    // Flat out first: the shares are of what it delivered.
+    let mut points = vec![Load::FlatOut];
+    points.extend(args.sweep.iter().filter(|l| **l != Load::FlatOut));
+    points
+}
+
 pub fn run(args: ForwardArgs) -> Result<(), String> {
     require_root()?;
     if args.sizes.iter().any(|&s| !(64..=1518).contains(&s)) {
@@ -517,6 +749,9 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
         return Err(
             "--runs, --workers and --seconds must be positive (seconds at most 600)".to_owned(),
         );
+    }
+    if args.placement.is_empty() {
+        return Err("--placement needs apart, shared or both".to_owned());
     }
     for needed in ["ip", "taskset"] {
         if std::process::Command::new(needed)
@@ -530,83 +765,40 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
         }
     }
     let mpbridge = mpbridge_path(args.mpbridge.as_deref())?;
-
-    let mut setups = Vec::new();
-    for &ports in &args.ports {
-        for &reference in &args.references {
-            match reference {
-                ReferenceArg::Direct if ports == PortKindArg::Raw => setups.push(Setup {
-                    ports,
-                    target: Target::Direct,
-                }),
-                ReferenceArg::Kernel if ports == PortKindArg::Raw => setups.push(Setup {
-                    ports,
-                    target: Target::Kernel,
-                }),
-                ReferenceArg::Vde if ports == PortKindArg::Tap => {
-                    let installed = std::process::Command::new("vde_switch")
-                        .arg("--help")
-                        .output()
-                        .is_ok();
-                    if installed {
-                        setups.push(Setup {
-                            ports,
-                            target: Target::Vde,
-                        });
-                    } else {
-                        println!(
-                            "note: vde_switch is not installed (Debian's vde2): no vde reference"
-                        );
-                    }
-                }
-                ReferenceArg::Relay => {
-                    for &io in &args.io {
-                        setups.push(Setup {
-                            ports,
-                            target: Target::Relay {
-                                poll: io == IoArg::Poll,
-                            },
-                        });
-                    }
-                }
-                _ => {}
-            }
-        }
-        for &lock in &args.locks {
-            for &workers in &args.workers {
-                for &io in &args.io {
-                    setups.push(Setup {
-                        ports,
-                        target: Target::Mpbridge {
-                            lock,
-                            workers,
-                            poll: io == IoArg::Poll,
-                        },
-                    });
-                }
-            }
-        }
-    }
-    let points = setups.len() * args.sizes.len() * args.runs;
+    let setups = setups(&args);
+    let loads = load_points(&args);
+    let points = setups.len() * args.sizes.len() * loads.len() * args.runs;
     if args.switch {
         println!("Strategies switched on one running mpbridge per configuration (mpbridge lock set), not restarted");
     }
     println!(
-        "Forwarding: {} CPU(s); generator on CPU 0, forwarder on CPU {}; median of {} interleaved runs of {} s per point; offered {}",
+        "Forwarding: {} CPU(s); generator (PACKET_TX_RING, qdisc bypass) on CPU 0, forwarder on CPU {}; \
+         ingress receive work on CPU {} in placement (a), CPU {} in (b); \
+         median of {} interleaved runs of {} s per point; offered {}",
         cpus(),
         forwarder_cpus(1),
+        receive_cpu(Placement::Apart, 1),
+        receive_cpu(Placement::Shared, 1),
         args.runs,
         args.seconds,
-        if args.rate == 0 { "flat out".to_owned() } else { format!("{} fps", args.rate) }
+        match loads.as_slice() {
+            [Load::Rate(r)] => format!("{r} fps"),
+            [_] => "flat out".to_owned(),
+            _ => "flat out, then the sweep's shares of what flat out delivered".to_owned(),
+        }
     );
     if args.workers.iter().any(|&w| w + 1 > cpus()) {
         println!("note: with more workers than free CPUs, worker threads share CPUs: those figures include preemption");
     }
     let bar = report::progress(points as u64);
-    // samples[setup][size] = one Rates per run
-    let mut samples: Vec<Vec<Vec<Rates>>> = setups
+    let mut samples: Samples = setups
         .iter()
-        .map(|_| args.sizes.iter().map(|_| Vec::new()).collect())
+        .map(|_| {
+            args.sizes
+                .iter()
+                .map(|_| loads.iter().map(|_| Vec::new()).collect())
+                .collect()
+        })
         .collect();
     let groups = switch_groups(&setups, args.switch);
     for run in 0..args.runs {
@@ -631,46 +823,39 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
                     thread::sleep(WARMUP);
                 }
                 for (z, &size) in args.sizes.iter().enumerate() {
-                    samples[s][z].push(measure(&bench, size, args.seconds, args.rate)?);
-                    bar.inc(1);
+                    let mut peak = 0.0;
+                    for (l, &load) in loads.iter().enumerate() {
+                        let rate = match load {
+                            Load::FlatOut => 0.0,
+                            Load::Rate(r) => r,
+                            Load::Share(share) => (share * peak).max(1.0),
+                        };
+                        let rates = measure(&bench, size, args.seconds, rate)?;
+                        if load == Load::FlatOut {
+                            peak = rates.delivered;
+                        }
+                        samples[s][z][l].push(rates);
+                        bar.inc(1);
+                    }
                 }
             }
         }
     }
     bar.finish_and_clear();
 
-    let med = |runs: &[Rates], f: fn(&Rates) -> f64| {
-        report::median(&runs.iter().map(f).collect::<Vec<_>>())
-    };
-    let best_mbps = setups
-        .iter()
-        .enumerate()
-        .flat_map(|(s, _)| {
-            args.sizes
-                .iter()
-                .enumerate()
-                .map(move |(z, &size)| (s, z, size))
-        })
-        .map(|(s, z, size)| mbps(med(&samples[s][z], |r| r.delivered), size))
-        .fold(0.0, f64::max);
     let mut records = Vec::new();
     for (s, setup) in setups.iter().enumerate() {
-        println!();
-        println!("{}", setup.label());
-        println!(
-            "{:>5} |{:<50}| {:>9} | delivered/offered pps",
-            "size", "", "Mbit/s"
-        );
         for (z, &size) in args.sizes.iter().enumerate() {
-            let delivered = med(&samples[s][z], |r| r.delivered);
-            let offered = med(&samples[s][z], |r| r.offered);
-            let rate = mbps(delivered, size);
-            let bar = "#".repeat(((rate / best_mbps.max(1e-9)) * 50.0).round() as usize);
-            println!("{size:>5} |{bar:<50}| {rate:>9.2} | {delivered:>9.0}/{offered:.0}");
-            for run in &samples[s][z] {
-                records.push(record(setup, size, run));
+            for (l, load) in loads.iter().enumerate() {
+                for rates in &samples[s][z][l] {
+                    records.push(record(setup, size, *load, rates));
+                }
             }
         }
+    }
+    print_sizes(&args, &setups, &samples);
+    if loads.len() > 1 {
+        print_sweep(&args, &setups, &samples, &loads);
     }
     print_ratios(&args, &setups, &samples);
     print_scaling(&args, &setups, &samples);
@@ -692,7 +877,7 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
                     .map(|(z, &size)| {
                         (
                             size as f64,
-                            mbps(med(&samples[s][z], |r| r.delivered), size),
+                            mbps(median_of(&samples[s][z][0], |r| r.delivered), size),
                         )
                     })
                     .collect();
@@ -701,6 +886,32 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
             .collect(),
     };
     files.extend(report::write_plot(&plot, &args.out.join("forward-sizes"))?);
+    if loads.len() > 1 {
+        let series = setups
+            .iter()
+            .enumerate()
+            .map(|(s, setup)| {
+                let mut points: Vec<(f64, f64)> = samples[s][0]
+                    .iter()
+                    .map(|runs| {
+                        (
+                            median_of(runs, |r| r.offered) / 1e3,
+                            median_of(runs, |r| r.delivered) / 1e3,
+                        )
+                    })
+                    .collect();
+                points.sort_by(|a, b| a.0.total_cmp(&b.0));
+                (setup.label(), points)
+            })
+            .collect();
+        let plot = Plot {
+            title: &format!("{}-byte frames: delivered against offered", args.sizes[0]),
+            x_label: "offered Kpps",
+            y_label: "delivered Kpps",
+            series,
+        };
+        files.extend(report::write_plot(&plot, &args.out.join("forward-sweep"))?);
+    }
     if args.workers.len() > 1 {
         let series = args
             .locks
@@ -711,10 +922,11 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
                     .workers
                     .iter()
                     .filter_map(|&w| {
-                        let s = setups.iter().position(|x| {
-                            x.ports == ports && matches!(x.target, Target::Mpbridge { lock: l, workers, poll: false } if l == lock && workers == w)
-                        })?;
-                        Some((w as f64, med(&samples[s][0], |r| r.delivered) / 1e3))
+                        let s = scaling_setup(args.placement[0], &setups, ports, lock, w)?;
+                        Some((
+                            w as f64,
+                            median_of(&samples[s][0][0], |r| r.delivered) / 1e3,
+                        ))
                     })
                     .collect();
                 (format!("{lock} ({ports:?})").to_lowercase(), points)
@@ -736,11 +948,139 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn record(setup: &Setup, size: usize, rates: &Rates) -> Record {
+fn median_of(runs: &[Rates], f: impl Fn(&Rates) -> f64) -> f64 {
+    report::median(&runs.iter().map(f).collect::<Vec<_>>())
+}
+
+/// The run whose delivered rate is the median: its per-core split is shown.
+fn median_run(runs: &[Rates]) -> &Rates {
+    let mut order: Vec<&Rates> = runs.iter().collect();
+    order.sort_by(|a, b| a.delivered.total_cmp(&b.delivered));
+    order[order.len() / 2]
+}
+
+/// Each core's busy share over the interval, split: "cpu0 97% u3 s60 si34".
+fn core_split(rates: &Rates) -> String {
+    rates
+        .cores
+        .iter()
+        .enumerate()
+        .map(|(n, core)| {
+            let total = (core.busy_ns() + core.idle_ns).max(1.0);
+            let pct = |ns: f64| ns * 100.0 / total;
+            format!(
+                "cpu{n} {:>3.0}% u{:.0} s{:.0} si{:.0}",
+                pct(core.busy_ns()),
+                pct(core.user_ns),
+                pct(core.system_ns),
+                pct(core.softirq_ns + core.irq_ns)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+/// A table per setup: delivered against frame size at the first load
+/// point, with the CPU time per delivered frame and where it went.
+fn print_sizes(args: &ForwardArgs, setups: &[Setup], samples: &Samples) {
+    let best_mbps = setups
+        .iter()
+        .enumerate()
+        .flat_map(|(s, _)| {
+            args.sizes
+                .iter()
+                .enumerate()
+                .map(move |(z, &size)| (s, z, size))
+        })
+        .map(|(s, z, size)| mbps(median_of(&samples[s][z][0], |r| r.delivered), size))
+        .fold(0.0, f64::max);
+    for (s, setup) in setups.iter().enumerate() {
+        println!();
+        println!("{}", setup.label());
+        println!(
+            "{:>5} |{:<40}| {:>8} | {:>17} | {:>14} | busy per core: user, system, softirq+irq (% of the interval)",
+            "size", "", "Mbit/s", "delivered/offered", "CPU ns/frame"
+        );
+        for (z, &size) in args.sizes.iter().enumerate() {
+            let runs = &samples[s][z][0];
+            let delivered = median_of(runs, |r| r.delivered);
+            let offered = median_of(runs, |r| r.offered);
+            let rate = mbps(delivered, size);
+            let bar = "#".repeat(((rate / best_mbps.max(1e-9)) * 40.0).round() as usize);
+            let cost = format!(
+                "{:.0} ({:.0})",
+                median_of(runs, Rates::ns_per_frame),
+                median_of(runs, Rates::forwarding_ns_per_frame)
+            );
+            println!(
+                "{size:>5} |{bar:<40}| {rate:>8.1} | {:>17} | {cost:>14} | {}",
+                format!("{delivered:.0}/{offered:.0}"),
+                core_split(median_run(runs))
+            );
+        }
+    }
+    println!();
+    println!("CPU ns/frame: every core's busy time over the interval per delivered frame; in brackets, without the generator's own sending (user and system time of its CPU 0).");
+}
+
+/// Delivered against offered at every load point, per setup and size.
+fn print_sweep(args: &ForwardArgs, setups: &[Setup], samples: &Samples, loads: &[Load]) {
+    println!();
+    println!("Offered-load sweep (load: share of the configuration's own flat-out delivered rate)");
+    for (s, setup) in setups.iter().enumerate() {
+        for (z, &size) in args.sizes.iter().enumerate() {
+            println!();
+            println!("{}, {size} bytes", setup.label());
+            println!(
+                "{:>8} {:>13} {:>15} {:>10} {:>13}",
+                "load", "offered Kpps", "delivered Kpps", "delivered", "CPU ns/frame"
+            );
+            let mut order: Vec<usize> = (0..loads.len()).collect();
+            order.sort_by(|&a, &b| {
+                median_of(&samples[s][z][a], |r| r.offered)
+                    .total_cmp(&median_of(&samples[s][z][b], |r| r.offered))
+            });
+            for l in order {
+                let runs = &samples[s][z][l];
+                let offered = median_of(runs, |r| r.offered);
+                let delivered = median_of(runs, |r| r.delivered);
+                let load = match loads[l] {
+                    Load::FlatOut => "max".to_owned(),
+                    Load::Rate(r) => format!("{r:.0}"),
+                    Load::Share(share) => format!("{:.0}%", share * 100.0),
+                };
+                println!(
+                    "{load:>8} {:>13.1} {:>15.1} {:>9.0}% {:>13.0}",
+                    offered / 1e3,
+                    delivered / 1e3,
+                    delivered * 100.0 / offered.max(1.0),
+                    median_of(runs, Rates::ns_per_frame)
+                );
+            }
+        }
+    }
+}
+
+fn scaling_setup(
+    placement: Placement,
+    setups: &[Setup],
+    ports: PortKindArg,
+    lock: StrategyKind,
+    w: usize,
+) -> Option<usize> {
+    setups.iter().position(|x| {
+        x.ports == ports
+            && (x.placement.is_none() || x.placement == Some(placement))
+            && matches!(x.target, Target::Mpbridge { lock: l, workers, poll: false } if l == lock && workers == w)
+    })
+}
+
+fn record(setup: &Setup, size: usize, load: Load, rates: &Rates) -> Record {
     let (name, lock, workers, poll) = match setup.target {
         Target::Direct => ("direct", String::new(), 0, false),
         Target::Kernel => ("kernel", String::new(), 0, false),
         Target::Vde => ("vde", String::new(), 0, false),
+        Target::Loop => ("loop", String::new(), 0, false),
         Target::Relay { poll } => ("relay", String::new(), 1, poll),
         Target::Mpbridge {
             lock,
@@ -748,55 +1088,113 @@ fn record(setup: &Setup, size: usize, rates: &Rates) -> Record {
             poll,
         } => ("mpbridge", lock.name().to_owned(), workers, poll),
     };
-    Record {
-        fields: vec![
-            ("target", Field::Text(name.to_owned())),
-            (
-                "ports",
-                Field::Text(format!("{:?}", setup.ports).to_lowercase()),
-            ),
-            ("strategy", Field::Text(lock)),
-            ("workers", Field::Number(workers as f64)),
-            ("poll", Field::Number(f64::from(u8::from(poll)))),
-            ("size", Field::Number(size as f64)),
-            ("offered_pps", Field::Number(rates.offered.round())),
-            ("delivered_pps", Field::Number(rates.delivered.round())),
-            ("mbps", Field::Number(mbps(rates.delivered, size))),
-            ("cpus", Field::Number(cpus() as f64)),
+    let placement = match setup.placement {
+        Some(Placement::Apart) => "a",
+        Some(Placement::Shared) => "b",
+        None => "",
+    };
+    let load = match load {
+        Load::FlatOut => "max".to_owned(),
+        Load::Rate(r) => format!("{r:.0}fps"),
+        Load::Share(share) => format!("{:.0}%", share * 100.0),
+    };
+    let mut fields = vec![
+        ("target", Field::Text(name.to_owned())),
+        (
+            "ports",
+            Field::Text(format!("{:?}", setup.ports).to_lowercase()),
+        ),
+        ("placement", Field::Text(placement.to_owned())),
+        ("strategy", Field::Text(lock)),
+        ("workers", Field::Number(workers as f64)),
+        ("poll", Field::Number(f64::from(u8::from(poll)))),
+        ("size", Field::Number(size as f64)),
+        ("load", Field::Text(load)),
+        ("offered_pps", Field::Number(rates.offered.round())),
+        ("delivered_pps", Field::Number(rates.delivered.round())),
+        ("mbps", Field::Number(mbps(rates.delivered, size))),
+        (
+            "cpu_ns_per_frame",
+            Field::Number(rates.ns_per_frame().round()),
+        ),
+        (
+            "forwarding_ns_per_frame",
+            Field::Number(rates.forwarding_ns_per_frame().round()),
+        ),
+        ("cpus", Field::Number(cpus() as f64)),
+    ];
+    const CORE_FIELDS: [[&str; 4]; 4] = [
+        [
+            "cpu0_user_s",
+            "cpu0_system_s",
+            "cpu0_softirq_s",
+            "cpu0_irq_s",
         ],
+        [
+            "cpu1_user_s",
+            "cpu1_system_s",
+            "cpu1_softirq_s",
+            "cpu1_irq_s",
+        ],
+        [
+            "cpu2_user_s",
+            "cpu2_system_s",
+            "cpu2_softirq_s",
+            "cpu2_irq_s",
+        ],
+        [
+            "cpu3_user_s",
+            "cpu3_system_s",
+            "cpu3_softirq_s",
+            "cpu3_irq_s",
+        ],
+    ];
+    for (core, names) in rates.cores.iter().zip(CORE_FIELDS) {
+        for (name, ns) in
+            names
+                .into_iter()
+                .zip([core.user_ns, core.system_ns, core.softirq_ns, core.irq_ns])
+        {
+            fields.push((name, Field::Number(ns / 1e9)));
+        }
     }
+    Record { fields }
 }
 
-/// mpbridge's delivered rate as a fraction of each reference's, per size.
-fn print_ratios(args: &ForwardArgs, setups: &[Setup], samples: &[Vec<Vec<Rates>>]) {
-    let delivered = |s: usize, z: usize| {
-        report::median(
-            &samples[s][z]
-                .iter()
-                .map(|r| r.delivered)
-                .collect::<Vec<_>>(),
-        )
-    };
-    let find = |ports: PortKindArg, target: Target| {
-        setups
-            .iter()
-            .position(|x| x.ports == ports && x.target == target)
+/// mpbridge's delivered rate as a fraction of each reference's, per size,
+/// each against the reference in the same placement.
+fn print_ratios(args: &ForwardArgs, setups: &[Setup], samples: &Samples) {
+    let delivered = |s: usize, z: usize| median_of(&samples[s][z][0], |r| r.delivered);
+    let find = |ports: PortKindArg, target: Target, placement: Option<Placement>| {
+        setups.iter().position(|x| {
+            x.ports == ports
+                && x.target == target
+                && (x.placement.is_none() || x.placement == placement)
+        })
     };
     let mut lines = Vec::new();
     for (s, setup) in setups.iter().enumerate() {
         let Target::Mpbridge { poll, .. } = setup.target else {
             continue;
         };
+        let placed = setup.placement;
         for (name, reference) in [
-            ("relay", find(setup.ports, Target::Relay { poll })),
-            ("kernel bridge", find(PortKindArg::Raw, Target::Kernel)),
-            ("direct", find(PortKindArg::Raw, Target::Direct)),
-            ("vde_switch", find(PortKindArg::Tap, Target::Vde)),
+            ("relay", find(setup.ports, Target::Relay { poll }, placed)),
+            (
+                "kernel bridge",
+                find(PortKindArg::Raw, Target::Kernel, placed),
+            ),
+            ("direct", find(PortKindArg::Raw, Target::Direct, placed)),
+            (
+                "read/write loop",
+                find(PortKindArg::Tap, Target::Loop, placed),
+            ),
+            ("vde_switch", find(PortKindArg::Tap, Target::Vde, placed)),
         ] {
             let Some(r) = reference else { continue };
             let same_kind = match name {
                 "relay" => true,
-                "vde_switch" => setup.ports == PortKindArg::Tap,
+                "vde_switch" | "read/write loop" => setup.ports == PortKindArg::Tap,
                 _ => setup.ports == PortKindArg::Raw,
             };
             if !same_kind {
@@ -809,8 +1207,9 @@ fn print_ratios(args: &ForwardArgs, setups: &[Setup], samples: &[Vec<Vec<Rates>>
                 .map(|(z, size)| format!("{size}: {:.2}", delivered(s, z) / delivered(r, z)))
                 .collect();
             lines.push(format!(
-                "  {} / {name}: {}",
+                "  {} / {}: {}",
                 setup.label(),
+                setups[r].label(),
                 ratios.join(", ")
             ));
         }
@@ -824,41 +1223,44 @@ fn print_ratios(args: &ForwardArgs, setups: &[Setup], samples: &[Vec<Vec<Rates>>
 
 /// Workers against strategies at the first frame size, as OpenBSD's
 /// NET_TASKQ tables.
-fn print_scaling(args: &ForwardArgs, setups: &[Setup], samples: &[Vec<Vec<Rates>>]) {
+fn print_scaling(args: &ForwardArgs, setups: &[Setup], samples: &Samples) {
     if args.workers.len() < 2 {
         return;
     }
     for &ports in &args.ports {
-        println!();
-        println!(
-            "{}-byte frames, {:?} ports: Kpps delivered by workers",
-            args.sizes[0], ports
-        );
-        let mut header = format!("{:>7}", "workers");
-        for lock in &args.locks {
-            header += &format!(" {:>9}", lock.name());
-        }
-        println!("{header}");
-        for &w in &args.workers {
-            let mut line = format!("{w:>7}");
-            for &lock in &args.locks {
-                let s = setups.iter().position(|x| {
-                    x.ports == ports && matches!(x.target, Target::Mpbridge { lock: l, workers, poll: false } if l == lock && workers == w)
-                });
-                match s {
-                    Some(s) => {
-                        let kpps = report::median(
-                            &samples[s][0]
-                                .iter()
-                                .map(|r| r.delivered)
-                                .collect::<Vec<_>>(),
-                        ) / 1e3;
-                        line += &format!(" {kpps:>9.0}");
-                    }
-                    None => line += &format!(" {:>9}", "-"),
+        for &placement in &args.placement {
+            println!();
+            println!(
+                "{}-byte frames, {:?} ports{}: Kpps delivered by workers",
+                args.sizes[0],
+                ports,
+                if ports == PortKindArg::Raw {
+                    format!(", placement {}", placement.label())
+                } else {
+                    String::new()
                 }
+            );
+            let mut header = format!("{:>7}", "workers");
+            for lock in &args.locks {
+                header += &format!(" {:>9}", lock.name());
             }
-            println!("{line}");
+            println!("{header}");
+            for &w in &args.workers {
+                let mut line = format!("{w:>7}");
+                for &lock in &args.locks {
+                    match scaling_setup(placement, setups, ports, lock, w) {
+                        Some(s) => {
+                            let kpps = median_of(&samples[s][0][0], |r| r.delivered) / 1e3;
+                            line += &format!(" {kpps:>9.0}");
+                        }
+                        None => line += &format!(" {:>9}", "-"),
+                    }
+                }
+                println!("{line}");
+            }
+            if ports == PortKindArg::Tap {
+                break;
+            }
         }
     }
 }

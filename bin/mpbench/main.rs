@@ -1,9 +1,12 @@
 //! mpbench: forwarding and lock-contention experiments on mpbridge's core.
 
 mod contention;
+mod cpuload;
 mod forward;
+mod generator;
 mod report;
 mod rfc2889;
+mod tap_loop;
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -55,6 +58,10 @@ enum Command {
     /// share one MAC table. No root needed. With more workers than cores the
     /// figures measure preemption, not parallelism.
     Memory(MemoryArgs),
+    /// The reference tap forwarder of `mpbench forward`: blocking read and
+    /// write between two taps, one thread per direction. Runs until killed.
+    #[command(hide = true)]
+    TapLoop(tap_loop::TapLoopArgs),
 }
 
 #[derive(clap::Args)]
@@ -233,6 +240,13 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 eprintln!("mpbench: {error}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::TapLoop(args) => match tap_loop::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("mpbench tap-loop: {error}");
                 ExitCode::FAILURE
             }
         },

@@ -117,7 +117,13 @@ impl Netns {
 
     /// The (rx, tx) packet counters of `dev` in this namespace.
     pub fn packets(&self, dev: &'static str) -> Result<(u64, u64), String> {
-        self.run(move || -> Result<(u64, u64), String> {
+        let c = self.counters(dev)?;
+        Ok((c.rx_packets, c.tx_packets))
+    }
+
+    /// The packet and drop counters of `dev` in this namespace.
+    pub fn counters(&self, dev: &'static str) -> Result<DevCounters, String> {
+        self.run(move || -> Result<DevCounters, String> {
             // /proc/thread-self/net shows the calling thread's namespace.
             let text = std::fs::read_to_string("/proc/thread-self/net/dev")
                 .map_err(|e| format!("/proc/net/dev: {e}"))?;
@@ -130,7 +136,12 @@ impl Netns {
                         .split_whitespace()
                         .map(|f| f.parse().unwrap_or(0))
                         .collect();
-                    return Ok((fields[1], fields[9]));
+                    return Ok(DevCounters {
+                        rx_packets: fields[1],
+                        rx_dropped: fields[3],
+                        tx_packets: fields[9],
+                        tx_dropped: fields[11],
+                    });
                 }
             }
             Err(format!("no interface {dev}"))
@@ -151,6 +162,20 @@ impl Netns {
             Err(format!("cannot set RPS on {dev}"))
         }
     }
+}
+
+/// An interface's counters as /proc/net/dev shows them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DevCounters {
+    /// Frames received.
+    pub rx_packets: u64,
+    /// Frames dropped on receive.
+    pub rx_dropped: u64,
+    /// Frames sent.
+    pub tx_packets: u64,
+    /// Frames dropped on transmit (for a veth, also those its peer's
+    /// backlog refused).
+    pub tx_dropped: u64,
 }
 
 impl Drop for Netns {

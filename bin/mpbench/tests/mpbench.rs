@@ -241,6 +241,8 @@ fn forward_switches_strategies_on_one_running_bridge() {
         "direct",
         "--lock",
         "mutex,rcu,epoch",
+        "--placement",
+        "shared",
         "--switch",
         "--mpbridge",
         &mpbridge_binary(),
@@ -281,7 +283,7 @@ fn forward_measures_mpbridge_and_its_references() {
         "--workers",
         "1,2",
         "--references",
-        "kernel,relay,direct",
+        "kernel,relay,direct,loop",
         "--mpbridge",
         &mpbridge_binary(),
         "--out",
@@ -289,13 +291,18 @@ fn forward_measures_mpbridge_and_its_references() {
     ]);
     let stdout = succeeded(&output);
     for heading in [
-        "kernel bridge (veth, RPS)",
-        "relay (raw)",
+        "kernel bridge (veth) (a) rx apart",
+        "kernel bridge (veth) (b) rx on forwarder CPU",
+        "relay (raw) (a) rx apart",
         "relay (tap)",
         "direct (generator to sink)",
-        "mpbridge epoch (raw, 1 worker)",
+        "read/write loop (tap)",
+        "mpbridge epoch (raw, 1 worker) (a) rx apart",
+        "mpbridge epoch (raw, 1 worker) (b) rx on forwarder CPU",
         "mpbridge epoch (tap, 2 workers)",
+        "CPU ns/frame",
         "mpbridge as a fraction of each reference",
+        "/ read/write loop (tap): 64:",
         "Kpps delivered by workers",
     ] {
         assert!(
@@ -307,13 +314,21 @@ fn forward_measures_mpbridge_and_its_references() {
     let mut lines = csv.lines();
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
     let delivered = header.iter().position(|h| *h == "delivered_pps").unwrap();
+    let cost = header
+        .iter()
+        .position(|h| *h == "cpu_ns_per_frame")
+        .unwrap();
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
-    // kernel, direct, relay x2 port kinds, mpbridge x2 kinds x2 worker counts;
-    // two sizes each.
-    assert_eq!(rows.len(), (2 + 2 + 4) * 2, "{csv}");
+    // Raw, each in two placements: kernel, relay, mpbridge x2 worker counts;
+    // then direct, and on taps the loop, the relay and mpbridge x2 worker
+    // counts; two sizes each.
+    assert_eq!(rows.len(), (2 * 4 + 1 + 4) * 2, "{csv}");
     for row in &rows {
         let pps: f64 = row[delivered].parse().unwrap();
         assert!(pps > 0.0, "nothing delivered: {row:?}");
+        // Forwarding a frame costs CPU time somewhere.
+        let ns: f64 = row[cost].parse().unwrap();
+        assert!(ns > 0.0, "no CPU time accounted: {row:?}");
     }
     assert!(out.join("forward-sizes.png").exists() && out.join("forward-workers.svg").exists());
     let _ = std::fs::remove_dir_all(&out);
@@ -323,6 +338,61 @@ fn forward_measures_mpbridge_and_its_references() {
         !String::from_utf8_lossy(&leftover.stdout).contains(&pid),
         "namespaces left behind"
     );
+}
+
+#[test]
+fn forward_sweeps_offered_load_below_and_above_saturation() {
+    if !lab::privileged("forward_sweeps_offered_load_below_and_above_saturation") {
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("mpbench-sweep-{}", std::process::id()));
+    let output = mpbench(&[
+        "forward",
+        "--runs",
+        "1",
+        "--seconds",
+        "0.3",
+        "--sizes",
+        "64",
+        "--ports",
+        "raw",
+        "--references",
+        "relay",
+        "--placement",
+        "shared",
+        "--sweep",
+        "25,max",
+        "--mpbridge",
+        &mpbridge_binary(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let stdout = succeeded(&output);
+    assert!(stdout.contains("Offered-load sweep"), "{stdout}");
+    assert!(out.join("forward-sweep.svg").exists());
+    let csv = std::fs::read_to_string(out.join("forward.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    // relay and mpbridge, each flat out and at 25%.
+    assert_eq!(rows.len(), 4, "{csv}");
+    for target in ["relay", "mpbridge"] {
+        let offered = |load: &str| -> f64 {
+            let row = rows
+                .iter()
+                .find(|r| r[col("target")] == target && r[col("load")] == load)
+                .unwrap_or_else(|| panic!("no {target} {load} row in {csv}"));
+            row[col("offered_pps")].parse().unwrap()
+        };
+        // 25% of what flat out delivered is at most a quarter of what flat
+        // out offered: the generator holds the rate it is given.
+        assert!(
+            offered("25%") < 0.5 * offered("max"),
+            "{target}: the rate was not held: {csv}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]
@@ -422,13 +492,20 @@ fn forward_measures_vde_switch_between_taps() {
     ]);
     let stdout = succeeded(&output);
     assert!(stdout.contains("vde_switch (tap)"), "{stdout}");
-    assert!(stdout.contains("/ vde_switch: 64:"), "{stdout}");
+    assert!(stdout.contains("/ vde_switch (tap): 64:"), "{stdout}");
     let csv = std::fs::read_to_string(out.join("forward.csv")).unwrap();
     let vde = csv
         .lines()
         .find(|l| l.starts_with("vde,"))
         .expect("no vde row");
-    let delivered: f64 = vde.split(',').nth(7).unwrap().parse().unwrap();
+    let column = csv
+        .lines()
+        .next()
+        .unwrap()
+        .split(',')
+        .position(|h| h == "delivered_pps")
+        .unwrap();
+    let delivered: f64 = vde.split(',').nth(column).unwrap().parse().unwrap();
     assert!(delivered > 0.0, "{csv}");
     let _ = std::fs::remove_dir_all(&out);
 }
