@@ -251,6 +251,13 @@ pub struct Worker<S: Strategy, P: Port> {
     flaps: Vec<Flaps>,
     /// Per pollfd after the eventfd, the port it belongs to.
     polled: Vec<usize>,
+    /// After a sleep in poll(2): per port, whether it polled readable. The
+    /// round that follows reads only those, not paying an empty read for
+    /// the others; the round after reads every port again.
+    readable: Option<Vec<bool>>,
+    /// Whether the last round left every port's queue empty (no batch came
+    /// back full) and every such empty read cost a system call.
+    drained_by_syscalls: bool,
 }
 
 impl<S: Strategy, P: Port> Worker<S, P> {
@@ -308,6 +315,8 @@ impl<S: Strategy, P: Port> Worker<S, P> {
                 .collect(),
             flaps: vec![Flaps::default(); n],
             polled: Vec::with_capacity(n),
+            readable: None,
+            drained_by_syscalls: false,
             ports,
         }
     }
@@ -339,6 +348,8 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         let mut applied = 0;
         while let Ok(change) = self.changes.try_recv() {
             applied += 1;
+            // A new port was not polled: the next round reads every port.
+            self.readable = None;
             match change {
                 Change::Add { id, queue, done } => {
                     let index = id.index();
@@ -418,9 +429,18 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         let mut received = 0;
         let mut batches = 0;
         let mut now = None;
+        let readable = self.readable.take();
+        let mut drained_by_syscalls = true;
         for ingress in 0..self.ports.len() {
             match self.faults[ingress].health {
-                Health::Up | Health::Retrying => {}
+                Health::Up | Health::Retrying => {
+                    if readable
+                        .as_ref()
+                        .is_some_and(|r| r.get(ingress) == Some(&false))
+                    {
+                        continue;
+                    }
+                }
                 Health::Gone | Health::Vacant => continue,
                 Health::Backoff(until) => {
                     if *now.get_or_insert_with(Instant::now) < until {
@@ -433,6 +453,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             }
             self.batch.clear();
             let port = self.ports[ingress].as_mut().expect("a port in use");
+            drained_by_syscalls &= port.empty_read_is_syscall();
             match port.recv_batch(&mut self.batch) {
                 Ok(report) => {
                     let stats = &mut self.stats[ingress];
@@ -444,12 +465,14 @@ impl<S: Strategy, P: Port> Worker<S, P> {
                 }
                 Err(error) => self.fault(ingress, error, Direction::Rx),
             }
+            drained_by_syscalls &= !self.batch.is_full();
             if !self.batch.is_empty() {
                 received += self.batch.len();
                 batches += 1;
                 self.forward(ingress);
             }
         }
+        self.drained_by_syscalls = drained_by_syscalls;
         self.totals.add_batches(batches);
         if self.config.lockstat && batches > 0 {
             let locks = locks::lockstat::take();
@@ -545,6 +568,11 @@ impl<S: Strategy, P: Port> Worker<S, P> {
                 let busy = round.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
                 self.totals.add_busy(busy);
                 idle_rounds = 0;
+                // Taps drained: poll(2) is one call, another round would be
+                // one empty read per port.
+                if self.drained_by_syscalls && !self.config.busy_poll {
+                    self.wait(stopper, &mut fds, true);
+                }
                 continue;
             }
             if self.config.busy_poll {
@@ -610,6 +638,13 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         }
         if fds[1].revents & libc::POLLIN != 0 {
             wake::eventfd_drain(&self.control.wake);
+        }
+        if sleep {
+            let mut readable = vec![false; self.ports.len()];
+            for (slot, &index) in self.polled.iter().enumerate() {
+                readable[index] = fds[slot + 2].revents & libc::POLLIN != 0;
+            }
+            self.readable = Some(readable);
         }
         // POLLERR stays set until the error is read: read it here, or the
         // next poll returns at once, and the next, and the core spins.

@@ -61,4 +61,11 @@ impl Port for LinkPort {
             LinkPort::Raw(port) => port.link_ready(),
         }
     }
+
+    fn empty_read_is_syscall(&self) -> bool {
+        match self {
+            LinkPort::Tap(port) => port.empty_read_is_syscall(),
+            LinkPort::Raw(port) => port.empty_read_is_syscall(),
+        }
+    }
 }

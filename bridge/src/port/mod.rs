@@ -28,12 +28,28 @@ use std::io;
 use std::os::fd::RawFd;
 
 /// A fixed set of reusable receive buffers.
+///
+/// Frames are packed one after the other (each at a 64-byte boundary), and
+/// the next buffer is whatever room follows the last frame: a batch of
+/// 64-byte frames spans a few KiB, not `frames * frame_capacity` bytes, and
+/// the room behind it (enough for every frame at full size) is touched only
+/// by large frames.
 #[derive(Debug)]
 pub struct RxBatch {
     slab: Box<[u8]>,
     frame_capacity: usize,
+    starts: Box<[usize]>,
     lens: Box<[usize]>,
     count: usize,
+    /// Where the next frame goes.
+    end: usize,
+}
+
+/// Frame starts are aligned to a cache line.
+const FRAME_ALIGN: usize = 64;
+
+fn align_frame(offset: usize) -> usize {
+    offset.next_multiple_of(FRAME_ALIGN)
 }
 
 /// A frame longer than a batch buffer.
@@ -54,10 +70,14 @@ impl RxBatch {
             "an empty batch holds nothing"
         );
         RxBatch {
-            slab: vec![0; frames * frame_capacity].into_boxed_slice(),
+            // Room for every frame at full size, each aligned: the pages of
+            // that room a batch of small frames never reaches stay untouched.
+            slab: vec![0; frames * align_frame(frame_capacity)].into_boxed_slice(),
             frame_capacity,
+            starts: vec![0; frames].into_boxed_slice(),
             lens: vec![0; frames].into_boxed_slice(),
             count: 0,
+            end: 0,
         }
     }
 
@@ -89,6 +109,7 @@ impl RxBatch {
     /// Forgets every frame, keeping the buffers.
     pub fn clear(&mut self) {
         self.count = 0;
+        self.end = 0;
     }
 
     /// Frame `index`.
@@ -98,7 +119,7 @@ impl RxBatch {
     #[inline]
     pub fn frame(&self, index: usize) -> &[u8] {
         assert!(index < self.count, "frame {index} of {}", self.count);
-        let start = index * self.frame_capacity;
+        let start = self.starts[index];
         &self.slab[start..start + self.lens[index]]
     }
 
@@ -113,8 +134,9 @@ impl RxBatch {
         if self.is_full() {
             return None;
         }
-        let start = self.count * self.frame_capacity;
-        Some(&mut self.slab[start..start + self.frame_capacity])
+        // In bounds: each of the `count` frames before took at most
+        // align_frame(frame_capacity) bytes.
+        Some(&mut self.slab[self.end..self.end + self.frame_capacity])
     }
 
     /// Adds the frame of `len` bytes written into [`next_buffer`](Self::next_buffer).
@@ -123,8 +145,10 @@ impl RxBatch {
     /// When the batch is full or `len` exceeds the buffer size.
     pub fn commit(&mut self, len: usize) {
         assert!(!self.is_full() && len <= self.frame_capacity);
+        self.starts[self.count] = self.end;
         self.lens[self.count] = len;
         self.count += 1;
+        self.end = align_frame(self.end + len);
     }
 
     /// Copies `frame` into the next free buffer. Returns `Ok(false)` when the
@@ -311,5 +335,70 @@ pub trait Port: Send {
     /// back-off is tried again.
     fn link_ready(&self) -> bool {
         true
+    }
+
+    /// Whether finding the port's queue empty costs a system call (a read
+    /// that fails with EAGAIN) rather than a look at shared memory. When
+    /// every port is so and a round drained them all, the worker sleeps in
+    /// poll(2), which returns at once if frames came meanwhile, instead of
+    /// paying an empty read per port for another round.
+    fn empty_read_is_syscall(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RxBatch;
+
+    fn fill(batch: &mut RxBatch, lens: &[usize]) {
+        let capacity = batch.frame_capacity();
+        for (n, &len) in lens.iter().enumerate() {
+            let buffer = batch.next_buffer().expect("room for the frame");
+            assert_eq!(buffer.len(), capacity);
+            buffer[..len].fill(n as u8);
+            batch.commit(len);
+        }
+    }
+
+    #[test]
+    fn small_frames_are_packed_and_read_back_whole() {
+        let mut batch = RxBatch::new(64, 65_600);
+        let lens: Vec<usize> = (0..64).map(|n| 60 + n).collect();
+        fill(&mut batch, &lens);
+        assert!(batch.is_full() && batch.next_buffer().is_none());
+        for (n, frame) in batch.iter().enumerate() {
+            assert_eq!(frame.len(), lens[n]);
+            assert!(frame.iter().all(|&b| b == n as u8), "frame {n} changed");
+        }
+        // 64 small frames, each at a 64-byte boundary: a few KiB, not 4 MiB.
+        let first = batch.frame(0).as_ptr() as usize;
+        let last = batch.frame(63).as_ptr() as usize;
+        assert!(
+            last - first < 64 * 192,
+            "frames spread over {} bytes",
+            last - first
+        );
+        batch.clear();
+        assert!(batch.is_empty());
+        assert_eq!(batch.next_buffer().unwrap().as_ptr() as usize, first);
+    }
+
+    #[test]
+    fn every_frame_may_be_full_size() {
+        let capacity = 1000; // not a multiple of the alignment
+        let mut batch = RxBatch::new(8, capacity);
+        fill(&mut batch, &[capacity; 8]);
+        for (n, frame) in batch.iter().enumerate() {
+            assert_eq!(frame.len(), capacity);
+            assert!(frame.iter().all(|&b| b == n as u8));
+        }
+        batch.clear();
+        fill(
+            &mut batch,
+            &[1, capacity, 7, capacity, 0, capacity, 3, capacity],
+        );
+        assert_eq!(batch.frame(4).len(), 0);
+        assert!(batch.frame(7).iter().all(|&b| b == 7));
     }
 }

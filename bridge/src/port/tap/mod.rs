@@ -172,6 +172,10 @@ impl Port for TapPort {
         report
     }
 
+    fn empty_read_is_syscall(&self) -> bool {
+        true
+    }
+
     /// A tap deleted under its queue makes the queue poll with POLLERR
     /// forever; this says so once as EBADFD.
     fn take_error(&mut self) -> Option<io::Error> {
