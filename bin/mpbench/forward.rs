@@ -30,6 +30,7 @@ use locks::StrategyKind;
 use crate::cpuload::{self, CoreUse};
 use crate::generator::TxRing;
 use crate::report::{self, Field, Plot, Record};
+use crate::tcp::{self, TcpRates};
 use lab::{self, Netns, Process};
 
 const GENERATOR_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
@@ -91,6 +92,11 @@ pub struct ForwardArgs {
     /// that falls after its peak.
     #[arg(long, value_delimiter = ',', value_parser = parse_load)]
     sweep: Vec<Load>,
+    /// Instead of frames, one bulk TCP connection from the generator's
+    /// namespace to the sink's (198.18.0.1 to 198.18.0.2), default
+    /// offloads: goodput in Mbit/s and CPU time per KiB.
+    #[arg(long)]
+    tcp: bool,
     /// The mpbridge binary (default: the one beside mpbench).
     #[arg(long)]
     mpbridge: Option<PathBuf>,
@@ -766,6 +772,9 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
     }
     let mpbridge = mpbridge_path(args.mpbridge.as_deref())?;
     let setups = setups(&args);
+    if args.tcp {
+        return run_tcp(&args, &setups, &mpbridge);
+    }
     let loads = load_points(&args);
     let points = setups.len() * args.sizes.len() * loads.len() * args.runs;
     if args.switch {
@@ -1032,8 +1041,13 @@ fn print_sweep(args: &ForwardArgs, setups: &[Setup], samples: &Samples, loads: &
             println!();
             println!("{}, {size} bytes", setup.label());
             println!(
-                "{:>8} {:>13} {:>15} {:>10} {:>13}",
-                "load", "offered Kpps", "delivered Kpps", "delivered", "CPU ns/frame"
+                "{:>8} {:>13} {:>15} {:>10} {:>13} {:>19}",
+                "load",
+                "offered Kpps",
+                "delivered Kpps",
+                "delivered",
+                "CPU ns/frame",
+                "without generator"
             );
             let mut order: Vec<usize> = (0..loads.len()).collect();
             order.sort_by(|&a, &b| {
@@ -1050,11 +1064,12 @@ fn print_sweep(args: &ForwardArgs, setups: &[Setup], samples: &Samples, loads: &
                     Load::Share(share) => format!("{:.0}%", share * 100.0),
                 };
                 println!(
-                    "{load:>8} {:>13.1} {:>15.1} {:>9.0}% {:>13.0}",
+                    "{load:>8} {:>13.1} {:>15.1} {:>9.0}% {:>13.0} {:>19.0}",
                     offered / 1e3,
                     delivered / 1e3,
                     delivered * 100.0 / offered.max(1.0),
-                    median_of(runs, Rates::ns_per_frame)
+                    median_of(runs, Rates::ns_per_frame),
+                    median_of(runs, Rates::forwarding_ns_per_frame)
                 );
             }
         }
@@ -1263,4 +1278,116 @@ fn print_scaling(args: &ForwardArgs, setups: &[Setup], samples: &Samples) {
             }
         }
     }
+}
+
+/// `--tcp`: bulk TCP goodput through every setup, interleaved runs.
+fn run_tcp(args: &ForwardArgs, setups: &[Setup], mpbridge: &str) -> Result<(), String> {
+    println!(
+        "Bulk TCP: {} CPU(s); sender and receiver threads on CPU 0, forwarder on CPU {}; \
+         ingress receive work of the sender's veth on CPU {} in placement (a), CPU {} in (b); \
+         default offloads; median of {} interleaved runs of {} s",
+        cpus(),
+        forwarder_cpus(1),
+        receive_cpu(Placement::Apart, 1),
+        receive_cpu(Placement::Shared, 1),
+        args.runs,
+        args.seconds,
+    );
+    let bar = report::progress((setups.len() * args.runs) as u64);
+    let mut samples: Vec<Vec<TcpRates>> = setups.iter().map(|_| Vec::new()).collect();
+    for run in 0..args.runs {
+        for k in 0..setups.len() {
+            let s = (run + k) % setups.len();
+            bar.set_message(setups[s].label());
+            let bench = build(setups[s], mpbridge)?;
+            tcp::address(&bench.generator, &bench.sink)?;
+            thread::sleep(SETTLE);
+            samples[s].push(tcp::transfer(&bench.generator, &bench.sink, args.seconds)?);
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    let median = |runs: &[TcpRates], f: fn(&TcpRates) -> f64| {
+        report::median(&runs.iter().map(f).collect::<Vec<_>>())
+    };
+    println!();
+    println!(
+        "{:<52} {:>9} {:>13}  busy per core: user, system, softirq+irq (% of the interval)",
+        "", "Mbit/s", "CPU ns/KiB"
+    );
+    let mut records = Vec::new();
+    for (s, setup) in setups.iter().enumerate() {
+        let runs = &samples[s];
+        let mut order: Vec<&TcpRates> = runs.iter().collect();
+        order.sort_by(|a, b| a.bytes_per_s.total_cmp(&b.bytes_per_s));
+        let middle = order[order.len() / 2];
+        let split = core_split(&Rates {
+            offered: 0.0,
+            delivered: 0.0,
+            cores: middle.cores.clone(),
+            seconds: middle.seconds,
+        });
+        println!(
+            "{:<52} {:>9.0} {:>13.0}  {split}",
+            setup.label(),
+            median(runs, TcpRates::mbit_per_s),
+            median(runs, TcpRates::ns_per_kib)
+        );
+        for rates in runs {
+            let mut record = record(
+                setup,
+                0,
+                Load::FlatOut,
+                &Rates {
+                    offered: 0.0,
+                    delivered: 0.0,
+                    cores: rates.cores.clone(),
+                    seconds: rates.seconds,
+                },
+            );
+            record.fields.retain(|(name, _)| {
+                !matches!(
+                    *name,
+                    "size"
+                        | "load"
+                        | "offered_pps"
+                        | "delivered_pps"
+                        | "mbps"
+                        | "cpu_ns_per_frame"
+                        | "forwarding_ns_per_frame"
+                )
+            });
+            record
+                .fields
+                .push(("tcp_mbps", Field::Number(rates.mbit_per_s())));
+            record
+                .fields
+                .push(("cpu_ns_per_kib", Field::Number(rates.ns_per_kib().round())));
+            records.push(record);
+        }
+    }
+    let kernel = setups
+        .iter()
+        .position(|x| x.target == Target::Kernel && x.placement == Some(Placement::Shared))
+        .or_else(|| setups.iter().position(|x| x.target == Target::Kernel));
+    if let Some(k) = kernel {
+        println!();
+        println!("as a fraction of the {} (Mbit/s):", setups[k].label());
+        let reference = median(&samples[k], TcpRates::mbit_per_s);
+        for (s, setup) in setups.iter().enumerate() {
+            if s != k {
+                println!(
+                    "  {}: {:.2}",
+                    setup.label(),
+                    median(&samples[s], TcpRates::mbit_per_s) / reference
+                );
+            }
+        }
+    }
+    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    let files =
+        report::write_records(&args.out, "forward-tcp", &records).map_err(|e| e.to_string())?;
+    println!();
+    report::print_written(&files);
+    Ok(())
 }

@@ -7,6 +7,7 @@ mod generator;
 mod report;
 mod rfc2889;
 mod tap_loop;
+mod tcp;
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};

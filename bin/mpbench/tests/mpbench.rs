@@ -396,6 +396,50 @@ fn forward_sweeps_offered_load_below_and_above_saturation() {
 }
 
 #[test]
+fn forward_tcp_measures_goodput_through_each_forwarder() {
+    if !lab::privileged("forward_tcp_measures_goodput_through_each_forwarder") {
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("mpbench-tcp-{}", std::process::id()));
+    let output = mpbench(&[
+        "forward",
+        "--tcp",
+        "--runs",
+        "1",
+        "--seconds",
+        "0.5",
+        "--ports",
+        "raw,tap",
+        "--references",
+        "kernel",
+        "--placement",
+        "apart",
+        "--mpbridge",
+        &mpbridge_binary(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let stdout = succeeded(&output);
+    assert!(
+        stdout.contains("as a fraction of the kernel bridge"),
+        "{stdout}"
+    );
+    let csv = std::fs::read_to_string(out.join("forward-tcp.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let mbps = header.iter().position(|h| *h == "tcp_mbps").unwrap();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    // The kernel bridge, mpbridge on raw ports and on taps.
+    assert_eq!(rows.len(), 3, "{csv}");
+    for row in &rows {
+        // Bytes crossed: the transfer ran through the forwarder.
+        let rate: f64 = row[mbps].parse().unwrap();
+        assert!(rate > 0.0, "no TCP goodput: {row:?}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
 fn forward_without_root_says_so_in_one_line() {
     if !lab::privileged("forward_without_root_says_so_in_one_line") {
         return;
