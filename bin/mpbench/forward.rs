@@ -147,7 +147,7 @@ impl Placement {
     fn label(self) -> &'static str {
         match self {
             Placement::Apart => "(a) rx apart",
-            Placement::Shared => "(b) rx on forwarder CPU",
+            Placement::Shared => "(b) rx shared",
         }
     }
 }
@@ -782,7 +782,7 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
     }
     println!(
         "Forwarding: {} CPU(s); generator (PACKET_TX_RING, qdisc bypass) on CPU 0, forwarder on CPU {}; \
-         ingress receive work on CPU {} in placement (a), CPU {} in (b); \
+         ingress receive work on CPU {} in placement (a) \"rx apart\", on the forwarder's CPU {} in (b) \"rx shared\"; \
          median of {} interleaved runs of {} s per point; offered {}",
         cpus(),
         forwarder_cpus(1),
@@ -1284,7 +1284,7 @@ fn print_scaling(args: &ForwardArgs, setups: &[Setup], samples: &Samples) {
 fn run_tcp(args: &ForwardArgs, setups: &[Setup], mpbridge: &str) -> Result<(), String> {
     println!(
         "Bulk TCP: {} CPU(s); sender and receiver threads on CPU 0, forwarder on CPU {}; \
-         ingress receive work of the sender's veth on CPU {} in placement (a), CPU {} in (b); \
+         ingress receive work of the sender's veth on CPU {} in placement (a) \"rx apart\", CPU {} in (b) \"rx shared\"; \
          default offloads; median of {} interleaved runs of {} s",
         cpus(),
         forwarder_cpus(1),

@@ -28,6 +28,9 @@ pub struct TxRing {
     socket: OwnedFd,
     base: *mut u8,
     next: usize,
+    /// The oldest slot that may still wait for the kernel to take it.
+    pending: usize,
+    frame_len: u32,
 }
 
 impl TxRing {
@@ -102,6 +105,8 @@ impl TxRing {
             socket,
             base: base.cast(),
             next: 0,
+            pending: 0,
+            frame_len: frame.len() as u32,
         };
         for slot in 0..SLOTS {
             // SAFETY: every slot lies inside the mapping and is still the
@@ -149,9 +154,11 @@ impl TxRing {
                 }
                 _ => break,
             }
+            self.set_len(self.next, self.frame_len);
             // Release: the slot's contents are in place before the kernel
             // sees the request.
-            status.store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
+            self.status(self.next)
+                .store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
             self.next = (self.next + 1) % SLOTS;
             queued += 1;
         }
@@ -168,15 +175,39 @@ impl TxRing {
                 libc::MSG_DONTWAIT,
             )
         };
-        if ret < 0 {
-            let e = io::Error::last_os_error();
-            // A full device queue or a dropped frame: the slots stay queued
-            // for the next call.
-            if !matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::EAGAIN)) {
-                return Err(e);
+        if ret >= 0 {
+            // The kernel took every requested slot.
+            self.pending = self.next;
+            return Ok(queued);
+        }
+        let e = io::Error::last_os_error();
+        if !matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::EAGAIN)) {
+            return Err(e);
+        }
+        // The device dropped a frame and said so (a tap with a full queue):
+        // the kernel stopped at that slot, still requested, and would send
+        // it again on the next call. It was offered once (the device counted
+        // the drop), so it is given up: a length shorter than an Ethernet
+        // header makes the kernel skip it (PACKET_LOSS) without sending.
+        // The slots after it wait for the next call.
+        while self.pending != self.next {
+            let slot = self.pending;
+            self.pending = (self.pending + 1) % SLOTS;
+            if self.status(slot).load(Ordering::Acquire) == libc::TP_STATUS_SEND_REQUEST {
+                self.set_len(slot, 1);
+                break;
             }
         }
         Ok(queued)
+    }
+
+    /// Sets the length of the frame in `slot`, which the kernel is not
+    /// reading: it is ours (available), or requested while no send call
+    /// runs (the kernel reads requested slots only inside one).
+    fn set_len(&self, slot: usize, len: u32) {
+        // SAFETY: the header lies inside the mapping (slot < SLOTS), and
+        // the kernel does not touch it now (see above).
+        unsafe { (*self.slot(slot).cast::<libc::tpacket2_hdr>()).tp_len = len };
     }
 }
 

@@ -89,8 +89,8 @@ const COLOURS: [&str; 10] = [
 impl Plot<'_> {
     /// The plot as an SVG document.
     pub fn svg(&self) -> String {
-        let (width, height) = (860.0, 420.0);
-        let (left, right, top, bottom) = (70.0, 290.0, 40.0, 50.0);
+        let (width, height) = (960.0, 420.0);
+        let (left, right, top, bottom) = (70.0, 390.0, 40.0, 50.0);
         let points = self.series.iter().flat_map(|(_, p)| p.iter());
         let (mut x_max, mut y_max) = (0f64, 0f64);
         let mut x_min = f64::MAX;
@@ -136,7 +136,17 @@ impl Plot<'_> {
                 .collect();
             xs.sort_by(f64::total_cmp);
             xs.dedup();
-            xs
+            // A tick per measured x (sizes, thread counts) while they are
+            // few; evenly spaced ones when the xs are measurements too.
+            if xs.len() > 12 {
+                let step = nice_ceiling((x_max - x_min) / 5.0);
+                (0..)
+                    .map(|i| x_min + step * f64::from(i))
+                    .take_while(|x| *x <= x_max)
+                    .collect()
+            } else {
+                xs
+            }
         };
         for x in &xs {
             let _ = writeln!(

@@ -292,13 +292,13 @@ fn forward_measures_mpbridge_and_its_references() {
     let stdout = succeeded(&output);
     for heading in [
         "kernel bridge (veth) (a) rx apart",
-        "kernel bridge (veth) (b) rx on forwarder CPU",
+        "kernel bridge (veth) (b) rx shared",
         "relay (raw) (a) rx apart",
         "relay (tap)",
         "direct (generator to sink)",
         "read/write loop (tap)",
         "mpbridge epoch (raw, 1 worker) (a) rx apart",
-        "mpbridge epoch (raw, 1 worker) (b) rx on forwarder CPU",
+        "mpbridge epoch (raw, 1 worker) (b) rx shared",
         "mpbridge epoch (tap, 2 workers)",
         "CPU ns/frame",
         "mpbridge as a fraction of each reference",
