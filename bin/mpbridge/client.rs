@@ -212,9 +212,12 @@ pub fn print_stats(result: serde_json::Value, json: bool) -> Result<(), Failure>
             .map(|(reason, n)| format!("{reason}={n}"))
             .collect();
         println!(
-            "  {}: link {} {}, rx {} frames {} bytes, tx {} frames {} bytes, drops {}, \
+            "  {}{}: link {} {}, rx {} frames {} bytes, tx {} frames {} bytes, drops {}, \
              rx_oversize {}, rx_errors {}, tx_dropped {}, tx_errors {}, moves {}",
             port.name,
+            port.vlans
+                .as_ref()
+                .map_or(String::new(), |vlans| format!(" ({vlans})")),
             port.link,
             port.state,
             port.rx_frames,

@@ -11,6 +11,8 @@
 //! age = 300
 //! max_entries = 8192
 //! ports = ["tap:vm0", "raw:eth1"]
+//! # with vlan_filtering = true, ports take VLAN options:
+//! # ports = ["tap:vm0,access=10", "raw:eth1,trunk=10,20"]
 //!
 //! [[static]]
 //! mac = "02:00:00:00:00:01"
@@ -35,6 +37,7 @@ struct File {
     workers: Option<Spanned<u16>>,
     age: Option<u32>,
     max_entries: Option<usize>,
+    vlan_filtering: Option<bool>,
     #[serde(default)]
     ports: Vec<Spanned<String>>,
     #[serde(default, rename = "static")]
@@ -73,6 +76,8 @@ pub struct Config {
     pub age: Option<u32>,
     /// Learning limit.
     pub max_entries: Option<usize>,
+    /// 802.1Q VLAN filtering.
+    pub vlan_filtering: Option<bool>,
     /// The ports, in order.
     pub ports: Vec<PortSpec>,
     /// Static entries.
@@ -163,6 +168,7 @@ pub fn load(path: &Path) -> Result<Config, String> {
         workers: file.workers.map(Spanned::into_inner),
         age: file.age,
         max_entries: file.max_entries,
+        vlan_filtering: file.vlan_filtering,
         ports,
         statics,
     })

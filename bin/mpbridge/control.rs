@@ -688,6 +688,12 @@ impl Bridge {
         if self.relay {
             return Err("a relay has exactly two ports; none can be added".to_owned());
         }
+        if spec.vlans.is_some() && !self.worker_config.vlan_filtering {
+            return Err(format!(
+                "port {} has VLAN options: they need a bridge run with --vlan-filtering",
+                spec.describe()
+            ));
+        }
         let mut table = self.table();
         if table.iter().flatten().any(|port| port.name == spec.name) {
             return Err(format!("{} is already a port of this bridge", spec.name));
@@ -707,7 +713,7 @@ impl Bridge {
             .controls()
             .iter()
             .zip(queues)
-            .map(|(control, queue)| control.add(port, queue))
+            .map(|(control, queue)| control.add_with_vlans(port, queue, spec.vlans()))
             .collect::<io::Result<Vec<_>>>()
             .map_err(|e| format!("cannot hand the port to the workers: {e}"))?;
         await_workers(answers)?;
@@ -767,19 +773,36 @@ impl Bridge {
         if new.max_entries != old.max_entries {
             restart.push("max_entries");
         }
-        let live: Vec<String> = self
+        if new.vlan_filtering != old.vlan_filtering {
+            restart.push("vlan_filtering");
+        }
+        let live: Vec<PortSpec> = self
             .live_ports()
             .into_iter()
-            .map(|(_, spec)| spec.label())
+            .map(|(_, spec)| spec)
             .collect();
-        let wanted: Vec<String> = new.ports.iter().map(PortSpec::label).collect();
+        let live: Vec<String> = live.iter().map(PortSpec::label).collect();
         let mut added = Vec::new();
         let mut removed = Vec::new();
         // Additions first, so that two ports stay throughout.
-        for label in wanted.iter().filter(|label| !live.contains(label)) {
-            self.add_port(label)?;
-            added.push(label.clone());
+        for spec in new
+            .ports
+            .iter()
+            .filter(|spec| !live.contains(&spec.label()))
+        {
+            self.add_port(&spec.describe())?;
+            added.push(spec.describe());
         }
+        let live_specs: Vec<PortSpec> = self.live_ports().into_iter().map(|(_, s)| s).collect();
+        let changed: Vec<&PortSpec> = new
+            .ports
+            .iter()
+            .filter(|spec| {
+                live_specs
+                    .iter()
+                    .any(|p| p.label() == spec.label() && p.vlans != spec.vlans)
+            })
+            .collect();
         let stale_statics: Vec<_> = old
             .statics
             .iter()
@@ -788,9 +811,19 @@ impl Bridge {
         for entry in &stale_statics {
             self.fdb().remove_static(FdbKey::new(entry.vlan, entry.mac));
         }
-        for label in live.iter().filter(|label| !wanted.contains(label)) {
+        for label in live
+            .iter()
+            .filter(|label| !new.ports.iter().any(|s| &s.label() == *label))
+        {
             self.remove_port(label)?;
             removed.push(label.clone());
+        }
+        // A port whose VLANs changed leaves and comes back with them.
+        let mut updated = Vec::new();
+        for spec in changed {
+            self.remove_port(&spec.label())?;
+            self.add_port(&spec.describe())?;
+            updated.push(spec.describe());
         }
         let fresh: Vec<_> = new
             .statics
@@ -802,6 +835,7 @@ impl Bridge {
         let reply = serde_json::json!({
             "ports_added": added,
             "ports_removed": removed,
+            "ports_changed": updated,
             "static_added": fresh.len(),
             "static_removed": stale_statics.len(),
             "needs_restart": restart,
@@ -903,6 +937,10 @@ pub fn stats(bridge: &Bridge) -> protocol::Stats {
                 .collect();
             protocol::PortStats {
                 name: spec.label(),
+                vlans: bridge
+                    .worker_config
+                    .vlan_filtering
+                    .then(|| spec.vlans().to_string()),
                 link: link.to_owned(),
                 state: state.name().to_owned(),
                 rx_frames: stats.rx_frames,

@@ -195,13 +195,22 @@ struct RunArgs {
     /// exist, removed at exit if mpbridge created it; needs CAP_NET_ADMIN)
     /// or raw:IFNAME (an existing interface through AF_PACKET, promiscuous:
     /// a NIC, a veth, or a VM's tap on its host side; needs CAP_NET_RAW).
-    /// Repeat for each port; at least two.
+    /// Repeat for each port; at least two. With --vlan-filtering, VLAN
+    /// options may follow: ,access=VID (untagged in and out, in VLAN VID),
+    /// ,trunk=LIST (tagged, LIST like 10,20,100-110), ,native=VID (with
+    /// trunk: untagged frames belong to VID and leave untagged).
     #[arg(
         long = "port",
-        value_name = "tap:NAME|raw:IFNAME",
+        value_name = "tap:NAME|raw:IFNAME[,OPTIONS]",
         required_unless_present = "config"
     )]
     ports: Vec<String>,
+    /// 802.1Q VLAN filtering, as the Linux bridge's vlan_filtering 1: ports
+    /// are members of VLANs (their --port options; without any, VLAN 1
+    /// untagged), frames enter and leave only member ports, and learning
+    /// and flooding are per VLAN.
+    #[arg(long)]
+    vlan_filtering: bool,
     /// A TOML file with the bridge's settings, ports and static entries
     /// (docs/control.md); options given on the command line win over it.
     /// SIGHUP or `mpbridge reload` applies its ports and static entries
@@ -394,6 +403,7 @@ fn run<S: Strategy>(
         },
         busy_poll: args.poll,
         lockstat: args.lockstat,
+        vlan_filtering: args.vlan_filtering,
         ..WorkerConfig::default()
     };
     if args.lockstat {
@@ -404,7 +414,11 @@ fn run<S: Strategy>(
         .enumerate()
         .map(|(id, ports)| {
             let ports = ports.into_iter().map(Some).collect();
-            (ports, bridge::worker::WorkerParts::new(id))
+            let vlans = specs.iter().map(PortSpec::vlans).collect();
+            (
+                ports,
+                bridge::worker::WorkerParts::new(id).with_vlans(vlans),
+            )
         })
         .collect();
     let panic_first = args.inject_fault == Some(InjectedFault::WorkerPanic);
@@ -474,6 +488,11 @@ fn run<S: Strategy>(
         ModeArg::Relay => " mode relay",
     };
     let poll = if args.poll { " poll" } else { "" };
+    let vlans = if args.vlan_filtering {
+        " vlan-filtering"
+    } else {
+        ""
+    };
     // A worker that died before it started must not be announced as ready:
     // the channel ends when every worker has sent or died.
     let started = started_rx.iter().count();
@@ -495,7 +514,7 @@ fn run<S: Strategy>(
     }
     if outcome.is_ok() {
         say(&format!(
-            "mpbridge: ready: ports {} lock {} workers {}{mode}{poll} cpus {}\n",
+            "mpbridge: ready: ports {} lock {} workers {}{mode}{poll}{vlans} cpus {}\n",
             labels.join(","),
             shared.fdb().kind(),
             workers,
@@ -709,6 +728,19 @@ fn main() -> ExitCode {
         ));
         return ExitCode::from(2);
     }
+    if let Some(spec) = specs.iter().find(|s| s.vlans.is_some()) {
+        if !args.vlan_filtering || args.mode == ModeArg::Relay {
+            say(&format!(
+                "mpbridge: port {} has VLAN options: they need --vlan-filtering (and a bridge, not a relay)\n",
+                spec.describe()
+            ));
+            return ExitCode::from(2);
+        }
+    }
+    if args.vlan_filtering && args.mode == ModeArg::Relay {
+        say("mpbridge: --vlan-filtering needs --mode bridge\n");
+        return ExitCode::from(2);
+    }
     let signals = block_signals();
     match locks::with_strategy!(lock, S => run::<S>(&args, &specs, &signals, &cli.name, &socket, config))
     {
@@ -862,7 +894,12 @@ fn merge_config(
             path.display()
         ));
     }
-    args.ports = config.ports.iter().map(PortSpec::label).collect();
+    args.ports = config.ports.iter().map(PortSpec::describe).collect();
+    if !given("vlan_filtering") {
+        if let Some(filtering) = config.vlan_filtering {
+            args.vlan_filtering = filtering;
+        }
+    }
     if !given("lock") {
         if let Some(lock) = &config.lock {
             args.lock = lock.clone();

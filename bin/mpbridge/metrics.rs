@@ -666,6 +666,7 @@ mod tests {
     fn port(name: &str, base: u64, link: &str, state: &str) -> PortStats {
         let reasons = ["runt", "bad_source", "reserved", "same_port", "local"];
         PortStats {
+            vlans: None,
             name: name.to_owned(),
             link: link.to_owned(),
             state: state.to_owned(),

@@ -191,8 +191,13 @@ pub struct PortStats {
     pub tx_frames: u64,
     /// Bytes sent.
     pub tx_bytes: u64,
+    /// The port's VLANs as `--port` options (`access=10`, `trunk=10,20`),
+    /// when the bridge filters VLANs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vlans: Option<String>,
     /// Received frames not forwarded, by reason: `runt`, `bad_source`,
-    /// `reserved`, `same_port`, `local`.
+    /// `reserved`, `same_port`, `local`, and with VLAN filtering
+    /// `vlan_untagged`, `vlan_ingress`, `vlan_egress`.
     pub drops: std::collections::BTreeMap<String, u64>,
     /// Frames too large for a buffer.
     pub rx_oversize: u64,

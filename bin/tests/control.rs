@@ -12,8 +12,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use netns::{
-    link_mac, mac, proc_status, run_to_exit, settle_counts as settle, tcp_transfer, test_frame,
-    Daemon, Netns, PortKind, Station, Topology, BROADCAST,
+    ctl, ctl_json, ctl_ok, link_mac, mac, proc_status, run_to_exit, settle_counts as settle,
+    tcp_transfer, test_frame, Daemon, Netns, PortKind, Station, Topology, BROADCAST,
 };
 
 /// A control socket path of this test's own.
@@ -21,34 +21,6 @@ fn socket_path(test: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(netns::unique("mpbctl"));
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(format!("{test}.sock"))
-}
-
-/// Runs the client: `mpbridge --ctl PATH args`; returns exit code, stdout
-/// and stderr.
-fn ctl(socket: &Path, args: &[&str]) -> (i32, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_mpbridge"))
-        .arg("--ctl")
-        .arg(socket)
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
-/// The client's JSON output of `args` (which must succeed).
-fn ctl_json(socket: &Path, args: &[&str]) -> serde_json::Value {
-    let (code, out, err) = ctl(socket, args);
-    assert_eq!(code, 0, "mpbridge {args:?}: {err}");
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
-}
-
-fn ctl_ok(socket: &Path, args: &[&str]) {
-    let (code, _, err) = ctl(socket, args);
-    assert_eq!(code, 0, "mpbridge {args:?}: {err}");
 }
 
 fn mac_text(mac: [u8; 6]) -> String {

@@ -203,16 +203,26 @@ pub struct Topology {
 
 impl Topology {
     pub fn new(kind: PortKind, hosts: usize, extra: &[&str]) -> Topology {
+        Topology::with_options(kind, &vec![""; hosts], extra)
+    }
+
+    /// One host per entry of `options`, its port given those options
+    /// (`access=10`; empty for none).
+    pub fn with_options(kind: PortKind, options: &[&str], extra: &[&str]) -> Topology {
         let bridge = Netns::new();
-        let hosts: Vec<Netns> = (0..hosts).map(|_| Netns::new()).collect();
+        let hosts: Vec<Netns> = options.iter().map(|_| Netns::new()).collect();
         let mut args = vec!["run".to_owned()];
         for (i, host) in hosts.iter().enumerate() {
             let port = format!("p{i}");
+            let options = match options[i] {
+                "" => String::new(),
+                given => format!(",{given}"),
+            };
             if kind == PortKind::Raw {
                 host.add_veth(&port, &bridge).expect("veth");
-                args.push(format!("--port=raw:{port}"));
+                args.push(format!("--port=raw:{port}{options}"));
             } else {
-                args.push(format!("--port=tap:{port}"));
+                args.push(format!("--port=tap:{port}{options}"));
             }
         }
         args.extend(extra.iter().map(|s| s.to_string()));
@@ -445,4 +455,33 @@ pub fn while_tcp_flows<T>(hosts: &[Netns], first_port: u16, f: impl FnOnce() -> 
         assert!(count >= 1, "no transfer completed");
         result
     })
+}
+
+/// Runs the client: `mpbridge --ctl PATH args`; returns exit code, stdout
+/// and stderr.
+pub fn ctl(socket: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_mpbridge"))
+        .arg("--ctl")
+        .arg(socket)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The client's JSON output of `args` (which must succeed).
+pub fn ctl_json(socket: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let (code, out, err) = ctl(socket, args);
+    assert_eq!(code, 0, "mpbridge {args:?}: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// Runs the client, which must succeed.
+pub fn ctl_ok(socket: &std::path::Path, args: &[&str]) {
+    let (code, _, err) = ctl(socket, args);
+    assert_eq!(code, 0, "mpbridge {args:?}: {err}");
 }

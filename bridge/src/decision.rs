@@ -2,7 +2,7 @@
 //! and a read section of the MAC table.
 
 use crate::fdb::{FdbKey, FdbLookup, Location, PortId};
-use crate::wire::{EthernetFrame, MacKind};
+use crate::wire::{EthernetFrame, MacKind, VlanId};
 
 /// Why a frame is not forwarded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -21,16 +21,28 @@ pub enum DropReason {
     /// is the host's, which receives it on that interface, and no other
     /// port's (the Linux bridge's local entries).
     Local,
+    /// VLAN filtering: an untagged or priority-tagged frame on a port with
+    /// no PVID (a trunk without a native VLAN).
+    VlanUntagged,
+    /// VLAN filtering: a tagged frame of a VLAN the ingress port is not a
+    /// member of.
+    VlanIngress,
+    /// VLAN filtering: known unicast towards a port that is not a member of
+    /// the frame's VLAN.
+    VlanEgress,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 5] = [
+    pub const ALL: [DropReason; 8] = [
         DropReason::Runt,
         DropReason::BadSource,
         DropReason::Reserved,
         DropReason::SamePort,
         DropReason::Local,
+        DropReason::VlanUntagged,
+        DropReason::VlanIngress,
+        DropReason::VlanEgress,
     ];
 
     /// A short name for counters and logs.
@@ -41,6 +53,9 @@ impl DropReason {
             DropReason::Reserved => "reserved",
             DropReason::SamePort => "same_port",
             DropReason::Local => "local",
+            DropReason::VlanUntagged => "vlan_untagged",
+            DropReason::VlanIngress => "vlan_ingress",
+            DropReason::VlanEgress => "vlan_egress",
         }
     }
 
@@ -66,12 +81,19 @@ pub enum Decision {
 /// that passes this check, including frames to reserved addresses.
 #[inline]
 pub fn classify(frame: &[u8]) -> Result<(FdbKey, FdbKey), DropReason> {
+    classify_in(frame, None)
+}
+
+/// [`classify`], with the frame's VLAN given (by VLAN filtering, which
+/// gives untagged frames their port's PVID) rather than read from its tag.
+#[inline]
+pub fn classify_in(frame: &[u8], vlan: Option<VlanId>) -> Result<(FdbKey, FdbKey), DropReason> {
     let frame = EthernetFrame::new_checked(frame).map_err(|_| DropReason::Runt)?;
     let src = frame.src_addr();
     if !src.is_valid_source() {
         return Err(DropReason::BadSource);
     }
-    let vlan = frame.vlan_id();
+    let vlan = vlan.unwrap_or_else(|| frame.vlan_id());
     Ok((FdbKey::new(vlan, frame.dst_addr()), FdbKey::new(vlan, src)))
 }
 
@@ -84,7 +106,18 @@ pub fn classify(frame: &[u8]) -> Result<(FdbKey, FdbKey), DropReason> {
 /// A tagged frame is looked up within its VLAN and passes unchanged.
 #[inline]
 pub fn decide(ingress: PortId, frame: &[u8], fdb: &impl FdbLookup) -> Decision {
-    let (dst, _) = match classify(frame) {
+    decide_in(ingress, frame, None, fdb)
+}
+
+/// [`decide`], with the frame's VLAN given (see [`classify_in`]).
+#[inline]
+pub fn decide_in(
+    ingress: PortId,
+    frame: &[u8],
+    vlan: Option<VlanId>,
+    fdb: &impl FdbLookup,
+) -> Decision {
+    let (dst, _) = match classify_in(frame, vlan) {
         Ok(keys) => keys,
         Err(reason) => return Decision::Drop(reason),
     };

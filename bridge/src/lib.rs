@@ -18,6 +18,7 @@ pub mod decision;
 pub mod fdb;
 pub mod monitor;
 pub mod port;
+pub mod vlan;
 pub mod wire;
 pub mod worker;
 

@@ -16,9 +16,11 @@ use locks::Strategy;
 
 use crate::capture::{self, CaptureHub};
 use crate::counters::{PortCounters, PortState, PortStats, WorkerCounters};
-use crate::decision::{classify, decide, Decision};
+use crate::decision::{classify_in, decide_in, Decision, DropReason};
 use crate::fdb::{FdbKey, FdbReader, FdbSection, MacTable, PortId, Seconds, SourceState};
-use crate::port::{wake, FaultKind, Port, PortError, RxBatch};
+use crate::port::{wake, FaultKind, Port, PortError, RxBatch, VNET_HDR_LEN};
+use crate::vlan::{self, Admitted, Egress, PortVlans};
+use crate::wire::VnetHeader;
 
 /// How long a faulted port (link down, a persistent error) is first left
 /// alone before it is tried again: short, since most faults are brief (a
@@ -206,6 +208,9 @@ pub struct WorkerConfig {
     /// Collect the lock statistics of the MAC table's sections (see
     /// [`locks::lockstat`]; the caller turns counting on).
     pub lockstat: bool,
+    /// 802.1Q VLAN filtering (see [`crate::vlan`]): ports are members of
+    /// VLANs, set with [`Worker::set_vlans`] or [`PortControl::add_with_vlans`].
+    pub vlan_filtering: bool,
 }
 
 impl Default for WorkerConfig {
@@ -217,6 +222,7 @@ impl Default for WorkerConfig {
             mode: Mode::Bridge,
             busy_poll: false,
             lockstat: false,
+            vlan_filtering: false,
         }
     }
 }
@@ -258,6 +264,17 @@ pub struct Worker<S: Strategy, P: Port> {
     /// Whether the last round left every port's queue empty (no batch came
     /// back full) and every such empty read cost a system call.
     drained_by_syscalls: bool,
+    /// Per port, its VLANs (with VLAN filtering).
+    vlans: Vec<PortVlans>,
+    /// Per frame of the batch, its VLAN and tags (with VLAN filtering).
+    admitted: Vec<Option<Admitted>>,
+    /// Frames rewritten for egress (a tag removed, added or changed), one
+    /// after the other; an output index past the batch's frames names one.
+    rewritten: Vec<u8>,
+    rewrites: Vec<(usize, usize)>,
+    /// Per frame of the batch, the rewrite index of its untagged and its
+    /// tagged form, once made.
+    forms: Vec<[Option<usize>; 2]>,
 }
 
 impl<S: Strategy, P: Port> Worker<S, P> {
@@ -317,6 +334,11 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             polled: Vec::with_capacity(n),
             readable: None,
             drained_by_syscalls: false,
+            vlans: parts.vlans.unwrap_or_else(|| vec![PortVlans::default(); n]),
+            admitted: Vec::with_capacity(config.batch_size),
+            rewritten: Vec::new(),
+            rewrites: Vec::new(),
+            forms: Vec::with_capacity(config.batch_size),
             ports,
         }
     }
@@ -331,8 +353,20 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             totals: Some(self.totals),
             capture: Some(self.capture),
             id: self.id,
+            vlans: Some(self.vlans),
         };
         (self.ports, parts)
+    }
+
+    /// Sets port `port`'s VLANs (used with VLAN filtering), before the
+    /// worker runs; a running worker takes them with
+    /// [`PortControl::add_with_vlans`].
+    pub fn set_vlans(&mut self, port: PortId, vlans: PortVlans) {
+        let index = port.index();
+        if index >= self.vlans.len() {
+            self.vlans.resize(index + 1, PortVlans::default());
+        }
+        self.vlans[index] = vlans;
     }
 
     /// A handle that adds and removes this worker's queues of ports while
@@ -351,8 +385,17 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             // A new port was not polled: the next round reads every port.
             self.readable = None;
             match change {
-                Change::Add { id, queue, done } => {
+                Change::Add {
+                    id,
+                    queue,
+                    vlans,
+                    done,
+                } => {
                     let index = id.index();
+                    if index >= self.vlans.len() {
+                        self.vlans.resize(index + 1, PortVlans::default());
+                    }
+                    self.vlans[index] = vlans;
                     if index >= self.ports.len() {
                         let n = index + 1;
                         self.ports.resize_with(n, || None);
@@ -687,27 +730,45 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             batch,
             decisions,
             to_learn,
+            vlans,
+            admitted,
             ..
         } = self;
         decisions.clear();
+        admitted.clear();
         if self.config.mode == Mode::Relay {
             let other = Decision::Unicast(PortId(1 - port.0));
             decisions.extend(std::iter::repeat_n(other, batch.len()));
             self.dispatch(ingress);
             return;
         }
+        let filtering = self.config.vlan_filtering;
+        let port_vlans = &vlans[ingress];
         match self.config.section {
             SectionMode::PerBatch => fdb.read(|section| {
                 for frame in batch.iter() {
                     let frame = &frame[P::METADATA_LEN.min(frame.len())..];
-                    decisions.push(decide_and_refresh::<S>(section, port, frame, now, to_learn));
+                    let decision = if filtering {
+                        admit_and_decide::<S>(
+                            section, port, port_vlans, frame, now, to_learn, admitted,
+                        )
+                    } else {
+                        decide_and_refresh::<S>(section, port, frame, None, now, to_learn)
+                    };
+                    decisions.push(decision);
                 }
             }),
             SectionMode::PerFrame => {
                 for frame in batch.iter() {
                     let frame = &frame[P::METADATA_LEN.min(frame.len())..];
                     let decision = fdb.read(|section| {
-                        decide_and_refresh::<S>(section, port, frame, now, to_learn)
+                        if filtering {
+                            admit_and_decide::<S>(
+                                section, port, port_vlans, frame, now, to_learn, admitted,
+                            )
+                        } else {
+                            decide_and_refresh::<S>(section, port, frame, None, now, to_learn)
+                        }
                     });
                     decisions.push(decision);
                 }
@@ -783,21 +844,25 @@ impl<S: Strategy, P: Port> Worker<S, P> {
     /// Sends the decided frames, one batch per output port.
     fn dispatch(&mut self, ingress: usize) {
         let n = self.ports.len();
-        let rx = &mut self.stats[ingress];
-        for (index, decision) in self.decisions.iter().enumerate() {
-            rx.rx_frames += 1;
-            rx.rx_bytes += payload_len::<P>(self.batch.frame(index));
-            match *decision {
-                Decision::Drop(reason) => rx.drops[reason.index()] += 1,
-                Decision::Unicast(port) => match self.outputs.get_mut(port.index()) {
-                    Some(output) => output.push(index),
-                    // A static entry naming a port this bridge lacks.
-                    None => rx.tx_errors += 1,
-                },
-                Decision::Flood => {
-                    for (egress, output) in self.outputs.iter_mut().enumerate() {
-                        if egress != ingress {
-                            output.push(index);
+        if self.config.vlan_filtering {
+            self.dispatch_in_vlans(ingress);
+        } else {
+            let rx = &mut self.stats[ingress];
+            for (index, decision) in self.decisions.iter().enumerate() {
+                rx.rx_frames += 1;
+                rx.rx_bytes += payload_len::<P>(self.batch.frame(index));
+                match *decision {
+                    Decision::Drop(reason) => rx.drops[reason.index()] += 1,
+                    Decision::Unicast(port) => match self.outputs.get_mut(port.index()) {
+                        Some(output) => output.push(index),
+                        // A static entry naming a port this bridge lacks.
+                        None => rx.tx_errors += 1,
+                    },
+                    Decision::Flood => {
+                        for (egress, output) in self.outputs.iter_mut().enumerate() {
+                            if egress != ingress {
+                                output.push(index);
+                            }
                         }
                     }
                 }
@@ -814,8 +879,16 @@ impl<S: Strategy, P: Port> Worker<S, P> {
                 output.clear();
                 continue;
             }
-            let batch = &self.batch;
-            let frames = output.iter().map(|&index| batch.frame(index));
+            let (batch, rewritten, rewrites) = (&self.batch, &self.rewritten, &self.rewrites);
+            let frames = output
+                .iter()
+                .map(|&index| match index.checked_sub(batch.len()) {
+                    None => batch.frame(index),
+                    Some(r) => {
+                        let (start, len) = rewrites[r];
+                        &rewritten[start..start + len]
+                    }
+                });
             let offered = output.len() as u64;
             let report = self.ports[egress]
                 .as_mut()
@@ -854,6 +927,127 @@ impl<S: Strategy, P: Port> Worker<S, P> {
     }
 }
 
+impl<S: Strategy, P: Port> Worker<S, P> {
+    /// [`dispatch`](Self::dispatch)'s first half with VLAN filtering: a
+    /// frame goes only to member ports of its VLAN, each getting the form
+    /// (tagged or not) that port sends.
+    fn dispatch_in_vlans(&mut self, ingress: usize) {
+        self.rewritten.clear();
+        self.rewrites.clear();
+        self.forms.clear();
+        self.forms.resize(self.batch.len(), [None; 2]);
+        for index in 0..self.decisions.len() {
+            let rx = &mut self.stats[ingress];
+            rx.rx_frames += 1;
+            rx.rx_bytes += payload_len::<P>(self.batch.frame(index));
+            let admitted = self.admitted[index];
+            match (self.decisions[index], admitted) {
+                (Decision::Drop(reason), _) => rx.drops[reason.index()] += 1,
+                (_, None) => unreachable!("a frame not admitted is dropped"),
+                (Decision::Unicast(port), Some(admitted)) => {
+                    let egress = port.index();
+                    if egress >= self.outputs.len() {
+                        // A static entry naming a port this bridge lacks.
+                        rx.tx_errors += 1;
+                        continue;
+                    }
+                    match vlan::egress(&self.vlans[egress], &admitted) {
+                        Some(form) => {
+                            let frame = self.frame_for(index, form);
+                            self.outputs[egress].push(frame);
+                        }
+                        None => rx.drops[DropReason::VlanEgress.index()] += 1,
+                    }
+                }
+                (Decision::Flood, Some(admitted)) => {
+                    for egress in 0..self.outputs.len() {
+                        if egress == ingress || self.ports[egress].is_none() {
+                            continue;
+                        }
+                        if let Some(form) = vlan::egress(&self.vlans[egress], &admitted) {
+                            let frame = self.frame_for(index, form);
+                            self.outputs[egress].push(frame);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The output index of frame `index` in `form`: the frame itself, or
+    /// its rewrite (made once per form and batch).
+    fn frame_for(&mut self, index: usize, form: Egress) -> usize {
+        let slot = match form {
+            Egress::AsIs => return index,
+            Egress::Untagged => 0,
+            Egress::Tagged(_) => 1,
+        };
+        if let Some(r) = self.forms[index][slot] {
+            return self.batch.len() + r;
+        }
+        let buffer = self.batch.frame(index);
+        let meta = P::METADATA_LEN.min(buffer.len());
+        let (header, frame) = buffer.split_at(meta);
+        let start = self.rewritten.len();
+        self.rewritten.extend_from_slice(header);
+        let tagged_in = vlan::outer_tag(frame).is_some();
+        let shift: i16 = match form {
+            Egress::AsIs => unreachable!("returned above"),
+            Egress::Untagged => {
+                self.rewritten.extend_from_slice(&frame[..12]);
+                self.rewritten.extend_from_slice(&frame[16..]);
+                -(vlan::TAG_LEN as i16)
+            }
+            Egress::Tagged(tag) => {
+                self.rewritten.extend_from_slice(&frame[..12]);
+                self.rewritten.extend_from_slice(&tag.tpid.to_be_bytes());
+                self.rewritten.extend_from_slice(&tag.tci.to_be_bytes());
+                let rest = if tagged_in { 16 } else { 12 };
+                self.rewritten.extend_from_slice(&frame[rest..]);
+                if tagged_in {
+                    0
+                } else {
+                    vlan::TAG_LEN as i16
+                }
+            }
+        };
+        // Offloaded segments and partial checksums count offsets from the
+        // frame's first byte: they move with the tag.
+        if meta == VNET_HDR_LEN && shift != 0 {
+            VnetHeader::new_unchecked(&mut self.rewritten[start..start + meta])
+                .shift_offsets(shift as u16);
+        }
+        let r = self.rewrites.len();
+        self.rewrites.push((start, self.rewritten.len() - start));
+        self.forms[index][slot] = Some(r);
+        self.batch.len() + r
+    }
+}
+
+/// Admits a frame on its port's VLANs (see [`vlan::admit`]) and decides it
+/// within its VLAN.
+#[inline]
+fn admit_and_decide<S: Strategy>(
+    section: &FdbReader<'_, FdbSection<'_, S>>,
+    ingress: PortId,
+    vlans: &PortVlans,
+    frame: &[u8],
+    now: Seconds,
+    to_learn: &mut Vec<(FdbKey, PortId, SourceState)>,
+    admitted: &mut Vec<Option<Admitted>>,
+) -> Decision {
+    match vlan::admit(vlans, frame) {
+        Ok(frame_vlan) => {
+            admitted.push(Some(frame_vlan));
+            decide_and_refresh::<S>(section, ingress, frame, Some(frame_vlan.vid), now, to_learn)
+        }
+        Err(reason) => {
+            admitted.push(None);
+            Decision::Drop(reason)
+        }
+    }
+}
+
 /// A buffer's Ethernet frame length, without the port's metadata.
 #[inline]
 fn payload_len<P: Port>(buffer: &[u8]) -> u64 {
@@ -866,17 +1060,18 @@ fn decide_and_refresh<S: Strategy>(
     section: &FdbReader<'_, FdbSection<'_, S>>,
     ingress: PortId,
     frame: &[u8],
+    vlan: Option<crate::wire::VlanId>,
     now: Seconds,
     to_learn: &mut Vec<(FdbKey, PortId, SourceState)>,
 ) -> Decision {
-    if let Ok((_, source)) = classify(frame) {
+    if let Ok((_, source)) = classify_in(frame, vlan) {
         let state = section.source_state(&source, ingress, now);
         // A station sends many frames of a batch: learn it once.
         if state != SourceState::Known && !to_learn.iter().any(|(key, ..)| *key == source) {
             to_learn.push((source, ingress, state));
         }
     }
-    decide(ingress, frame, section)
+    decide_in(ingress, frame, vlan, section)
 }
 
 /// What a worker keeps across a change of table: its counters, totals,
@@ -887,6 +1082,7 @@ pub struct WorkerParts {
     totals: Option<Arc<WorkerCounters>>,
     capture: Option<Arc<CaptureHub>>,
     id: usize,
+    vlans: Option<Vec<PortVlans>>,
 }
 
 impl WorkerParts {
@@ -897,6 +1093,12 @@ impl WorkerParts {
             ..WorkerParts::default()
         }
     }
+
+    /// The same, with the ports' VLANs (by port id).
+    pub fn with_vlans(mut self, vlans: Vec<PortVlans>) -> WorkerParts {
+        self.vlans = Some(vlans);
+        self
+    }
 }
 
 /// A port change for one worker, with the channel it answers on once done.
@@ -904,6 +1106,7 @@ enum Change<P> {
     Add {
         id: PortId,
         queue: P,
+        vlans: PortVlans,
         done: mpsc::Sender<()>,
     },
     Remove {
@@ -947,8 +1150,24 @@ impl<P> PortControl<P> {
     /// Gives the worker `queue` as port `id`; the receiver answers once the
     /// worker uses it.
     pub fn add(&self, id: PortId, queue: P) -> io::Result<mpsc::Receiver<()>> {
+        self.add_with_vlans(id, queue, PortVlans::default())
+    }
+
+    /// [`add`](Self::add), with the port's VLANs (used with VLAN
+    /// filtering).
+    pub fn add_with_vlans(
+        &self,
+        id: PortId,
+        queue: P,
+        vlans: PortVlans,
+    ) -> io::Result<mpsc::Receiver<()>> {
         let (done, answer) = mpsc::channel();
-        self.send(Change::Add { id, queue, done })?;
+        self.send(Change::Add {
+            id,
+            queue,
+            vlans,
+            done,
+        })?;
         Ok(answer)
     }
 

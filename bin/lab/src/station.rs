@@ -95,10 +95,14 @@ fn is_test_frame(frame: &[u8]) -> bool {
             .get(at..at + 2)
             .map(|b| u16::from_be_bytes([b[0], b[1]]))
     };
-    match ethertype(12) {
-        Some(TEST_ETHERTYPE) => true,
-        Some(0x8100) => ethertype(16) == Some(TEST_ETHERTYPE),
-        _ => false,
+    // Past any number of tags (802.1Q, and 802.1ad outside it).
+    let mut at = 12;
+    loop {
+        match ethertype(at) {
+            Some(TEST_ETHERTYPE) => return true,
+            Some(0x8100 | 0x88a8) => at += 4,
+            _ => return false,
+        }
     }
 }
 

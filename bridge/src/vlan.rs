@@ -1,0 +1,462 @@
+//! 802.1Q VLAN filtering with the semantics of the Linux bridge with
+//! `vlan_filtering 1` (net/bridge/br_vlan.c): every port is a member of a
+//! set of VLANs, untagged frames take the port's PVID, a frame enters only
+//! through and leaves only through member ports, and leaves tagged or
+//! untagged as the egress port says.
+//!
+//! Membership is a 4096-bit set per port, so the per-frame checks are a
+//! shift and a mask. The rules here are pure functions of a frame and the
+//! ports' memberships; the worker applies them around the table lookup.
+
+use std::fmt;
+
+use crate::decision::DropReason;
+use crate::wire::{EtherType, VlanId};
+
+/// The highest usable VLAN id (4095 is reserved, 0 means untagged).
+pub const MAX_VID: VlanId = 4094;
+
+/// The length of a VLAN tag.
+pub const TAG_LEN: usize = 4;
+
+/// A set of VLAN ids, one bit each.
+#[derive(Clone, PartialEq, Eq)]
+pub struct VlanSet {
+    bits: Box<[u64; 64]>,
+}
+
+impl Default for VlanSet {
+    fn default() -> Self {
+        VlanSet {
+            bits: Box::new([0; 64]),
+        }
+    }
+}
+
+impl VlanSet {
+    /// The empty set.
+    pub fn new() -> VlanSet {
+        VlanSet::default()
+    }
+
+    /// Adds `vid`.
+    pub fn insert(&mut self, vid: VlanId) {
+        let vid = usize::from(vid & 0x0fff);
+        self.bits[vid / 64] |= 1 << (vid % 64);
+    }
+
+    /// Whether `vid` is in the set.
+    #[inline]
+    pub fn contains(&self, vid: VlanId) -> bool {
+        let vid = usize::from(vid & 0x0fff);
+        self.bits[vid / 64] & (1 << (vid % 64)) != 0
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.bits.iter().all(|&word| word == 0)
+    }
+
+    /// The ids in the set, in order.
+    pub fn iter(&self) -> impl Iterator<Item = VlanId> + '_ {
+        (1..=MAX_VID).filter(|&vid| self.contains(vid))
+    }
+
+    /// Parses a list such as `10,20,100-110` (ids 1 to 4094).
+    pub fn parse(list: &str) -> Result<VlanSet, String> {
+        let mut set = VlanSet::new();
+        for item in list.split(',') {
+            let (first, last) = match item.split_once('-') {
+                Some((a, b)) => (parse_vid(a)?, parse_vid(b)?),
+                None => {
+                    let vid = parse_vid(item)?;
+                    (vid, vid)
+                }
+            };
+            if first > last {
+                return Err(format!("VLAN range {item} runs backwards"));
+            }
+            (first..=last).for_each(|vid| set.insert(vid));
+        }
+        Ok(set)
+    }
+}
+
+impl fmt::Debug for VlanSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "VlanSet({self})")
+    }
+}
+
+/// Writes the set as ranges: `10,20,100-110`.
+impl fmt::Display for VlanSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        let mut ids = self.iter().peekable();
+        while let Some(start) = ids.next() {
+            let mut end = start;
+            while ids.peek() == Some(&(end + 1)) {
+                end = ids.next().expect("peeked");
+            }
+            if !first {
+                f.write_str(",")?;
+            }
+            first = false;
+            if start == end {
+                write!(f, "{start}")?;
+            } else {
+                write!(f, "{start}-{end}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parses one VLAN id (1 to 4094).
+pub fn parse_vid(text: &str) -> Result<VlanId, String> {
+    match text.trim().parse::<u16>() {
+        Ok(vid) if (1..=MAX_VID).contains(&vid) => Ok(vid),
+        _ => Err(format!("invalid VLAN id '{text}' (1 to {MAX_VID})")),
+    }
+}
+
+/// A port's VLANs: which it is a member of, which of them leave it
+/// untagged, and which VLAN its untagged frames belong to (the PVID).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortVlans {
+    members: VlanSet,
+    untagged: VlanSet,
+    pvid: Option<VlanId>,
+}
+
+impl Default for PortVlans {
+    /// What the Linux bridge gives a new port: VLAN 1, PVID, untagged
+    /// (`default_pvid 1`).
+    fn default() -> Self {
+        PortVlans::access(1)
+    }
+}
+
+impl PortVlans {
+    /// An access port: untagged in and out, in VLAN `vid`.
+    pub fn access(vid: VlanId) -> PortVlans {
+        let mut members = VlanSet::new();
+        members.insert(vid);
+        PortVlans {
+            untagged: members.clone(),
+            members,
+            pvid: Some(vid),
+        }
+    }
+
+    /// A trunk: tagged in and out for the VLANs in `tagged`; with a native
+    /// VLAN, untagged frames belong to it and its frames leave untagged.
+    pub fn trunk(tagged: VlanSet, native: Option<VlanId>) -> PortVlans {
+        let mut members = tagged;
+        let mut untagged = VlanSet::new();
+        if let Some(vid) = native {
+            members.insert(vid);
+            untagged.insert(vid);
+        }
+        PortVlans {
+            members,
+            untagged,
+            pvid: native,
+        }
+    }
+
+    /// Whether the port is a member of `vid`.
+    #[inline]
+    pub fn is_member(&self, vid: VlanId) -> bool {
+        self.members.contains(vid)
+    }
+
+    /// Whether frames of `vid` leave the port untagged.
+    #[inline]
+    pub fn is_untagged(&self, vid: VlanId) -> bool {
+        self.untagged.contains(vid)
+    }
+
+    /// The VLAN of the port's untagged frames, if it takes any.
+    pub fn pvid(&self) -> Option<VlanId> {
+        self.pvid
+    }
+
+    /// The VLANs the port is a member of.
+    pub fn members(&self) -> &VlanSet {
+        &self.members
+    }
+
+    /// The VLANs that leave the port tagged.
+    pub fn tagged(&self) -> VlanSet {
+        let mut set = VlanSet::new();
+        self.members
+            .iter()
+            .filter(|&vid| !self.untagged.contains(vid))
+            .for_each(|vid| set.insert(vid));
+        set
+    }
+}
+
+/// Writes the port's options as `--port` takes them: `access=10`,
+/// `trunk=10,20`, `trunk=10,20,native=30`.
+impl fmt::Display for PortVlans {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let tagged = self.tagged();
+        match self.pvid {
+            Some(vid) if tagged.is_empty() => write!(f, "access={vid}"),
+            Some(vid) => write!(f, "trunk={tagged},native={vid}"),
+            None => write!(f, "trunk={tagged}"),
+        }
+    }
+}
+
+/// An 802.1Q or 802.1ad tag: its protocol id and its control information
+/// (priority, DEI, VLAN id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tag {
+    /// 0x8100 or 0x88a8.
+    pub tpid: u16,
+    /// Priority (3 bits), DEI (1 bit), VLAN id (12 bits).
+    pub tci: u16,
+}
+
+/// The bytes of a frame's outer tag, if it has one.
+pub fn outer_tag(frame: &[u8]) -> Option<Tag> {
+    let ethertype = EtherType(u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]));
+    if !ethertype.is_vlan_tag() {
+        return None;
+    }
+    Some(Tag {
+        tpid: ethertype.0,
+        tci: u16::from_be_bytes([*frame.get(14)?, *frame.get(15)?]),
+    })
+}
+
+/// A frame admitted on a port: its VLAN, and the tag it leaves tagged
+/// ports with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Admitted {
+    /// The VLAN the frame belongs to.
+    pub vid: VlanId,
+    /// The tag the frame carried in (None: untagged).
+    pub tag_in: Option<Tag>,
+    /// The tag it carries out of a port where its VLAN is tagged: the
+    /// ingress tag with the VLAN id set (a priority tag takes the PVID),
+    /// or an 802.1Q tag of priority 0.
+    pub tag_out: Tag,
+}
+
+/// Admits a frame on a port, as br_allowed_ingress does: a tagged frame
+/// (802.1Q, or 802.1ad as the outer tag of QinQ) belongs to its tag's
+/// VLAN if the port is a member of it; an untagged or priority-tagged
+/// (VLAN id 0) frame belongs to the port's PVID, if it has one.
+#[inline]
+pub fn admit(port: &PortVlans, frame: &[u8]) -> Result<Admitted, DropReason> {
+    let tag_in = outer_tag(frame);
+    let (vid, priority, tpid) = match tag_in {
+        Some(tag) if tag.tci & 0x0fff != 0 => {
+            let vid = tag.tci & 0x0fff;
+            if vid > MAX_VID || !port.is_member(vid) {
+                return Err(DropReason::VlanIngress);
+            }
+            (vid, tag.tci & 0xf000, tag.tpid)
+        }
+        _ => {
+            let vid = port.pvid.ok_or(DropReason::VlanUntagged)?;
+            // A priority tag keeps its priority and protocol; the PVID
+            // takes the place of its zero VLAN id.
+            let (priority, tpid) =
+                tag_in.map_or((0, EtherType::VLAN.0), |t| (t.tci & 0xf000, t.tpid));
+            (vid, priority, tpid)
+        }
+    };
+    Ok(Admitted {
+        vid,
+        tag_in,
+        tag_out: Tag {
+            tpid,
+            tci: priority | vid,
+        },
+    })
+}
+
+/// How a frame leaves one port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Egress {
+    /// As it came in.
+    AsIs,
+    /// Without its outer tag.
+    Untagged,
+    /// With this outer tag (added, or its VLAN id set).
+    Tagged(Tag),
+}
+
+/// How an admitted frame leaves `port`, as br_handle_vlan does; `None`
+/// when the port is not a member of the frame's VLAN (br_allowed_egress).
+#[inline]
+pub fn egress(port: &PortVlans, frame: &Admitted) -> Option<Egress> {
+    if !port.is_member(frame.vid) {
+        return None;
+    }
+    Some(if port.is_untagged(frame.vid) {
+        if frame.tag_in.is_none() {
+            Egress::AsIs
+        } else {
+            Egress::Untagged
+        }
+    } else if frame.tag_in == Some(frame.tag_out) {
+        Egress::AsIs
+    } else {
+        Egress::Tagged(frame.tag_out)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{FrameSpec, MacAddr};
+
+    const A: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
+    const B: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
+
+    fn untagged() -> Vec<u8> {
+        FrameSpec::new(B, A).build()
+    }
+
+    fn tagged(tpid: u16, tci: u16) -> Vec<u8> {
+        let mut frame = untagged();
+        frame.splice(
+            12..12,
+            [(tpid >> 8) as u8, tpid as u8, (tci >> 8) as u8, tci as u8],
+        );
+        frame
+    }
+
+    #[test]
+    fn lists_parse_and_print_as_ranges() {
+        let set = VlanSet::parse("10,20,100-110,4094").unwrap();
+        assert!(set.contains(10) && set.contains(105) && set.contains(4094));
+        assert!(!set.contains(11) && !set.contains(0));
+        assert_eq!(set.to_string(), "10,20,100-110,4094");
+        for bad in ["0", "4095", "x", "10-5", "", "1,,2", "-3"] {
+            assert!(VlanSet::parse(bad).is_err(), "{bad} parsed");
+        }
+    }
+
+    #[test]
+    fn port_options_print_as_given() {
+        assert_eq!(PortVlans::access(10).to_string(), "access=10");
+        let trunk = VlanSet::parse("10,20").unwrap();
+        assert_eq!(
+            PortVlans::trunk(trunk.clone(), None).to_string(),
+            "trunk=10,20"
+        );
+        assert_eq!(
+            PortVlans::trunk(trunk, Some(30)).to_string(),
+            "trunk=10,20,native=30"
+        );
+        assert_eq!(PortVlans::default(), PortVlans::access(1));
+    }
+
+    #[test]
+    fn untagged_frames_take_the_pvid_or_are_dropped() {
+        let access = PortVlans::access(10);
+        let admitted = admit(&access, &untagged()).unwrap();
+        assert_eq!(admitted.vid, 10);
+        assert_eq!(
+            admitted.tag_out,
+            Tag {
+                tpid: 0x8100,
+                tci: 10
+            }
+        );
+        let trunk = PortVlans::trunk(VlanSet::parse("10").unwrap(), None);
+        assert_eq!(admit(&trunk, &untagged()), Err(DropReason::VlanUntagged));
+        let native = PortVlans::trunk(VlanSet::parse("10").unwrap(), Some(20));
+        assert_eq!(admit(&native, &untagged()).unwrap().vid, 20);
+    }
+
+    #[test]
+    fn priority_tags_take_the_pvid_and_keep_their_priority() {
+        let access = PortVlans::access(10);
+        let frame = tagged(0x8100, 0xa000);
+        let admitted = admit(&access, &frame).unwrap();
+        assert_eq!(admitted.vid, 10);
+        assert_eq!(
+            admitted.tag_out,
+            Tag {
+                tpid: 0x8100,
+                tci: 0xa00a
+            }
+        );
+        // Out of an untagged port the tag goes; out of a tagged one it
+        // carries the VLAN id.
+        assert_eq!(egress(&access, &admitted), Some(Egress::Untagged));
+        let trunk = PortVlans::trunk(VlanSet::parse("10").unwrap(), None);
+        assert_eq!(
+            egress(&trunk, &admitted),
+            Some(Egress::Tagged(Tag {
+                tpid: 0x8100,
+                tci: 0xa00a
+            }))
+        );
+    }
+
+    #[test]
+    fn tagged_frames_enter_only_member_ports() {
+        let trunk = PortVlans::trunk(VlanSet::parse("10,20").unwrap(), None);
+        assert_eq!(admit(&trunk, &tagged(0x8100, 20)).unwrap().vid, 20);
+        assert_eq!(
+            admit(&trunk, &tagged(0x8100, 30)),
+            Err(DropReason::VlanIngress)
+        );
+        assert_eq!(
+            admit(&trunk, &tagged(0x8100, 4095)),
+            Err(DropReason::VlanIngress)
+        );
+        // An access port takes tagged frames of its own VLAN, as Linux's
+        // member check does.
+        let access = PortVlans::access(10);
+        assert_eq!(admit(&access, &tagged(0x8100, 10)).unwrap().vid, 10);
+        assert_eq!(
+            admit(&access, &tagged(0x8100, 11)),
+            Err(DropReason::VlanIngress)
+        );
+    }
+
+    #[test]
+    fn qinq_frames_belong_to_their_outer_vlan() {
+        let trunk = PortVlans::trunk(VlanSet::parse("100").unwrap(), None);
+        let mut frame = tagged(0x88a8, 100);
+        frame.splice(16..16, [0x81, 0x00, 0x00, 0x05]);
+        let admitted = admit(&trunk, &frame).unwrap();
+        assert_eq!(admitted.vid, 100);
+        assert_eq!(egress(&trunk, &admitted), Some(Egress::AsIs));
+        assert_eq!(
+            egress(&PortVlans::access(100), &admitted),
+            Some(Egress::Untagged)
+        );
+    }
+
+    #[test]
+    fn frames_leave_only_member_ports_tagged_as_the_port_says() {
+        let access10 = PortVlans::access(10);
+        let access20 = PortVlans::access(20);
+        let trunk = PortVlans::trunk(VlanSet::parse("10,20").unwrap(), None);
+        let from_access = admit(&access10, &untagged()).unwrap();
+        assert_eq!(egress(&access10, &from_access), Some(Egress::AsIs));
+        assert_eq!(egress(&access20, &from_access), None);
+        assert_eq!(
+            egress(&trunk, &from_access),
+            Some(Egress::Tagged(Tag {
+                tpid: 0x8100,
+                tci: 10
+            }))
+        );
+        let from_trunk = admit(&trunk, &tagged(0x8100, 20)).unwrap();
+        assert_eq!(egress(&trunk, &from_trunk), Some(Egress::AsIs));
+        assert_eq!(egress(&access20, &from_trunk), Some(Egress::Untagged));
+        assert_eq!(egress(&access10, &from_trunk), None);
+    }
+}
