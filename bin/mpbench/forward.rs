@@ -132,6 +132,8 @@ enum ReferenceArg {
     /// Blocking read/write between the two taps, one thread per direction
     /// (`mpbench tap-loop`): the least a tap forwarder can do.
     Loop,
+    /// No reference: mpbridge alone (for profiling it).
+    None,
 }
 
 /// Where the ingress interface's receive work (softirq) runs.

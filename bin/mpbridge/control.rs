@@ -71,6 +71,10 @@ pub struct Bridge {
     pub captures: Vec<Arc<bridge::capture::CaptureHub>>,
     /// The configuration file and what of it is applied, with `--config`.
     pub config: Mutex<Option<(std::path::PathBuf, crate::config::Config)>>,
+    /// What a VXLAN port's remote table may hold.
+    pub limits: ports::Limits,
+    /// The VXLAN ports' remote tables and counters, by port label.
+    pub vxlans: Mutex<BTreeMap<String, Arc<bridge::port::vxlan::VxlanShared>>>,
 }
 
 /// The listening socket, removed when dropped.
@@ -706,8 +710,14 @@ impl Bridge {
             return Err(format!("a bridge has at most {MAX_PORTS} ports"));
         }
         let queues = with_port_caps(self.keep_caps, || {
-            ports::open_queues(&spec, self.controls().len())
+            ports::open_queues(&spec, self.controls().len(), self.limits)
         })?;
+        if let Some(LinkPort::Vxlan(port)) = queues.first() {
+            self.vxlans
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(spec.label(), Arc::clone(port.shared()));
+        }
         let port = PortId(id as u16);
         let answers = self
             .controls()
@@ -872,6 +882,10 @@ impl Bridge {
             .map_err(|e| format!("cannot reach the workers: {e}"))?;
         await_workers(answers)?;
         let flushed = self.fdb().purge_port(port);
+        self.vxlans
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&spec.label());
         log::info!(
             "{}: removed (port {}), {flushed} entries flushed",
             spec.label(),
@@ -925,6 +939,8 @@ pub fn stats(bridge: &Bridge) -> protocol::Stats {
             let state = states.get(index).copied().unwrap_or_default();
             let link = match netdev::link_state(&spec.name) {
                 _ if state == counters::PortState::Gone => "gone",
+                // No interface of its own: its underlay is the host's.
+                _ if spec.kind == Kind::Vxlan => "up",
                 Ok(link) if link.running => "up",
                 Ok(_) => "down",
                 Err(_) if spec.kind == Kind::Raw => "gone",
@@ -941,6 +957,29 @@ pub fn stats(bridge: &Bridge) -> protocol::Stats {
                     .worker_config
                     .vlan_filtering
                     .then(|| spec.vlans().to_string()),
+                vxlan: bridge
+                    .vxlans
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&spec.label())
+                    .map(|shared| {
+                        let mut counters: BTreeMap<String, u64> = shared
+                            .counters
+                            .named()
+                            .into_iter()
+                            .map(|(name, n)| (name.to_owned(), n))
+                            .collect();
+                        counters.insert(
+                            "remotes_refused".to_owned(),
+                            shared
+                                .remotes
+                                .refused
+                                .load(std::sync::atomic::Ordering::Relaxed),
+                        );
+                        counters
+                            .insert("remotes".to_owned(), shared.remotes.entries().len() as u64);
+                        counters
+                    }),
                 link: link.to_owned(),
                 state: state.name().to_owned(),
                 rx_frames: stats.rx_frames,

@@ -194,14 +194,16 @@ struct RunArgs {
     /// A port: tap:NAME (a tap that mpbridge owns: created if it does not
     /// exist, removed at exit if mpbridge created it; needs CAP_NET_ADMIN)
     /// or raw:IFNAME (an existing interface through AF_PACKET, promiscuous:
-    /// a NIC, a veth, or a VM's tap on its host side; needs CAP_NET_RAW).
-    /// Repeat for each port; at least two. With --vlan-filtering, VLAN
-    /// options may follow: ,access=VID (untagged in and out, in VLAN VID),
-    /// ,trunk=LIST (tagged, LIST like 10,20,100-110), ,native=VID (with
-    /// trunk: untagged frames belong to VID and leave untagged).
+    /// a NIC, a veth, or a VM's tap on its host side; needs CAP_NET_RAW),
+    /// or vxlan:NAME,vni=N,local=IP[,port=4789][,remote=IP]...[,learning=off]
+    /// (a VXLAN segment over UDP to the listed VTEPs, RFC 7348). Repeat for
+    /// each port; at least two. With --vlan-filtering, VLAN options may
+    /// follow: ,access=VID (untagged in and out, in VLAN VID), ,trunk=LIST
+    /// (tagged, LIST like 10,20,100-110), ,native=VID (with trunk: untagged
+    /// frames belong to VID and leave untagged).
     #[arg(
         long = "port",
-        value_name = "tap:NAME|raw:IFNAME[,OPTIONS]",
+        value_name = "tap:NAME|raw:IFNAME|vxlan:NAME,...[,OPTIONS]",
         required_unless_present = "config"
     )]
     ports: Vec<String>,
@@ -380,7 +382,19 @@ fn run<S: Strategy>(
     // Before any port is opened (an address in use touches none) and before
     // privileges are dropped (a port below 1024 needs them).
     let metrics = args.metrics.map(metrics::MetricsServer::bind).transpose()?;
-    let port_sets = open_ports(specs, workers)?;
+    let limits = ports::Limits {
+        max_entries: args.max_entries,
+        age_secs: args.age,
+    };
+    let port_sets = open_ports(specs, workers, limits)?;
+    let vxlans: std::collections::BTreeMap<_, _> = specs
+        .iter()
+        .zip(&port_sets[0])
+        .filter_map(|(spec, queue)| match queue {
+            bridge::port::LinkPort::Vxlan(port) => Some((spec.label(), Arc::clone(port.shared()))),
+            _ => None,
+        })
+        .collect();
     let placement = place_workers(args.cpus.as_ref(), specs, workers)?;
     let control = control::ControlSocket::bind(socket, args.ctl_group.as_deref())?;
     if !args.keep_caps {
@@ -443,6 +457,8 @@ fn run<S: Strategy>(
         relay: args.mode == ModeArg::Relay,
         captures: first.captures,
         config: std::sync::Mutex::new(file.clone()),
+        limits,
+        vxlans: std::sync::Mutex::new(vxlans),
         keep_caps: args.keep_caps,
         fdb: std::sync::RwLock::new(fdb.clone() as Arc<dyn bridge::fdb::Table>),
         counters: counter_sets.clone(),

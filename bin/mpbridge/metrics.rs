@@ -667,6 +667,7 @@ mod tests {
         let reasons = ["runt", "bad_source", "reserved", "same_port", "local"];
         PortStats {
             vlans: None,
+            vxlan: None,
             name: name.to_owned(),
             link: link.to_owned(),
             state: state.to_owned(),

@@ -5,8 +5,13 @@
 use std::io;
 
 use bridge::port::tap::TapError;
-use bridge::port::{LinkPort, RawPort, TapPort};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use bridge::port::vxlan::VxlanConfig;
+use bridge::port::{LinkPort, RawPort, TapPort, VxlanPort};
 use bridge::vlan::{self, PortVlans, VlanSet};
+use bridge::wire::vxlan::MAX_VNI;
 
 /// What kind of port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,6 +20,8 @@ pub enum Kind {
     Tap,
     /// An existing interface, through AF_PACKET.
     Raw,
+    /// A VXLAN segment over UDP.
+    Vxlan,
 }
 
 /// A port as `--port` gives it.
@@ -26,6 +33,8 @@ pub struct PortSpec {
     pub name: String,
     /// Its VLANs, when given (they need VLAN filtering).
     pub vlans: Option<PortVlans>,
+    /// A VXLAN port's settings.
+    pub vxlan: Option<VxlanConfig>,
 }
 
 impl PortSpec {
@@ -38,9 +47,21 @@ impl PortSpec {
             None => (spec, None),
         };
         let mut parsed = PortSpec::parse_port(port, spec)?;
-        if let Some(options) = options {
-            parsed.vlans =
-                Some(parse_vlan_options(options).map_err(|e| format!("port '{spec}': {e}"))?);
+        let keys: &[&str] = match parsed.kind {
+            Kind::Vxlan => &VXLAN_KEYS,
+            _ => &VLAN_KEYS,
+        };
+        let in_spec = |e: String| format!("port '{spec}': {e}");
+        let items = match options {
+            Some(options) => split_options(options, keys).map_err(in_spec)?,
+            None => Vec::new(),
+        };
+        if options.is_some() && items.is_empty() {
+            return Err(in_spec("no options after ','".to_owned()));
+        }
+        parsed.vlans = vlan_options(&items).map_err(in_spec)?;
+        if parsed.kind == Kind::Vxlan {
+            parsed.vxlan = Some(vxlan_options(&items).map_err(in_spec)?);
         }
         Ok(parsed)
     }
@@ -49,9 +70,10 @@ impl PortSpec {
         let (kind, name) = match port.split_once(':') {
             Some(("tap", name)) => (Kind::Tap, name),
             Some(("raw", name)) => (Kind::Raw, name),
+            Some(("vxlan", name)) => (Kind::Vxlan, name),
             _ => {
                 return Err(format!(
-                    "invalid port '{spec}' (expected tap:NAME or raw:IFNAME)"
+                    "invalid port '{spec}' (expected tap:NAME, raw:IFNAME or vxlan:NAME,vni=N,local=IP)"
                 ))
             }
         };
@@ -64,6 +86,7 @@ impl PortSpec {
             kind,
             name: name.to_owned(),
             vlans: None,
+            vxlan: None,
         })
     }
 
@@ -75,10 +98,25 @@ impl PortSpec {
 
     /// The port and its options, as `--port` takes them.
     pub fn describe(&self) -> String {
-        match &self.vlans {
-            Some(vlans) => format!("{},{vlans}", self.label()),
-            None => self.label(),
+        let mut text = self.label();
+        if let Some(v) = &self.vxlan {
+            text += &format!(
+                ",vni={},local={},port={}",
+                v.vni,
+                v.local.ip(),
+                v.local.port()
+            );
+            for remote in &v.remotes {
+                text += &format!(",remote={remote}");
+            }
+            if !v.learning {
+                text += ",learning=off";
+            }
         }
+        if let Some(vlans) = &self.vlans {
+            text += &format!(",{vlans}");
+        }
+        text
     }
 
     /// The port as `--port` gives it.
@@ -86,58 +124,115 @@ impl PortSpec {
         match self.kind {
             Kind::Tap => format!("tap:{}", self.name),
             Kind::Raw => format!("raw:{}", self.name),
+            Kind::Vxlan => format!("vxlan:{}", self.name),
         }
     }
 }
 
-/// Parses the VLAN options after a port's name.
-fn parse_vlan_options(options: &str) -> Result<PortVlans, String> {
-    let mut access = None;
-    let mut trunk: Option<Vec<&str>> = None;
-    let mut native = None;
+/// The options after a port's name, by key; `trunk=` takes the bare
+/// numbers and ranges that follow it, `remote=` may repeat.
+fn split_options(options: &str, keys: &[&str]) -> Result<Vec<(String, String)>, String> {
+    let known = || {
+        keys.iter()
+            .map(|k| format!("{k}="))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut items: Vec<(String, String)> = Vec::new();
     let mut in_trunk = false;
     for item in options.split(',') {
         match item.split_once('=') {
-            Some(("access", value)) if access.is_none() => {
-                access = Some(vlan::parse_vid(value)?);
-                in_trunk = false;
+            Some((key, value)) if keys.contains(&key) => {
+                if key != "remote" && items.iter().any(|(k, _)| k == key) {
+                    return Err(format!("{key}= given twice"));
+                }
+                in_trunk = key == "trunk";
+                items.push((key.to_owned(), value.to_owned()));
             }
-            Some(("trunk", value)) if trunk.is_none() => {
-                trunk = Some(vec![value]);
-                in_trunk = true;
+            Some((key, _)) => return Err(format!("unknown option '{key}' ({})", known())),
+            None if in_trunk => {
+                let last = items.last_mut().expect("in a trunk list");
+                last.1 = format!("{},{item}", last.1);
             }
-            Some(("native", value)) if native.is_none() => {
-                native = Some(vlan::parse_vid(value)?);
-                in_trunk = false;
-            }
-            Some((key @ ("access" | "trunk" | "native"), _)) => {
-                return Err(format!("{key}= given twice"))
-            }
-            Some((key, _)) => {
-                return Err(format!(
-                    "unknown option '{key}' (access=VID, trunk=LIST, native=VID)"
-                ))
-            }
-            None if in_trunk => trunk.as_mut().expect("in a trunk list").push(item),
-            None => {
-                return Err(format!(
-                    "'{item}' is not an option (access=VID, trunk=LIST, native=VID)"
-                ))
-            }
+            None => return Err(format!("'{item}' is not an option ({})", known())),
         }
     }
-    match (access, trunk, native) {
-        (Some(vid), None, None) => Ok(PortVlans::access(vid)),
-        (None, Some(list), native) => {
-            Ok(PortVlans::trunk(VlanSet::parse(&list.join(","))?, native))
-        }
+    Ok(items)
+}
+
+const VLAN_KEYS: [&str; 3] = ["access", "trunk", "native"];
+const VXLAN_KEYS: [&str; 8] = [
+    "vni", "local", "port", "remote", "learning", "access", "trunk", "native",
+];
+
+/// The VLAN options among `items`, if any.
+fn vlan_options(items: &[(String, String)]) -> Result<Option<PortVlans>, String> {
+    let get = |key: &str| {
+        items
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    };
+    let access = get("access").map(vlan::parse_vid).transpose()?;
+    let native = get("native").map(vlan::parse_vid).transpose()?;
+    match (access, get("trunk"), native) {
+        (None, None, None) => Ok(None),
+        (Some(vid), None, None) => Ok(Some(PortVlans::access(vid))),
+        (None, Some(list), native) => Ok(Some(PortVlans::trunk(VlanSet::parse(list)?, native))),
         (Some(_), Some(_), _) => Err("access= and trunk= exclude each other".to_owned()),
         (Some(_), None, Some(_)) => {
             Err("native= goes with trunk= (an access port's VLAN is untagged already)".to_owned())
         }
         (None, None, Some(_)) => Err("native= needs trunk=".to_owned()),
-        (None, None, None) => Err("no options after ','".to_owned()),
     }
+}
+
+/// The VXLAN settings among `items`.
+fn vxlan_options(items: &[(String, String)]) -> Result<VxlanConfig, String> {
+    let get = |key: &str| {
+        items
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    };
+    let vni = match get("vni").map(str::parse::<u32>) {
+        Some(Ok(vni)) if vni <= MAX_VNI => vni,
+        Some(_) => return Err(format!("invalid vni (0 to {MAX_VNI})")),
+        None => return Err("a vxlan port needs vni=N".to_owned()),
+    };
+    let ip = |text: &str, what: &str| {
+        text.parse::<IpAddr>()
+            .map_err(|_| format!("invalid {what} address '{text}'"))
+    };
+    let local = ip(get("local").ok_or("a vxlan port needs local=IP")?, "local")?;
+    let port = match get("port").map(str::parse::<u16>) {
+        Some(Ok(port)) if port > 0 => port,
+        Some(_) => return Err("invalid port (1 to 65535)".to_owned()),
+        None => bridge::wire::vxlan::DEFAULT_PORT,
+    };
+    let mut remotes = Vec::new();
+    for (_, value) in items.iter().filter(|(k, _)| k == "remote") {
+        let remote = ip(value, "remote")?;
+        if remote.is_ipv4() != local.is_ipv4() {
+            return Err(format!(
+                "remote {remote} and local {local} are not of one IP version"
+            ));
+        }
+        if !remotes.contains(&remote) {
+            remotes.push(remote);
+        }
+    }
+    let learning = match get("learning") {
+        None | Some("on") => true,
+        Some("off") => false,
+        Some(other) => return Err(format!("learning={other}: on or off")),
+    };
+    Ok(VxlanConfig {
+        vni,
+        local: SocketAddr::new(local, port),
+        remotes,
+        learning,
+    })
 }
 
 /// One line saying why a port could not be opened.
@@ -151,6 +246,7 @@ fn open_error(spec: &PortSpec, error: &io::Error) -> String {
         (Some(libc::EPERM | libc::EACCES), Kind::Tap) => {
             "permission denied (a tap port needs CAP_NET_ADMIN)".to_owned()
         }
+        (Some(libc::EPERM | libc::EACCES), Kind::Vxlan) => "permission denied".to_owned(),
         (Some(libc::EBUSY), Kind::Tap) => {
             "busy: another program has the tap's queue (a VM?); bridge it as raw:NAME".to_owned()
         }
@@ -166,9 +262,44 @@ fn tap_error(spec: &PortSpec, error: &TapError) -> String {
     }
 }
 
+/// What a VXLAN port's remote table may hold: the bridge's learning limit
+/// and ageing time.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Most learned stations (0: no limit).
+    pub max_entries: usize,
+    /// Seconds after which a silent station is forgotten.
+    pub age_secs: u32,
+}
+
 /// Opens `workers` queues of one port.
-pub fn open_queues(spec: &PortSpec, workers: usize) -> Result<Vec<LinkPort>, String> {
+pub fn open_queues(
+    spec: &PortSpec,
+    workers: usize,
+    limits: Limits,
+) -> Result<Vec<LinkPort>, String> {
     Ok(match spec.kind {
+        Kind::Vxlan => {
+            let config = spec.vxlan.clone().expect("a vxlan port has its settings");
+            let local = config.local;
+            VxlanPort::open(
+                &spec.name,
+                config,
+                workers,
+                limits.max_entries,
+                Duration::from_secs(u64::from(limits.age_secs)),
+            )
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::EADDRNOTAVAIL) => format!(
+                    "cannot open port {}: {local} is not an address of this host",
+                    spec.label()
+                ),
+                _ => format!("cannot open port {}: {e}", spec.label()),
+            })?
+            .into_iter()
+            .map(LinkPort::Vxlan)
+            .collect()
+        }
         Kind::Tap => {
             let tap = TapPort::open(&spec.name, workers).map_err(|e| tap_error(spec, &e))?;
             if tap.existed {
@@ -185,10 +316,17 @@ pub fn open_queues(spec: &PortSpec, workers: usize) -> Result<Vec<LinkPort>, Str
 }
 
 /// Opens `workers` queues of each port: `result[w]` is worker `w`'s set.
-pub fn open_ports(specs: &[PortSpec], workers: usize) -> Result<Vec<Vec<LinkPort>>, String> {
+pub fn open_ports(
+    specs: &[PortSpec],
+    workers: usize,
+    limits: Limits,
+) -> Result<Vec<Vec<LinkPort>>, String> {
     let mut per_worker: Vec<Vec<LinkPort>> = (0..workers).map(|_| Vec::new()).collect();
     for spec in specs {
-        for (set, queue) in per_worker.iter_mut().zip(open_queues(spec, workers)?) {
+        for (set, queue) in per_worker
+            .iter_mut()
+            .zip(open_queues(spec, workers, limits)?)
+        {
             set.push(queue);
         }
     }
@@ -221,6 +359,49 @@ mod tests {
         // native= before trunk= is the same port.
         let reordered = PortSpec::parse("raw:eth1,native=20,trunk=10,20,100-102").unwrap();
         assert_eq!(reordered.vlans, trunk.vlans);
+    }
+
+    #[test]
+    fn vxlan_ports_parse() {
+        let spec = PortSpec::parse(
+            "vxlan:seg,vni=42,local=198.18.1.1,remote=198.18.1.2,remote=198.18.1.3,access=10",
+        )
+        .unwrap();
+        assert_eq!(spec.kind, Kind::Vxlan);
+        let config = spec.vxlan.clone().unwrap();
+        assert_eq!(config.vni, 42);
+        assert_eq!(config.local, "198.18.1.1:4789".parse().unwrap());
+        assert_eq!(config.remotes.len(), 2);
+        assert!(config.learning);
+        assert_eq!(spec.vlans, Some(PortVlans::access(10)));
+        assert_eq!(
+            spec.describe(),
+            "vxlan:seg,vni=42,local=198.18.1.1,port=4789,remote=198.18.1.2,remote=198.18.1.3,access=10"
+        );
+        let quiet =
+            PortSpec::parse("vxlan:s,vni=1,local=198.18.1.1,port=8472,learning=off").unwrap();
+        let config = quiet.vxlan.unwrap();
+        assert_eq!(config.local.port(), 8472);
+        assert!(!config.learning && config.remotes.is_empty());
+        for (spec, expected) in [
+            ("vxlan:s,local=198.18.1.1", "needs vni="),
+            ("vxlan:s,vni=16777216,local=198.18.1.1", "invalid vni"),
+            ("vxlan:s,vni=1", "needs local="),
+            ("vxlan:s,vni=1,local=nowhere", "invalid local address"),
+            (
+                "vxlan:s,vni=1,local=198.18.1.1,remote=::1",
+                "not of one IP version",
+            ),
+            ("vxlan:s,vni=1,local=198.18.1.1,learning=maybe", "on or off"),
+            (
+                "vxlan:s,vni=1,local=198.18.1.1,ttl=4",
+                "unknown option 'ttl'",
+            ),
+            ("tap:t0,vni=1", "unknown option 'vni'"),
+        ] {
+            let error = PortSpec::parse(spec).unwrap_err();
+            assert!(error.contains(expected), "{spec}: {error}");
+        }
     }
 
     #[test]

@@ -195,6 +195,13 @@ pub struct PortStats {
     /// when the bridge filters VLANs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vlans: Option<String>,
+    /// A VXLAN port's own counters: datagrams dropped by reason (`short`,
+    /// `flags`, `reserved`, `unknown_vni`, `unlisted_source`, `truncated`,
+    /// `pending_full`), frames not sent (`no_remote`, `offload_errors`),
+    /// stations its remote table refused (`remotes_refused`) and holds
+    /// (`remotes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vxlan: Option<std::collections::BTreeMap<String, u64>>,
     /// Received frames not forwarded, by reason: `runt`, `bad_source`,
     /// `reserved`, `same_port`, `local`, and with VLAN filtering
     /// `vlan_untagged`, `vlan_ingress`, `vlan_egress`.

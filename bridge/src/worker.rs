@@ -477,10 +477,10 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         for ingress in 0..self.ports.len() {
             match self.faults[ingress].health {
                 Health::Up | Health::Retrying => {
-                    if readable
+                    let unreadable = readable
                         .as_ref()
-                        .is_some_and(|r| r.get(ingress) == Some(&false))
-                    {
+                        .is_some_and(|r| r.get(ingress) == Some(&false));
+                    if unreadable && !self.ports[ingress].as_ref().is_some_and(Port::pending) {
                         continue;
                     }
                 }
@@ -616,6 +616,10 @@ impl<S: Strategy, P: Port> Worker<S, P> {
                 if self.drained_by_syscalls && !self.config.busy_poll {
                     self.wait(stopper, &mut fds, true);
                 }
+                continue;
+            }
+            // Frames set aside inside a port show on no descriptor.
+            if self.ports.iter().flatten().any(Port::pending) {
                 continue;
             }
             if self.config.busy_poll {

@@ -1,10 +1,12 @@
-//! A port on a real link, tap or raw, as one type, so that a bridge can mix
+//! A port on a real link, tap, raw or VXLAN, as one type, so that a bridge can mix
 //! both kinds while the worker stays monomorphised (an enum, not `dyn`).
 
 use std::io;
 use std::os::fd::RawFd;
 
-use super::{Port, PortError, RawPort, RxBatch, RxReport, SendReport, TapPort, VNET_HDR_LEN};
+use super::{
+    Port, PortError, RawPort, RxBatch, RxReport, SendReport, TapPort, VxlanPort, VNET_HDR_LEN,
+};
 
 /// A tap queue or a packet socket.
 #[derive(Debug)]
@@ -13,6 +15,8 @@ pub enum LinkPort {
     Tap(TapPort),
     /// A packet socket.
     Raw(RawPort),
+    /// A VXLAN segment's queue.
+    Vxlan(VxlanPort),
 }
 
 impl Port for LinkPort {
@@ -24,6 +28,7 @@ impl Port for LinkPort {
         match self {
             LinkPort::Tap(port) => port.name(),
             LinkPort::Raw(port) => port.name(),
+            LinkPort::Vxlan(port) => port.name(),
         }
     }
 
@@ -31,6 +36,7 @@ impl Port for LinkPort {
         match self {
             LinkPort::Tap(port) => port.raw_fd(),
             LinkPort::Raw(port) => port.raw_fd(),
+            LinkPort::Vxlan(port) => port.raw_fd(),
         }
     }
 
@@ -38,6 +44,7 @@ impl Port for LinkPort {
         match self {
             LinkPort::Tap(port) => port.recv_batch(batch),
             LinkPort::Raw(port) => port.recv_batch(batch),
+            LinkPort::Vxlan(port) => port.recv_batch(batch),
         }
     }
 
@@ -45,6 +52,7 @@ impl Port for LinkPort {
         match self {
             LinkPort::Tap(port) => port.send_batch(frames),
             LinkPort::Raw(port) => port.send_batch(frames),
+            LinkPort::Vxlan(port) => port.send_batch(frames),
         }
     }
 
@@ -52,6 +60,7 @@ impl Port for LinkPort {
         match self {
             LinkPort::Tap(port) => port.take_error(),
             LinkPort::Raw(port) => port.take_error(),
+            LinkPort::Vxlan(port) => port.take_error(),
         }
     }
 
@@ -59,6 +68,7 @@ impl Port for LinkPort {
         match self {
             LinkPort::Tap(port) => port.link_ready(),
             LinkPort::Raw(port) => port.link_ready(),
+            LinkPort::Vxlan(port) => port.link_ready(),
         }
     }
 
@@ -66,6 +76,14 @@ impl Port for LinkPort {
         match self {
             LinkPort::Tap(port) => port.empty_read_is_syscall(),
             LinkPort::Raw(port) => port.empty_read_is_syscall(),
+            LinkPort::Vxlan(port) => port.empty_read_is_syscall(),
+        }
+    }
+
+    fn pending(&self) -> bool {
+        match self {
+            LinkPort::Vxlan(port) => port.pending(),
+            _ => false,
         }
     }
 }

@@ -14,12 +14,14 @@ pub mod netdev;
 pub mod placement;
 pub mod raw;
 pub mod tap;
+pub mod vxlan;
 pub(crate) mod wake;
 
 pub use link::LinkPort;
 pub use memory::{MemoryPeer, MemoryPort};
 pub use raw::RawPort;
 pub use tap::TapPort;
+pub use vxlan::VxlanPort;
 
 /// The length of the virtio-net header before every frame of a real port.
 pub const VNET_HDR_LEN: usize = crate::wire::VnetHeader::<&[u8]>::LEN;
@@ -343,6 +345,13 @@ pub trait Port: Send {
     /// poll(2), which returns at once if frames came meanwhile, instead of
     /// paying an empty read per port for another round.
     fn empty_read_is_syscall(&self) -> bool {
+        false
+    }
+
+    /// Whether frames wait inside the port that its descriptor does not
+    /// show: taken from a socket it shares with another port (VXLAN ports
+    /// of one address). The worker reads such a port before it sleeps.
+    fn pending(&self) -> bool {
         false
     }
 }

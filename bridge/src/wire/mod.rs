@@ -10,7 +10,9 @@
 mod build;
 mod ethernet;
 mod mac;
+pub mod segment;
 pub mod vnet;
+pub mod vxlan;
 
 pub use build::{FrameSpec, Payload};
 pub use ethernet::{EtherType, EthernetFrame, VlanId};

@@ -1,0 +1,289 @@
+//! VXLAN ports against the Linux kernel's vxlan device: namespaces as
+//! hosts and VTEPs, veths as the underlay (198.18.1.0/24) and as the
+//! hosts' links (198.18.0.0/24), the interfaces' default offloads on.
+//! Needs root; skips with a reason otherwise (fails under
+//! MPBRIDGE_REQUIRE_PRIV=1).
+
+mod netns;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use netns::{
+    ctl_json, mac, privileged, settle_counts, tcp_transfer, test_frame, Daemon, Netns, Station,
+    BROADCAST,
+};
+
+/// The underlay address of VTEP `i`.
+fn vtep(i: usize) -> String {
+    format!("198.18.1.{}", i + 1)
+}
+
+/// An underlay: a namespace with a kernel bridge that VTEP namespaces
+/// join, each through a veth `u0` addressed `vtep(i)/24`.
+struct Underlay {
+    ns: Netns,
+}
+
+impl Underlay {
+    fn new() -> Underlay {
+        let ns = Netns::new();
+        ns.ip(&["link", "add", "br0", "type", "bridge"]);
+        ns.ip(&["link", "set", "br0", "up"]);
+        Underlay { ns }
+    }
+
+    /// Joins `vtep_ns` as VTEP `i`.
+    fn join(&self, vtep_ns: &Netns, i: usize) {
+        let port = format!("u{i}");
+        // eth0 in the underlay's namespace is taken: name our end there.
+        vtep_ns.ip(&[
+            "link",
+            "add",
+            "u0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &port,
+            "netns",
+            &self.ns.name,
+        ]);
+        self.ns.ip(&["link", "set", &port, "master", "br0"]);
+        self.ns.ip(&["link", "set", &port, "up"]);
+        vtep_ns.ip(&["addr", "add", &format!("{}/24", vtep(i)), "dev", "u0"]);
+        vtep_ns.ip(&["link", "set", "u0", "up"]);
+    }
+}
+
+/// A host behind a VTEP: eth0 addressed 198.18.0.(n+1)/24 with room for
+/// the 50 bytes of VXLAN over IPv4 in a 1500-byte underlay.
+fn host(n: usize, vtep_ns: &Netns, port: &str) -> Netns {
+    let host = Netns::new();
+    host.add_veth(port, vtep_ns).expect("host veth");
+    host.ip(&[
+        "link",
+        "set",
+        "eth0",
+        "address",
+        &mac_text(mac(n as u16 + 1)),
+    ]);
+    host.ip(&["link", "set", "eth0", "mtu", "1450"]);
+    host.ip(&[
+        "addr",
+        "add",
+        &format!("198.18.0.{}/24", n + 1),
+        "dev",
+        "eth0",
+    ]);
+    host.ip(&["link", "set", "eth0", "up"]);
+    host
+}
+
+fn mac_text(mac: [u8; 6]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// The Linux side: vxlan device `vx0` of `vni` in bridge `br0` with the
+/// host port `port`; floods go to `remotes` (head-end replication through
+/// all-zero fdb entries).
+fn kernel_vtep(ns: &Netns, i: usize, vni: u32, remotes: &[usize], port: &str, suffix: &str) {
+    let (vx, br) = (format!("vx{suffix}"), format!("br{suffix}"));
+    ns.ip(&[
+        "link",
+        "add",
+        &vx,
+        "type",
+        "vxlan",
+        "id",
+        &vni.to_string(),
+        "dstport",
+        "4789",
+        "local",
+        &vtep(i),
+        "dev",
+        "u0",
+    ]);
+    for &r in remotes {
+        let status = Command::new("ip")
+            .args(["netns", "exec", &ns.name, "bridge", "fdb", "append"])
+            .args(["00:00:00:00:00:00", "dev", &vx, "dst", &vtep(r)])
+            .status()
+            .unwrap();
+        assert!(status.success(), "bridge fdb append");
+    }
+    ns.ip(&["link", "add", &br, "type", "bridge"]);
+    ns.ip(&["link", "set", &vx, "master", &br]);
+    ns.ip(&["link", "set", port, "master", &br]);
+    for dev in [vx.as_str(), port, br.as_str()] {
+        ns.ip(&["link", "set", dev, "up"]);
+    }
+}
+
+/// An mpbridge VTEP: `vxlan:vx0` of `vni` towards `remotes`, bridged with
+/// raw port `p1`.
+fn mpbridge_vtep(ns: &Netns, i: usize, vni: u32, remotes: &[usize], extra: &[&str]) -> Daemon {
+    let mut vxlan = format!("--port=vxlan:vx0,vni={vni},local={}", vtep(i));
+    for &r in remotes {
+        vxlan += &format!(",remote={}", vtep(r));
+    }
+    let mut args = vec!["run", "--port=raw:p1", &vxlan];
+    args.extend_from_slice(extra);
+    Daemon::start(ns, &args)
+}
+
+/// What the kernel's vxlan device learned: `bridge fdb show dev DEV`.
+fn kernel_fdb(ns: &Netns, dev: &str) -> String {
+    let out = Command::new("ip")
+        .args([
+            "netns", "exec", &ns.name, "bridge", "fdb", "show", "dev", dev,
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// mpbridge on VTEP A, the kernel's vxlan device on VTEP B: ARP and 8 MiB
+/// of TCP each way between their hosts, byte for byte, with default
+/// offloads; the kernel learns host 1 at A's address.
+fn interoperates_with_the_kernel_vxlan_device() {
+    if !privileged("interoperates_with_the_kernel_vxlan_device") {
+        return;
+    }
+    let underlay = Underlay::new();
+    let (a, b) = (Netns::new(), Netns::new());
+    underlay.join(&a, 0);
+    underlay.join(&b, 1);
+    let h1 = host(0, &a, "p1");
+    let h2 = host(1, &b, "p1");
+    kernel_vtep(&b, 1, 42, &[0], "p1", "0");
+    let _daemon = mpbridge_vtep(&a, 0, 42, &[1], &[]);
+    let hosts = [h1, h2];
+    tcp_transfer(&hosts, 0, 1, 5001, 1);
+    tcp_transfer(&hosts, 1, 0, 5002, 2);
+    let learned = kernel_fdb(&b, "vx0");
+    let expected = format!("{} dst {}", mac_text(mac(1)), vtep(0));
+    assert!(
+        learned.contains(&expected),
+        "the kernel did not learn host 1 at A: {learned}"
+    );
+}
+
+/// Two VNIs between one pair of VTEPs (one UDP socket on each side) stay
+/// two segments.
+fn two_vnis_stay_apart() {
+    if !privileged("two_vnis_stay_apart") {
+        return;
+    }
+    let underlay = Underlay::new();
+    let (a, b) = (Netns::new(), Netns::new());
+    underlay.join(&a, 0);
+    underlay.join(&b, 1);
+    // Hosts 0 and 1 on A (VLAN 10 and 20), 2 and 3 on B (VNI 10 and 20).
+    let hosts = [
+        host(0, &a, "p1"),
+        host(1, &a, "p2"),
+        host(2, &b, "q1"),
+        host(3, &b, "q2"),
+    ];
+    kernel_vtep(&b, 1, 10, &[0], "q1", "10");
+    kernel_vtep(&b, 1, 20, &[0], "q2", "20");
+    let _daemon = Daemon::start(
+        &a,
+        &[
+            "run",
+            "--vlan-filtering",
+            "--port=raw:p1,access=10",
+            "--port=raw:p2,access=20",
+            &format!(
+                "--port=vxlan:ten,vni=10,local={},remote={},access=10",
+                vtep(0),
+                vtep(1)
+            ),
+            &format!(
+                "--port=vxlan:twenty,vni=20,local={},remote={},access=20",
+                vtep(0),
+                vtep(1)
+            ),
+        ],
+    );
+    let mut st: Vec<Station> = hosts.iter().map(|h| Station::on(h)).collect();
+    settle_counts(&mut st);
+    for (from, to) in [(0, 2), (1, 3), (2, 0), (3, 1)] {
+        st[from].send(&test_frame(BROADCAST, mac(from as u16 + 1), from as u8, 60));
+        let mut want = [0; 4];
+        want[to] = 1;
+        assert_eq!(settle_counts(&mut st), want, "broadcast from host {from}");
+    }
+    tcp_transfer(&hosts, 0, 2, 5003, 3);
+}
+
+/// Garbage on the UDP port is counted by kind and dropped; the port keeps
+/// forwarding.
+fn bad_datagrams_are_counted_and_dropped() {
+    if !privileged("bad_datagrams_are_counted_and_dropped") {
+        return;
+    }
+    let underlay = Underlay::new();
+    let (a, b) = (Netns::new(), Netns::new());
+    underlay.join(&a, 0);
+    underlay.join(&b, 1);
+    let _h1 = host(0, &a, "p1");
+    let socket = std::env::temp_dir()
+        .join(netns::unique("mpbvx"))
+        .with_extension("sock");
+    let ctl = format!("--ctl={}", socket.display());
+    let _daemon = mpbridge_vtep(&a, 0, 42, &[1], &[&ctl]);
+    let frame = test_frame(BROADCAST, mac(9), 1, 60);
+    let with_header = |h: [u8; 8]| {
+        let mut d = h.to_vec();
+        d.extend_from_slice(&frame);
+        d
+    };
+    let datagrams = vec![
+        vec![0x08, 0, 0],                          // short
+        with_header([0, 0, 0, 0, 0, 0, 42, 0]),    // no I flag
+        with_header([0x08, 0, 0, 1, 0, 0, 42, 0]), // reserved bits
+        with_header([0x08, 0, 0, 0, 0, 0, 43, 0]), // unknown VNI
+        with_header([0x08, 0, 0, 0, 0, 0, 42, 0]), // good
+    ];
+    let target = format!("{}:4789", vtep(0));
+    b.run(move || {
+        let udp = std::net::UdpSocket::bind("198.18.1.2:0").unwrap();
+        for d in &datagrams {
+            udp.send_to(d, &target).unwrap();
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let stats = ctl_json(&socket, &["stats", "--json"]);
+    let port = stats["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "vxlan:vx0")
+        .unwrap_or_else(|| panic!("no vxlan port in {stats}"))
+        .clone();
+    for (counter, n) in [
+        ("short", 1),
+        ("flags", 1),
+        ("reserved", 1),
+        ("unknown_vni", 1),
+    ] {
+        assert_eq!(port["vxlan"][counter], n, "{counter}: {port}");
+    }
+    assert_eq!(port["rx_frames"], 1, "{port}");
+    let _ = std::fs::remove_file(PathBuf::from(&socket));
+}
+
+lab::test_main! {
+    privileged: [
+        interoperates_with_the_kernel_vxlan_device,
+        two_vnis_stay_apart,
+        bad_datagrams_are_counted_and_dropped,
+    ],
+    plain: [],
+}

@@ -1,0 +1,492 @@
+//! VXLAN ports (RFC 7348): one L2 segment carried over UDP to other VTEPs,
+//! so that a bridge on one host and bridges (or Linux vxlan devices) on
+//! others form one segment.
+//!
+//! - Each worker has one UDP socket per local address and port, in a
+//!   SO_REUSEPORT group with the other workers' sockets; the VXLAN ports
+//!   (VNIs) on that address share it, and a datagram of another port's VNI
+//!   is set aside for that port (`Endpoint`).
+//! - Received frames teach the port's [`RemoteTable`] which VTEP each inner
+//!   source station is behind; known unicast goes to that VTEP, and
+//!   broadcast, multicast and unknown unicast to every listed remote
+//!   (head-end replication). The bridge never sends a frame back out of the
+//!   port it came in on, so what comes from one VTEP never goes to another
+//!   (split horizon: a full mesh needs no loop prevention).
+//! - The far end gets the inner frame only, not the virtio-net header: a
+//!   frame with a partial checksum gets it filled in, and an offloaded TCP
+//!   segment is cut to its MSS before encapsulation (`wire::segment`).
+//!   A datagram too big for the underlay is refused (EMSGSIZE: the socket
+//!   sets don't-fragment) and counted, never sent in fragments.
+
+mod remotes;
+mod sys;
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+pub use remotes::{Remote, RemoteEntry, RemoteTable};
+use socket2::SockAddr;
+
+use super::{fd, Port, PortError, RxBatch, RxReport, SendReport, VNET_HDR_LEN};
+use crate::fdb::FdbKey;
+use crate::wire::segment::{complete_partial, make_whole, offload_large_tcp, SegmentError};
+use crate::wire::vxlan::{self, Vni, VxlanError};
+use crate::wire::{EthernetFrame, MacKind};
+
+/// Datagrams one receive call takes at most.
+const RECV_BATCH: usize = 64;
+/// The largest datagram taken whole: any UDP payload. Over a veth underlay
+/// the kernel hands coalesced datagrams of up to 64 KiB to the socket;
+/// slots a burst of small datagrams never reaches stay untouched.
+const DATAGRAM_MAX: usize = 65_536;
+/// Inner TCP frames longer than this (IP bytes) are marked as offloaded
+/// segments on receive (see `wire::segment::offload_large_tcp`).
+const STANDARD_MTU: usize = 1500;
+/// Datagrams set aside for another VNI's port, at most, per endpoint and
+/// VNI; beyond it they are dropped and counted.
+const PENDING_MAX: usize = 1024;
+
+/// A VXLAN port's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VxlanConfig {
+    /// Its VNI.
+    pub vni: Vni,
+    /// The local address and UDP port: the outer source, and where it
+    /// listens.
+    pub local: SocketAddr,
+    /// The VTEPs that floods go to.
+    pub remotes: Vec<IpAddr>,
+    /// Whether stations are learned from datagrams of any source; off,
+    /// only listed remotes and static entries' VTEPs are heard.
+    pub learning: bool,
+}
+
+/// A VXLAN port's counters of what it dropped, beyond the bridge's.
+#[derive(Debug, Default)]
+pub struct VxlanCounters {
+    /// Datagrams shorter than a VXLAN and an Ethernet header.
+    pub short: AtomicU64,
+    /// Datagrams without the I flag.
+    pub flags: AtomicU64,
+    /// Datagrams with a reserved bit set.
+    pub reserved: AtomicU64,
+    /// Datagrams of a VNI no port has here.
+    pub unknown_vni: AtomicU64,
+    /// Datagrams from an unlisted VTEP while learning is off.
+    pub unlisted_source: AtomicU64,
+    /// Datagrams longer than a receive slot.
+    pub truncated: AtomicU64,
+    /// Datagrams set aside for another port and dropped (it was full).
+    pub pending_full: AtomicU64,
+    /// Frames not sent: no remote to send them to.
+    pub no_remote: AtomicU64,
+    /// Frames whose offloads could not be completed (malformed, or a
+    /// segmentation type other than TCP).
+    pub offload_errors: AtomicU64,
+}
+
+impl VxlanCounters {
+    /// The counters by name, for `stats`.
+    pub fn named(&self) -> Vec<(&'static str, u64)> {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        vec![
+            ("short", get(&self.short)),
+            ("flags", get(&self.flags)),
+            ("reserved", get(&self.reserved)),
+            ("unknown_vni", get(&self.unknown_vni)),
+            ("unlisted_source", get(&self.unlisted_source)),
+            ("truncated", get(&self.truncated)),
+            ("pending_full", get(&self.pending_full)),
+            ("no_remote", get(&self.no_remote)),
+            ("offload_errors", get(&self.offload_errors)),
+        ]
+    }
+
+    fn bump(counter: &AtomicU64) {
+        // Relaxed: statistics.
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What all queues (workers) of one VXLAN port share.
+#[derive(Debug)]
+pub struct VxlanShared {
+    /// Its settings.
+    pub config: VxlanConfig,
+    /// Stations behind it and their VTEPs.
+    pub remotes: RemoteTable,
+    /// What it dropped.
+    pub counters: VxlanCounters,
+}
+
+/// One worker's socket on one local address, and the datagrams it took for
+/// ports other than the one reading.
+struct Endpoint {
+    socket: OwnedFd,
+    buffers: sys::RecvBuffers,
+    /// Per VNI with a port here: datagrams waiting for it (inner frame,
+    /// sender).
+    pending: HashMap<Vni, VecDeque<(Vec<u8>, IpAddr)>>,
+}
+
+type SharedEndpoint = Arc<Mutex<Endpoint>>;
+
+/// An endpoint in use: its local address, the queue (worker) it serves.
+struct EndpointEntry {
+    local: SocketAddr,
+    queue: usize,
+    endpoint: Weak<Mutex<Endpoint>>,
+}
+
+/// Every endpoint in use, by local address and queue index, so that VXLAN
+/// ports on one address share their sockets.
+static ENDPOINTS: Mutex<Vec<EndpointEntry>> = Mutex::new(Vec::new());
+
+fn endpoint(local: SocketAddr, queue: usize, vni: Vni) -> io::Result<SharedEndpoint> {
+    let mut all = ENDPOINTS.lock().unwrap_or_else(PoisonError::into_inner);
+    all.retain(|entry| entry.endpoint.strong_count() > 0);
+    let found = all
+        .iter()
+        .find(|entry| entry.local == local && entry.queue == queue)
+        .and_then(|entry| entry.endpoint.upgrade());
+    let endpoint = match found {
+        Some(endpoint) => endpoint,
+        None => {
+            let endpoint = Arc::new(Mutex::new(Endpoint {
+                socket: sys::open(local)?,
+                buffers: sys::RecvBuffers::new(RECV_BATCH, DATAGRAM_MAX),
+                pending: HashMap::new(),
+            }));
+            all.push(EndpointEntry {
+                local,
+                queue,
+                endpoint: Arc::downgrade(&endpoint),
+            });
+            endpoint
+        }
+    };
+    let mut guard = endpoint.lock().unwrap_or_else(PoisonError::into_inner);
+    if guard.pending.contains_key(&vni) {
+        return Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!("VNI {vni} already has a port on {local}"),
+        ));
+    }
+    guard.pending.insert(vni, VecDeque::new());
+    drop(guard);
+    Ok(endpoint)
+}
+
+/// One worker's queue of a VXLAN port.
+pub struct VxlanPort {
+    name: String,
+    shared: Arc<VxlanShared>,
+    endpoint: SharedEndpoint,
+    fd: RawFd,
+    header: [u8; vxlan::HEADER_LEN],
+    /// Segments and checksummed copies, one at a time.
+    scratch: Vec<u8>,
+    /// The batch's whole frames, packed; `spans` says where each is and
+    /// which frame offered it came from.
+    whole: Vec<u8>,
+    spans: Vec<(usize, usize, usize)>,
+    keys: Vec<FdbKey>,
+    found: Vec<Option<IpAddr>>,
+    addrs: Vec<SockAddr>,
+}
+
+impl std::fmt::Debug for VxlanPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VxlanPort")
+            .field("name", &self.name)
+            .field("vni", &self.shared.config.vni)
+            .finish()
+    }
+}
+
+impl VxlanPort {
+    /// Opens `queues` queues of VXLAN port `name`, one per worker, whose
+    /// remote table holds at most `max_entries` learned stations for `age`.
+    pub fn open(
+        name: &str,
+        config: VxlanConfig,
+        queues: usize,
+        max_entries: usize,
+        age: Duration,
+    ) -> io::Result<Vec<VxlanPort>> {
+        let shared = Arc::new(VxlanShared {
+            remotes: RemoteTable::new(config.remotes.clone(), max_entries, age),
+            config,
+            counters: VxlanCounters::default(),
+        });
+        (0..queues.max(1))
+            .map(|queue| {
+                let endpoint = endpoint(shared.config.local, queue, shared.config.vni)?;
+                let fd = endpoint
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .socket
+                    .as_raw_fd();
+                Ok(VxlanPort {
+                    name: name.to_owned(),
+                    header: vxlan::header(shared.config.vni),
+                    shared: Arc::clone(&shared),
+                    endpoint,
+                    fd,
+                    scratch: Vec::new(),
+                    whole: Vec::new(),
+                    spans: Vec::new(),
+                    keys: Vec::new(),
+                    found: Vec::new(),
+                    addrs: Vec::new(),
+                })
+            })
+            .collect()
+    }
+
+    /// What the port's queues share: its remote table and counters.
+    pub fn shared(&self) -> &Arc<VxlanShared> {
+        &self.shared
+    }
+
+    /// Takes one inner frame from `source` into the batch, and learns its
+    /// source station's VTEP.
+    fn deliver(
+        shared: &VxlanShared,
+        frame: &[u8],
+        source: IpAddr,
+        now: Instant,
+        batch: &mut RxBatch,
+        report: &mut RxReport,
+    ) {
+        let config = &shared.config;
+        if !config.learning && !shared.remotes.is_known_vtep(source) {
+            VxlanCounters::bump(&shared.counters.unlisted_source);
+            return;
+        }
+        let Some(buffer) = batch.next_buffer() else {
+            return;
+        };
+        if VNET_HDR_LEN + frame.len() > buffer.len() {
+            report.oversize += 1;
+            return;
+        }
+        buffer[..VNET_HDR_LEN].fill(0);
+        buffer[VNET_HDR_LEN..VNET_HDR_LEN + frame.len()].copy_from_slice(frame);
+        let (vnet, inner) = buffer[..VNET_HDR_LEN + frame.len()].split_at_mut(VNET_HDR_LEN);
+        complete_partial(inner);
+        offload_large_tcp(vnet, inner, STANDARD_MTU);
+        batch.commit(VNET_HDR_LEN + frame.len());
+        report.received += 1;
+        if let Ok(eth) = EthernetFrame::new_checked(frame) {
+            let src = eth.src_addr();
+            if config.learning && src.is_valid_source() {
+                shared
+                    .remotes
+                    .learn(FdbKey::new(eth.vlan_id(), src), source, now);
+            }
+        }
+    }
+}
+
+impl Drop for VxlanPort {
+    fn drop(&mut self) {
+        let mut endpoint = self.endpoint.lock().unwrap_or_else(PoisonError::into_inner);
+        endpoint.pending.remove(&self.shared.config.vni);
+    }
+}
+
+impl Port for VxlanPort {
+    const METADATA_LEN: usize = VNET_HDR_LEN;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn raw_fd(&self) -> Option<RawFd> {
+        Some(self.fd)
+    }
+
+    fn recv_batch(&mut self, batch: &mut RxBatch) -> Result<RxReport, PortError> {
+        let mut report = RxReport::default();
+        let now = Instant::now();
+        let shared = &*self.shared;
+        let vni = shared.config.vni;
+        let mut endpoint = self.endpoint.lock().unwrap_or_else(PoisonError::into_inner);
+        let Endpoint {
+            socket,
+            buffers,
+            pending,
+        } = &mut *endpoint;
+        // What another port of this endpoint took for this one, first.
+        if let Some(queue) = pending.get_mut(&vni) {
+            while !batch.is_full() {
+                let Some((frame, source)) = queue.pop_front() else {
+                    break;
+                };
+                Self::deliver(shared, &frame, source, now, batch, &mut report);
+            }
+        }
+        while !batch.is_full() {
+            let room = batch.capacity() - batch.len();
+            let count = buffers
+                .recv(socket, room)
+                .map_err(|source| PortError::Recv {
+                    port: self.name.clone(),
+                    source,
+                })?;
+            for i in 0..count {
+                let (datagram, source, truncated) = buffers.datagram(i);
+                let Some(source) = source else { continue };
+                if truncated {
+                    VxlanCounters::bump(&shared.counters.truncated);
+                    continue;
+                }
+                match vxlan::parse(datagram) {
+                    Ok((v, frame)) if v == vni => {
+                        Self::deliver(shared, frame, source, now, batch, &mut report)
+                    }
+                    Ok((v, frame)) => match pending.get_mut(&v) {
+                        Some(queue) if queue.len() < PENDING_MAX => {
+                            queue.push_back((frame.to_vec(), source))
+                        }
+                        Some(_) => VxlanCounters::bump(&shared.counters.pending_full),
+                        None => VxlanCounters::bump(&shared.counters.unknown_vni),
+                    },
+                    Err(error) => VxlanCounters::bump(match error {
+                        VxlanError::Short => &shared.counters.short,
+                        VxlanError::NoVni => &shared.counters.flags,
+                        VxlanError::Reserved => &shared.counters.reserved,
+                    }),
+                }
+            }
+            if count < room {
+                break;
+            }
+        }
+        Ok(report)
+    }
+
+    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = &'a [u8]>) -> SendReport {
+        let mut report = SendReport::default();
+        let shared = &*self.shared;
+        // Whole frames, packed in `whole`: (start, len, index of the frame
+        // offered).
+        self.whole.clear();
+        self.spans.clear();
+        let mut offered = 0usize;
+        let mut lens = Vec::new();
+        for (index, buffer) in frames.enumerate() {
+            offered += 1;
+            lens.push(buffer.len().saturating_sub(VNET_HDR_LEN));
+            if buffer.len() < VNET_HDR_LEN {
+                report.refused += 1;
+                continue;
+            }
+            let (vnet, frame) = buffer.split_at(VNET_HDR_LEN);
+            let (whole, spans) = (&mut self.whole, &mut self.spans);
+            let made = make_whole(vnet, frame, &mut self.scratch, |part| {
+                spans.push((whole.len(), part.len(), index));
+                whole.extend_from_slice(part);
+            });
+            if let Err(error) = made {
+                VxlanCounters::bump(&shared.counters.offload_errors);
+                log::debug!("{}: {error}", self.name);
+                if matches!(
+                    error,
+                    SegmentError::Malformed | SegmentError::Unsupported(_)
+                ) {
+                    report.refused += 1;
+                }
+            }
+        }
+        // One read lock for the batch's destinations.
+        self.keys.clear();
+        for &(start, len, _) in &self.spans {
+            let frame = &self.whole[start..start + len];
+            let key = EthernetFrame::new_checked(frame)
+                .ok()
+                .filter(|eth| eth.dst_addr().kind() == MacKind::Unicast)
+                .map_or(FdbKey::new(0, crate::wire::MacAddr::BROADCAST), |eth| {
+                    FdbKey::new(eth.vlan_id(), eth.dst_addr())
+                });
+            self.keys.push(key);
+        }
+        shared.remotes.lookup_all(&self.keys, &mut self.found);
+        // The addresses: one per known VTEP, and the flood list.
+        let port = shared.config.local.port();
+        self.addrs.clear();
+        let flood = shared.remotes.flood_list();
+        for &ip in flood {
+            self.addrs.push(SockAddr::from(SocketAddr::new(ip, port)));
+        }
+        let mut datagrams = Vec::with_capacity(self.spans.len());
+        let mut owners = Vec::with_capacity(self.spans.len());
+        // Built in full before any is borrowed below.
+        let unicast_addrs: Vec<SockAddr> = self
+            .found
+            .iter()
+            .flatten()
+            .map(|&ip| SockAddr::from(SocketAddr::new(ip, port)))
+            .collect();
+        let mut unicast = unicast_addrs.iter();
+        let mut no_remote = vec![false; offered];
+        for (i, &(start, len, owner)) in self.spans.iter().enumerate() {
+            let frame = &self.whole[start..start + len];
+            if self.found[i].is_some() {
+                let to = unicast.next().expect("one address per known VTEP");
+                datagrams.push(sys::Outgoing { frame, to });
+                owners.push(owner);
+            } else if flood.is_empty() {
+                no_remote[owner] = true;
+            } else {
+                for to in &self.addrs {
+                    datagrams.push(sys::Outgoing { frame, to });
+                    owners.push(owner);
+                }
+            }
+        }
+        // Per frame offered: Ok, or the first error one of its datagrams got.
+        let mut outcome: Vec<Option<io::Result<()>>> = (0..offered).map(|_| None).collect();
+        let endpoint = self.endpoint.lock().unwrap_or_else(PoisonError::into_inner);
+        sys::send_all(&endpoint.socket, &self.header, &datagrams, |i, result| {
+            let slot = &mut outcome[owners[i]];
+            if !matches!(slot, Some(Err(_))) {
+                *slot = Some(result);
+            }
+        });
+        drop(endpoint);
+        for (index, result) in outcome.into_iter().enumerate() {
+            let Some(result) = result else {
+                if no_remote[index] {
+                    VxlanCounters::bump(&shared.counters.no_remote);
+                    report.dropped += 1;
+                }
+                // Otherwise refused above (offloads), already counted.
+                continue;
+            };
+            if !report.record(result.map(|()| lens[index])) {
+                return report;
+            }
+        }
+        report
+    }
+
+    fn take_error(&mut self) -> Option<io::Error> {
+        let endpoint = self.endpoint.lock().unwrap_or_else(PoisonError::into_inner);
+        fd::take_socket_error(endpoint.socket.as_fd())
+    }
+
+    fn pending(&self) -> bool {
+        self.endpoint.try_lock().is_ok_and(|e| {
+            e.pending
+                .get(&self.shared.config.vni)
+                .is_some_and(|q| !q.is_empty())
+        })
+    }
+}

@@ -1,0 +1,234 @@
+//! The UDP socket of VXLAN ports: made with socket2 (SO_REUSEPORT, one per
+//! worker on the same address; path MTU discovery on, so that a datagram
+//! too big for the underlay fails with EMSGSIZE instead of leaving in
+//! fragments), and batched `recvmmsg`/`sendmmsg`, which no maintained
+//! crate wraps in a form that reuses its buffers.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::mem::zeroed;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use crate::port::fd;
+
+/// Opens a non-blocking UDP socket bound to `local`, in the SO_REUSEPORT
+/// group of every socket bound there, with the don't-fragment bit set.
+pub fn open(local: SocketAddr) -> io::Result<OwnedFd> {
+    let socket = Socket::new(Domain::for_address(local), Type::DGRAM, Some(Protocol::UDP))?;
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket.set_cloexec(true)?;
+    let socket = OwnedFd::from(socket);
+    let pmtu: libc::c_int = libc::IP_PMTUDISC_DO;
+    if local.is_ipv4() {
+        fd::set_option(
+            std::os::fd::AsFd::as_fd(&socket),
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            &pmtu,
+        )?;
+    } else {
+        let pmtu: libc::c_int = libc::IPV6_PMTUDISC_DO;
+        fd::set_option(
+            std::os::fd::AsFd::as_fd(&socket),
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            &pmtu,
+        )?;
+        let on: libc::c_int = 1;
+        fd::set_option(
+            std::os::fd::AsFd::as_fd(&socket),
+            libc::IPPROTO_IPV6,
+            libc::IPV6_V6ONLY,
+            &on,
+        )?;
+    }
+    let socket = Socket::from(socket);
+    socket.bind(&SockAddr::from(local))?;
+    Ok(OwnedFd::from(socket))
+}
+
+/// Receive buffers for one `recvmmsg` of up to `count` datagrams.
+pub struct RecvBuffers {
+    data: Vec<u8>,
+    slot: usize,
+    iovs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+    addrs: Vec<libc::sockaddr_storage>,
+}
+
+// SAFETY: the raw pointers in `iovs` and `msgs` point into `data`, `iovs`
+// and `addrs`, which the struct owns; they move with it.
+unsafe impl Send for RecvBuffers {}
+
+impl RecvBuffers {
+    /// Room for `count` datagrams of up to `slot` bytes.
+    pub fn new(count: usize, slot: usize) -> RecvBuffers {
+        RecvBuffers {
+            data: vec![0; count * slot],
+            slot,
+            // SAFETY: iovec, mmsghdr and sockaddr_storage are plain old
+            // data; all zeroes is a valid value of each.
+            iovs: vec![unsafe { zeroed() }; count],
+            // SAFETY: as above.
+            msgs: vec![unsafe { zeroed() }; count],
+            // SAFETY: as above.
+            addrs: vec![unsafe { zeroed() }; count],
+        }
+    }
+
+    /// Receives up to `max` datagrams without blocking; returns how many
+    /// (0 when none wait). Datagram `i` is then [`datagram`](Self::datagram).
+    pub fn recv(&mut self, socket: &OwnedFd, max: usize) -> io::Result<usize> {
+        let count = max.min(self.msgs.len());
+        for i in 0..count {
+            self.iovs[i] = libc::iovec {
+                iov_base: self.data[i * self.slot..].as_mut_ptr().cast(),
+                iov_len: self.slot,
+            };
+            let msg = &mut self.msgs[i].msg_hdr;
+            msg.msg_iov = &mut self.iovs[i];
+            msg.msg_iovlen = 1;
+            msg.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
+            msg.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            msg.msg_flags = 0;
+            self.msgs[i].msg_len = 0;
+        }
+        loop {
+            // SAFETY: every message points at its own iovec over its own
+            // slot of `data` and its own address storage, all live and
+            // unaliased for the call.
+            let ret = unsafe {
+                libc::recvmmsg(
+                    socket.as_raw_fd(),
+                    self.msgs.as_mut_ptr(),
+                    count as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            if ret >= 0 {
+                return Ok(ret as usize);
+            }
+            let error = io::Error::last_os_error();
+            match error.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return Ok(0),
+                _ => return Err(error),
+            }
+        }
+    }
+
+    /// Datagram `i` of the last receive, its sender, and whether it was cut
+    /// short (larger than a slot).
+    pub fn datagram(&self, i: usize) -> (&[u8], Option<IpAddr>, bool) {
+        let len = self.msgs[i].msg_len as usize;
+        let truncated = self.msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        let start = i * self.slot;
+        (
+            &self.data[start..start + len.min(self.slot)],
+            ip_of(&self.addrs[i]),
+            truncated,
+        )
+    }
+}
+
+/// The IP address in a socket address the kernel wrote.
+fn ip_of(storage: &libc::sockaddr_storage) -> Option<IpAddr> {
+    match libc::c_int::from(storage.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in, which
+            // is smaller than sockaddr_storage and less aligned.
+            let sin =
+                unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                sin.sin_addr.s_addr,
+            ))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, for sockaddr_in6.
+            let sin6 = unsafe {
+                &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
+            };
+            Some(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
+        }
+        _ => None,
+    }
+}
+
+/// One datagram to send: the VXLAN header, then `frame`, to `to`.
+pub struct Outgoing<'a> {
+    pub frame: &'a [u8],
+    pub to: &'a SockAddr,
+}
+
+/// Sends datagrams of `header` plus each frame with as few `sendmmsg`
+/// calls as it takes; calls `outcome(i, result)` for each, in order. An
+/// error of one datagram (EMSGSIZE: too big for the underlay) is that
+/// datagram's; the rest still go.
+pub fn send_all(
+    socket: &OwnedFd,
+    header: &[u8],
+    datagrams: &[Outgoing<'_>],
+    mut outcome: impl FnMut(usize, io::Result<()>),
+) {
+    const CHUNK: usize = 64;
+    for (chunk_index, chunk) in datagrams.chunks(CHUNK).enumerate() {
+        let base = chunk_index * CHUNK;
+        // SAFETY: iovec and mmsghdr are plain old data; zeroes are valid.
+        let mut iovs: [[libc::iovec; 2]; CHUNK] = unsafe { zeroed() };
+        // SAFETY: as above.
+        let mut msgs: [libc::mmsghdr; CHUNK] = unsafe { zeroed() };
+        for (i, d) in chunk.iter().enumerate() {
+            iovs[i] = [
+                libc::iovec {
+                    iov_base: header.as_ptr() as *mut libc::c_void,
+                    iov_len: header.len(),
+                },
+                libc::iovec {
+                    iov_base: d.frame.as_ptr() as *mut libc::c_void,
+                    iov_len: d.frame.len(),
+                },
+            ];
+        }
+        for (i, d) in chunk.iter().enumerate() {
+            let msg = &mut msgs[i].msg_hdr;
+            msg.msg_iov = iovs[i].as_mut_ptr();
+            msg.msg_iovlen = 2;
+            msg.msg_name = d.to.as_ptr() as *mut libc::c_void;
+            msg.msg_namelen = d.to.len();
+        }
+        let count = chunk.len();
+        let mut done = 0;
+        while done < count {
+            // SAFETY: `msgs[done..count]` point at iovecs over the header
+            // and frames, and at addresses, all live for this call; the
+            // kernel only reads them.
+            let ret = unsafe {
+                libc::sendmmsg(
+                    socket.as_raw_fd(),
+                    msgs.as_mut_ptr().add(done),
+                    (count - done) as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if ret > 0 {
+                for i in done..done + ret as usize {
+                    outcome(base + i, Ok(()));
+                }
+                done += ret as usize;
+                continue;
+            }
+            let error = io::Error::last_os_error();
+            if error.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            // The error is the first unsent datagram's.
+            outcome(base + done, Err(error));
+            done += 1;
+        }
+    }
+}

@@ -1,0 +1,472 @@
+//! Software segmentation and checksum completion: what a port that cannot
+//! carry the virtio-net header's offload state (a VXLAN port: the far end
+//! gets the inner frame only) does to frames that still depend on it.
+//!
+//! A frame with a partial checksum (`NEEDS_CSUM`) gets its checksum filled
+//! in, as the kernel's `skb_checksum_help` does; an offloaded TCP segment
+//! (GSO TCPv4 or TCPv6) is cut into frames of at most `gso_size` payload
+//! bytes with their IP lengths, IPv4 ids, TCP sequence numbers, flags and
+//! checksums set, as the kernel's `tcp_gso_segment` does.
+
+use super::vnet::{VnetHeader, VNET_HDR_F_NEEDS_CSUM, VNET_HDR_GSO_NONE};
+
+/// GSO types of the virtio-net header.
+const GSO_TCPV4: u8 = 1;
+const GSO_TCPV6: u8 = 4;
+const GSO_ECN: u8 = 0x80;
+
+const TCP_FIN: u8 = 0x01;
+const TCP_PSH: u8 = 0x08;
+const TCP_CWR: u8 = 0x80;
+
+/// Why a frame could not be made whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SegmentError {
+    /// Offsets or lengths that do not fit the frame.
+    #[error("offload offsets outside the frame")]
+    Malformed,
+    /// A segmentation type other than TCP (UDP fragmentation, USO).
+    #[error("segmentation offload of type {0} is not supported")]
+    Unsupported(u8),
+}
+
+/// Calls `emit` with each whole frame `frame` stands for, given its
+/// virtio-net header `vnet`: the frame itself when nothing is offloaded,
+/// with its checksum filled in when partial, or its segments.
+pub fn make_whole(
+    vnet: &[u8],
+    frame: &[u8],
+    scratch: &mut Vec<u8>,
+    mut emit: impl FnMut(&[u8]),
+) -> Result<(), SegmentError> {
+    let header = VnetHeader::new_checked(vnet).map_err(|_| SegmentError::Malformed)?;
+    match header.gso_type() & !GSO_ECN {
+        VNET_HDR_GSO_NONE => {
+            if header.flags() & VNET_HDR_F_NEEDS_CSUM == 0 {
+                emit(frame);
+                return Ok(());
+            }
+            scratch.clear();
+            scratch.extend_from_slice(frame);
+            let start = usize::from(header.csum_start());
+            let field = start + usize::from(header.csum_offset());
+            if field + 2 > scratch.len() {
+                return Err(SegmentError::Malformed);
+            }
+            let sum = fold(sum16(&scratch[start..], 0));
+            scratch[field..field + 2].copy_from_slice(&(!sum).to_be_bytes());
+            emit(scratch);
+            Ok(())
+        }
+        kind @ (GSO_TCPV4 | GSO_TCPV6) => segment_tcp(
+            frame,
+            usize::from(header.gso_size()),
+            kind == GSO_TCPV4,
+            scratch,
+            emit,
+        ),
+        other => Err(SegmentError::Unsupported(other)),
+    }
+}
+
+/// Fills in the TCP or UDP checksum of `frame` when it holds the partial
+/// form a sender with checksum offload leaves (the pseudo-header sum, not
+/// yet the whole checksum). Such frames reach a VXLAN port from a VTEP on
+/// the same host: over veth the kernel never computes a checksum it
+/// offloaded, and a UDP socket hands over the bytes as they are. A frame
+/// whose checksum verifies, or that is neither partial nor whole (damaged),
+/// is left as it is. Returns whether it filled one in.
+pub fn complete_partial(frame: &mut [u8]) -> bool {
+    let get = |f: &[u8], at: usize| f.get(at).copied();
+    let mut l3 = 14;
+    while let (Some(a), Some(b)) = (get(frame, l3 - 2), get(frame, l3 - 1)) {
+        if !matches!(u16::from_be_bytes([a, b]), 0x8100 | 0x88a8) {
+            break;
+        }
+        l3 += 4;
+    }
+    let Some(ethertype) = frame
+        .get(l3 - 2..l3)
+        .map(|b| u16::from_be_bytes([b[0], b[1]]))
+    else {
+        return false;
+    };
+    // (start of L4, protocol, pseudo-header address range, L4 length)
+    let (l4, proto, addrs, l4_len) = match ethertype {
+        0x0800 => {
+            let Some(&vihl) = frame.get(l3) else {
+                return false;
+            };
+            let ihl = usize::from(vihl & 0x0f) * 4;
+            if frame.len() < l3 + 20 || ihl < 20 {
+                return false;
+            }
+            let total = usize::from(u16::from_be_bytes([frame[l3 + 2], frame[l3 + 3]]));
+            let fragment = u16::from_be_bytes([frame[l3 + 6], frame[l3 + 7]]) & 0x3fff;
+            if fragment != 0 || total < ihl || l3 + total > frame.len() {
+                return false;
+            }
+            (l3 + ihl, frame[l3 + 9], l3 + 12..l3 + 20, total - ihl)
+        }
+        0x86dd => {
+            if frame.len() < l3 + 40 {
+                return false;
+            }
+            let payload = usize::from(u16::from_be_bytes([frame[l3 + 4], frame[l3 + 5]]));
+            if l3 + 40 + payload > frame.len() {
+                return false;
+            }
+            (l3 + 40, frame[l3 + 6], l3 + 8..l3 + 40, payload)
+        }
+        _ => return false,
+    };
+    let field = match proto {
+        6 => l4 + 16,
+        17 => l4 + 6,
+        _ => return false,
+    };
+    if field + 2 > l4 + l4_len {
+        return false;
+    }
+    let stored = u16::from_be_bytes([frame[field], frame[field + 1]]);
+    if proto == 17 && stored == 0 && ethertype == 0x0800 {
+        return false; // no UDP checksum
+    }
+    let pseudo = sum16(&frame[addrs], u32::from(proto) + l4_len as u32);
+    let segment = &frame[l4..l4 + l4_len];
+    if fold(sum16(segment, pseudo)) == 0xffff {
+        return false; // whole already
+    }
+    if stored != fold(pseudo) {
+        return false; // damaged: the receiver drops it
+    }
+    let mut sum = !fold(sum16(segment, 0));
+    if proto == 17 && sum == 0 {
+        sum = 0xffff;
+    }
+    frame[field..field + 2].copy_from_slice(&sum.to_be_bytes());
+    true
+}
+
+/// Marks a TCP frame longer than `mtu` (IP bytes) as an offloaded segment
+/// in its virtio-net header `vnet`: partial checksum, GSO TCPv4 or TCPv6
+/// with segments of what fits `mtu`. A VXLAN port gets such frames when
+/// the underlay is a veth: the kernel passes coalesced segments between
+/// namespaces whole, and a UDP socket hands them over as one datagram;
+/// marked, they reach a local stack whole (as GRO gives it frames) and are
+/// cut again wherever a link needs it. Returns whether it marked the frame.
+pub fn offload_large_tcp(vnet: &mut [u8], frame: &mut [u8], mtu: usize) -> bool {
+    if vnet.len() < 10 || frame.len() <= 14 + mtu {
+        return false;
+    }
+    let ethertype = u16::from_be_bytes([frame[12], frame[13]]);
+    let v4 = match ethertype {
+        0x0800 if frame.len() > 34 && frame[23] == 6 => true,
+        0x86dd if frame.len() > 54 && frame[20] == 6 => false,
+        _ => return false,
+    };
+    let Ok(Layout { l3, l4, payload }) = layout(frame, v4) else {
+        return false;
+    };
+    let l4_len = frame.len() - l4;
+    let pseudo = if v4 {
+        sum16(&frame[l3 + 12..l3 + 20], 6 + l4_len as u32)
+    } else {
+        sum16(&frame[l3 + 8..l3 + 40], 6 + l4_len as u32)
+    };
+    frame[l4 + 16..l4 + 18].copy_from_slice(&fold(pseudo).to_be_bytes());
+    let headers = payload - l3;
+    let mss = mtu.saturating_sub(headers).max(1) as u16;
+    vnet[0] = VNET_HDR_F_NEEDS_CSUM;
+    vnet[1] = if v4 { GSO_TCPV4 } else { GSO_TCPV6 };
+    vnet[2..4].copy_from_slice(&(payload as u16).to_ne_bytes());
+    vnet[4..6].copy_from_slice(&mss.to_ne_bytes());
+    vnet[6..8].copy_from_slice(&(l4 as u16).to_ne_bytes());
+    vnet[8..10].copy_from_slice(&16u16.to_ne_bytes());
+    true
+}
+
+/// The offsets of a TCP frame's headers.
+struct Layout {
+    l3: usize,
+    l4: usize,
+    payload: usize,
+}
+
+fn layout(frame: &[u8], v4: bool) -> Result<Layout, SegmentError> {
+    let get = |at: usize| frame.get(at).copied().ok_or(SegmentError::Malformed);
+    let mut l3 = 14;
+    // 802.1Q or 802.1ad tags.
+    while matches!(
+        u16::from_be_bytes([get(l3 - 2)?, get(l3 - 1)?]),
+        0x8100 | 0x88a8
+    ) {
+        l3 += 4;
+    }
+    let l4 = if v4 {
+        l3 + usize::from(get(l3)? & 0x0f) * 4
+    } else {
+        // Extension headers are not walked: the kernel's TSO for veth and
+        // taps hands them over without.
+        if get(l3 + 6)? != 6 {
+            return Err(SegmentError::Malformed);
+        }
+        l3 + 40
+    };
+    let payload = l4 + usize::from(get(l4 + 12)? >> 4) * 4;
+    if payload > frame.len() {
+        return Err(SegmentError::Malformed);
+    }
+    Ok(Layout { l3, l4, payload })
+}
+
+fn segment_tcp(
+    frame: &[u8],
+    mss: usize,
+    v4: bool,
+    scratch: &mut Vec<u8>,
+    mut emit: impl FnMut(&[u8]),
+) -> Result<(), SegmentError> {
+    let Layout { l3, l4, payload } = layout(frame, v4)?;
+    if mss == 0 {
+        return Err(SegmentError::Malformed);
+    }
+    let data = &frame[payload..];
+    let seq = u32::from_be_bytes(frame[l4 + 4..l4 + 8].try_into().expect("4 bytes"));
+    let ip_id = if v4 {
+        u16::from_be_bytes([frame[l3 + 4], frame[l3 + 5]])
+    } else {
+        0
+    };
+    let flags = frame[l4 + 13];
+    let chunks = data.len().div_ceil(mss).max(1);
+    for i in 0..chunks {
+        let chunk = &data[(i * mss).min(data.len())..((i + 1) * mss).min(data.len())];
+        scratch.clear();
+        scratch.extend_from_slice(&frame[..payload]);
+        scratch.extend_from_slice(chunk);
+        let tcp_len = scratch.len() - l4;
+        if v4 {
+            let total = (scratch.len() - l3) as u16;
+            scratch[l3 + 2..l3 + 4].copy_from_slice(&total.to_be_bytes());
+            let id = ip_id.wrapping_add(i as u16);
+            scratch[l3 + 4..l3 + 6].copy_from_slice(&id.to_be_bytes());
+            scratch[l3 + 10..l3 + 12].fill(0);
+            let sum = !fold(sum16(&scratch[l3..l4], 0));
+            scratch[l3 + 10..l3 + 12].copy_from_slice(&sum.to_be_bytes());
+        } else {
+            let len = (scratch.len() - l3 - 40) as u16;
+            scratch[l3 + 4..l3 + 6].copy_from_slice(&len.to_be_bytes());
+        }
+        let seq = seq.wrapping_add((i * mss) as u32);
+        scratch[l4 + 4..l4 + 8].copy_from_slice(&seq.to_be_bytes());
+        let mut f = flags;
+        if i + 1 < chunks {
+            f &= !(TCP_FIN | TCP_PSH);
+        }
+        if i > 0 {
+            f &= !TCP_CWR;
+        }
+        scratch[l4 + 13] = f;
+        scratch[l4 + 16..l4 + 18].fill(0);
+        let pseudo = if v4 {
+            sum16(&scratch[l3 + 12..l3 + 20], 6 + tcp_len as u32)
+        } else {
+            sum16(&scratch[l3 + 8..l3 + 40], 6 + tcp_len as u32)
+        };
+        let sum = !fold(sum16(&scratch[l4..], pseudo));
+        scratch[l4 + 16..l4 + 18].copy_from_slice(&sum.to_be_bytes());
+        emit(scratch);
+    }
+    Ok(())
+}
+
+/// The ones' complement sum of `bytes` as 16-bit big-endian words (a last
+/// odd byte padded with zero), added to `initial`, not folded.
+fn sum16(bytes: &[u8], initial: u32) -> u32 {
+    let mut sum = u64::from(initial);
+    let mut words = bytes.chunks_exact(2);
+    for w in &mut words {
+        sum += u64::from(u16::from_be_bytes([w[0], w[1]]));
+    }
+    if let [last] = words.remainder() {
+        sum += u64::from(*last) << 8;
+    }
+    while sum > 0xffff_ffff {
+        sum = (sum & 0xffff_ffff) + (sum >> 32);
+    }
+    sum as u32
+}
+
+fn fold(mut sum: u32) -> u16 {
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vnet(flags: u8, gso: u8, gso_size: u16, csum_start: u16, csum_offset: u16) -> [u8; 10] {
+        let mut h = [0u8; 10];
+        h[0] = flags;
+        h[1] = gso;
+        h[4..6].copy_from_slice(&gso_size.to_ne_bytes());
+        h[6..8].copy_from_slice(&csum_start.to_ne_bytes());
+        h[8..10].copy_from_slice(&csum_offset.to_ne_bytes());
+        h
+    }
+
+    /// An Ethernet + IPv4 + TCP frame with `payload`, checksums left as a
+    /// sender with offloads leaves them (IP header complete, TCP partial:
+    /// the pseudo-header sum).
+    fn tcp4(payload: &[u8], flags: u8) -> Vec<u8> {
+        let mut f = vec![0u8; 14 + 20 + 20];
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        f[14] = 0x45;
+        let total = (40 + payload.len()) as u16;
+        f[16..18].copy_from_slice(&total.to_be_bytes());
+        f[18..20].copy_from_slice(&0x1234u16.to_be_bytes());
+        f[22] = 64;
+        f[23] = 6;
+        f[26..30].copy_from_slice(&[198, 18, 0, 1]);
+        f[30..34].copy_from_slice(&[198, 18, 0, 2]);
+        f[38..42].copy_from_slice(&1000u32.to_be_bytes());
+        f[46] = 5 << 4;
+        f[47] = flags;
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// Whether the IPv4 header and TCP checksums of `f` verify.
+    fn checksums_verify(f: &[u8]) -> bool {
+        let ip_ok = fold(sum16(&f[14..34], 0)) == 0xffff;
+        let tcp_len = f.len() - 34;
+        let pseudo = sum16(&f[26..34], 6 + tcp_len as u32);
+        ip_ok && fold(sum16(&f[34..], pseudo)) == 0xffff
+    }
+
+    #[test]
+    fn a_partial_checksum_is_completed() {
+        let mut f = tcp4(b"hello, world", 0x18);
+        // A sender with checksum offload leaves the pseudo-header sum.
+        let ip_sum = !fold(sum16(&f[14..34], 0));
+        f[24..26].copy_from_slice(&ip_sum.to_be_bytes());
+        let pseudo = fold(sum16(&f[26..34], 6 + (f.len() - 34) as u32));
+        f[50..52].copy_from_slice(&pseudo.to_be_bytes());
+        let mut out = Vec::new();
+        let mut scratch = Vec::new();
+        make_whole(&vnet(1, 0, 0, 34, 16), &f, &mut scratch, |w| {
+            out.push(w.to_vec())
+        })
+        .unwrap();
+        assert_eq!(out.len(), 1);
+        assert!(checksums_verify(&out[0]));
+        // A frame with nothing offloaded passes unchanged.
+        let mut out = Vec::new();
+        make_whole(&vnet(0, 0, 0, 0, 0), &f, &mut scratch, |w| {
+            out.push(w.to_vec())
+        })
+        .unwrap();
+        assert_eq!(out, [f]);
+    }
+
+    #[test]
+    fn partial_checksums_in_received_frames_are_completed_once() {
+        let mut f = tcp4(b"a reply", 0x12);
+        let ip_sum = !fold(sum16(&f[14..34], 0));
+        f[24..26].copy_from_slice(&ip_sum.to_be_bytes());
+        let pseudo = fold(sum16(&f[26..34], 6 + (f.len() - 34) as u32));
+        f[50..52].copy_from_slice(&pseudo.to_be_bytes());
+        assert!(!checksums_verify(&f));
+        assert!(complete_partial(&mut f));
+        assert!(checksums_verify(&f));
+        // Whole already: left alone.
+        let before = f.clone();
+        assert!(!complete_partial(&mut f));
+        assert_eq!(f, before);
+        // Damaged (neither form): left for the receiver to drop.
+        f[60] ^= 0xff;
+        let damaged = f.clone();
+        assert!(!complete_partial(&mut f));
+        assert_eq!(f, damaged);
+    }
+
+    #[test]
+    fn a_coalesced_tcp_frame_is_marked_and_cuts_back_whole() {
+        let payload: Vec<u8> = (0..2796u32).map(|i| (i * 7) as u8).collect();
+        let mut f = tcp4(&payload, 0x10);
+        let ip_sum = !fold(sum16(&f[14..34], 0));
+        f[24..26].copy_from_slice(&ip_sum.to_be_bytes());
+        let mut vnet = [0u8; 10];
+        assert!(
+            !offload_large_tcp(&mut vnet, &mut f[..1514], 1500),
+            "fits the MTU"
+        );
+        assert!(offload_large_tcp(&mut vnet, &mut f, 1500));
+        let mut out = Vec::new();
+        let mut scratch = Vec::new();
+        make_whole(&vnet, &f, &mut scratch, |w| out.push(w.to_vec())).unwrap();
+        assert_eq!(out.len(), 2);
+        assert!(out
+            .iter()
+            .all(|seg| checksums_verify(seg) && seg.len() <= 1514));
+        let joined: Vec<u8> = out.iter().flat_map(|seg| seg[54..].to_vec()).collect();
+        assert_eq!(joined, payload);
+    }
+
+    #[test]
+    fn a_tcp_segment_is_cut_at_the_mss() {
+        let payload: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+        let f = tcp4(&payload, TCP_PSH | TCP_FIN | 0x10 | TCP_CWR);
+        let mut out = Vec::new();
+        let mut scratch = Vec::new();
+        make_whole(&vnet(1, GSO_TCPV4, 1448, 34, 16), &f, &mut scratch, |w| {
+            out.push(w.to_vec())
+        })
+        .unwrap();
+        assert_eq!(out.len(), 3);
+        let mut joined = Vec::new();
+        for (i, seg) in out.iter().enumerate() {
+            assert!(checksums_verify(seg), "segment {i}");
+            assert_eq!(
+                u16::from_be_bytes([seg[16], seg[17]]) as usize,
+                seg.len() - 14
+            );
+            assert_eq!(u16::from_be_bytes([seg[18], seg[19]]), 0x1234 + i as u16);
+            let seq = u32::from_be_bytes(seg[38..42].try_into().unwrap());
+            assert_eq!(seq, 1000 + 1448 * i as u32);
+            let flags = seg[47];
+            assert_eq!(flags & (TCP_FIN | TCP_PSH) != 0, i == 2, "segment {i}");
+            assert_eq!(flags & TCP_CWR != 0, i == 0, "segment {i}");
+            assert!(seg.len() - 54 <= 1448);
+            joined.extend_from_slice(&seg[54..]);
+        }
+        assert_eq!(joined, payload);
+    }
+
+    #[test]
+    fn bad_offsets_and_other_offloads_are_errors() {
+        let f = tcp4(b"x", 0);
+        let mut scratch = Vec::new();
+        assert_eq!(
+            make_whole(&vnet(1, 0, 0, 34, 200), &f, &mut scratch, |_| {}),
+            Err(SegmentError::Malformed)
+        );
+        assert_eq!(
+            make_whole(&vnet(0, 3, 1400, 0, 0), &f, &mut scratch, |_| {}),
+            Err(SegmentError::Unsupported(3))
+        );
+        assert_eq!(
+            make_whole(
+                &vnet(0, GSO_TCPV4, 1400, 0, 0),
+                &f[..40],
+                &mut scratch,
+                |_| {}
+            ),
+            Err(SegmentError::Malformed)
+        );
+    }
+}
