@@ -150,7 +150,7 @@ fn kernel_fdb(ns: &Netns, dev: &str) -> String {
 /// mpbridge on VTEP A, the kernel's vxlan device on VTEP B: ARP and 8 MiB
 /// of TCP each way between their hosts, byte for byte, with default
 /// offloads; the kernel learns host 1 at A's address.
-fn interoperates_with_the_kernel_vxlan_device() {
+fn interoperates_with_the_kernel_vxlan_device(lock: &str) {
     if !privileged("interoperates_with_the_kernel_vxlan_device") {
         return;
     }
@@ -161,7 +161,7 @@ fn interoperates_with_the_kernel_vxlan_device() {
     let h1 = host(0, &a, "p1");
     let h2 = host(1, &b, "p1");
     kernel_vtep(&b, 1, 42, &[0], "p1", "0");
-    let _daemon = mpbridge_vtep(&a, 0, 42, &[1], &[]);
+    let _daemon = mpbridge_vtep(&a, 0, 42, &[1], &["--lock", lock]);
     let hosts = [h1, h2];
     tcp_transfer(&hosts, 0, 1, 5001, 1);
     tcp_transfer(&hosts, 1, 0, 5002, 2);
@@ -171,6 +171,21 @@ fn interoperates_with_the_kernel_vxlan_device() {
         learned.contains(&expected),
         "the kernel did not learn host 1 at A: {learned}"
     );
+}
+
+macro_rules! interop_tests {
+    ($($name:ident: $lock:literal;)*) => {
+        $( fn $name() { interoperates_with_the_kernel_vxlan_device($lock); } )*
+    };
+}
+
+interop_tests! {
+    kernel_vxlan_interop_mutex: "mutex";
+    kernel_vxlan_interop_rwlock: "rwlock";
+    kernel_vxlan_interop_rmlock: "rmlock";
+    kernel_vxlan_interop_sharded: "sharded";
+    kernel_vxlan_interop_rcu: "rcu";
+    kernel_vxlan_interop_epoch: "epoch";
 }
 
 /// Two VNIs between one pair of VTEPs (one UDP socket on each side) stay
@@ -279,11 +294,73 @@ fn bad_datagrams_are_counted_and_dropped() {
     let _ = std::fs::remove_file(PathBuf::from(&socket));
 }
 
+/// Three mpbridge VTEPs and one Linux vxlan host in a full mesh, one VNI:
+/// a broadcast from any host arrives exactly once at every other host, TCP
+/// works between every pair, and with one instance stopped the other
+/// three still forward.
+fn a_full_mesh_of_four_vteps() {
+    if !privileged("a_full_mesh_of_four_vteps") {
+        return;
+    }
+    let underlay = Underlay::new();
+    let vteps: Vec<Netns> = (0..4).map(|_| Netns::new()).collect();
+    for (i, ns) in vteps.iter().enumerate() {
+        underlay.join(ns, i);
+    }
+    let hosts: Vec<Netns> = vteps
+        .iter()
+        .enumerate()
+        .map(|(i, ns)| host(i, ns, "p1"))
+        .collect();
+    let others = |i: usize| (0..4).filter(|&j| j != i).collect::<Vec<_>>();
+    kernel_vtep(&vteps[3], 3, 7, &others(3), "p1", "0");
+    let mut daemons: Vec<Option<Daemon>> = (0..3)
+        .map(|i| Some(mpbridge_vtep(&vteps[i], i, 7, &others(i), &[])))
+        .collect();
+    let mut st: Vec<Station> = hosts.iter().map(|h| Station::on(h)).collect();
+    settle_counts(&mut st);
+    for from in 0..4 {
+        st[from].send(&test_frame(BROADCAST, mac(from as u16 + 1), from as u8, 60));
+        let mut want = [1; 4];
+        want[from] = 0;
+        assert_eq!(settle_counts(&mut st), want, "broadcast from host {from}");
+    }
+    let mut port = 5100;
+    for from in 0..4 {
+        for to in (from + 1)..4 {
+            tcp_transfer(&hosts, from, to, port, port as u64);
+            port += 1;
+        }
+    }
+    // VTEP 1's mpbridge stops: the rest of the mesh carries on.
+    daemons[1].take();
+    // The transfers filled the stations' rings: empty them.
+    st.iter_mut().for_each(Station::clear);
+    for from in [0, 2, 3] {
+        st[from].send(&test_frame(BROADCAST, mac(from as u16 + 1), 9, 60));
+        let mut want = [1, 0, 1, 1];
+        want[from] = 0;
+        assert_eq!(
+            settle_counts(&mut st),
+            want,
+            "broadcast from host {from}, VTEP 1 down"
+        );
+    }
+    tcp_transfer(&hosts, 0, 3, port, 1);
+    tcp_transfer(&hosts, 2, 0, port + 1, 2);
+}
+
 lab::test_main! {
     privileged: [
-        interoperates_with_the_kernel_vxlan_device,
+        kernel_vxlan_interop_mutex,
+        kernel_vxlan_interop_rwlock,
+        kernel_vxlan_interop_rmlock,
+        kernel_vxlan_interop_sharded,
+        kernel_vxlan_interop_rcu,
+        kernel_vxlan_interop_epoch,
         two_vnis_stay_apart,
         bad_datagrams_are_counted_and_dropped,
+        a_full_mesh_of_four_vteps,
     ],
     plain: [],
 }
