@@ -41,7 +41,8 @@ const SETTLE: Duration = Duration::from_millis(700);
 
 #[derive(clap::Args)]
 pub struct ForwardArgs {
-    /// Port kinds: raw (veth pairs through AF_PACKET), tap, or both.
+    /// Port kinds: raw (veth pairs through AF_PACKET), tap, vxlan (two
+    /// VTEPs across a veth underlay), or several.
     #[arg(long, value_delimiter = ',', default_value = "raw")]
     ports: Vec<PortKindArg>,
     /// Strategies to measure, comma-separated or with the flag repeated.
@@ -114,6 +115,10 @@ pub struct ForwardArgs {
 enum PortKindArg {
     Raw,
     Tap,
+    /// Two VTEPs across a veth underlay (MTU 1600): mpbridge with a tap to
+    /// each host and a VXLAN port, or the kernel's vxlan devices and
+    /// bridges with a veth to each host.
+    Vxlan,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
@@ -206,6 +211,7 @@ impl Setup {
         let ports = match self.ports {
             PortKindArg::Raw => "raw",
             PortKindArg::Tap => "tap",
+            PortKindArg::Vxlan => "vxlan",
         };
         let io = |poll: bool| if poll { ", poll" } else { "" };
         let placed = match self.placement {
@@ -218,6 +224,9 @@ impl Setup {
     fn target_label(&self, ports: &str, io: impl Fn(bool) -> &'static str) -> String {
         match self.target {
             Target::Direct => "direct (generator to sink)".to_owned(),
+            Target::Kernel if self.ports == PortKindArg::Vxlan => {
+                "kernel vxlan devices and bridges (veth hosts)".to_owned()
+            }
             Target::Kernel => "kernel bridge (veth)".to_owned(),
             Target::Vde => "vde_switch (tap)".to_owned(),
             Target::Loop => "read/write loop (tap)".to_owned(),
@@ -244,6 +253,9 @@ struct Bench {
     _process: Option<Process>,
     _daemon: Option<lab::Daemon>,
     _bridge: Option<Netns>,
+    /// A second VTEP's mpbridge and the VTEPs' namespaces (VXLAN).
+    _far: Option<Process>,
+    _vteps: Vec<Netns>,
 }
 
 fn cpus() -> usize {
@@ -292,7 +304,46 @@ fn build(setup: Setup, mpbridge: &str) -> Result<Bench, String> {
     let mut bridge = None;
     let mut process = None;
     let mut daemon = None;
+    let mut far = None;
+    let mut vteps = Vec::new();
     match (setup.target, setup.ports) {
+        (Target::Kernel, PortKindArg::Vxlan) => {
+            let (a, b) = vxlan_underlay()?;
+            generator.add_veth("p0", &a)?;
+            sink.add_veth("p1", &b)?;
+            a.rps("p0", forwarder_mask)?;
+            kernel_vtep(&a, VTEP_A, VTEP_B, "p0")?;
+            kernel_vtep(&b, VTEP_B, VTEP_A, "p1")?;
+            vteps = vec![a, b];
+        }
+        (target @ Target::Mpbridge { .. }, PortKindArg::Vxlan) => {
+            let (a, b) = vxlan_underlay()?;
+            let segment = |local: &str, remote: &str| {
+                format!("--port=vxlan:seg,vni=42,local={local},remote={remote}")
+            };
+            process = Some(start_mpbridge(
+                &a,
+                target,
+                &["--port=tap:t0", &segment(VTEP_A, VTEP_B)],
+                mpbridge,
+                &bridge_name(),
+            )?);
+            far = Some(start_mpbridge(
+                &b,
+                target,
+                &["--port=tap:t1", &segment(VTEP_B, VTEP_A)],
+                mpbridge,
+                &far_bridge_name(),
+            )?);
+            for (tap, from, to) in [("t0", &a, &generator), ("t1", &b, &sink)] {
+                from.ip(&["link", "set", tap, "netns", &to.name])?;
+                to.ip(&["link", "set", tap, "name", "eth0"])?;
+            }
+            vteps = vec![a, b];
+        }
+        (_, PortKindArg::Vxlan) => {
+            return Err("only mpbridge and the kernel are measured on VXLAN".to_owned())
+        }
         (Target::Direct, _) => {
             generator.add_veth("eth0", &sink)?;
             sink.rps("eth0", forwarder_mask)?;
@@ -327,6 +378,7 @@ fn build(setup: Setup, mpbridge: &str) -> Result<Bench, String> {
                         target,
                         &["--port=raw:p0", "--port=raw:p1"],
                         mpbridge,
+                        &bridge_name(),
                     )?)
                 }
             }
@@ -378,6 +430,7 @@ fn build(setup: Setup, mpbridge: &str) -> Result<Bench, String> {
                 target,
                 &["--port=tap:t0", "--port=tap:t1"],
                 mpbridge,
+                &bridge_name(),
             )?);
             move_taps(&b, &generator, &sink)?;
             bridge = Some(b);
@@ -409,7 +462,48 @@ fn build(setup: Setup, mpbridge: &str) -> Result<Bench, String> {
         _process: process,
         _daemon: daemon,
         _bridge: bridge,
+        _far: far,
+        _vteps: vteps,
     })
+}
+
+/// The underlay addresses of the two VTEPs.
+const VTEP_A: &str = "198.18.1.1";
+const VTEP_B: &str = "198.18.1.2";
+
+/// Two VTEP namespaces joined by a veth `u0` with room for a 1518-byte
+/// frame and the 50 bytes of VXLAN over IPv4.
+fn vxlan_underlay() -> Result<(Netns, Netns), String> {
+    let (a, b) = (Netns::new("vtepa")?, Netns::new("vtepb")?);
+    for ns in [&a, &b] {
+        ns.sysctl("net/ipv6/conf/all/disable_ipv6", "1")?;
+        ns.sysctl("net/ipv6/conf/default/disable_ipv6", "1")?;
+    }
+    a.ip(&[
+        "link", "add", "u0", "type", "veth", "peer", "name", "u0", "netns", &b.name,
+    ])?;
+    for (ns, addr) in [(&a, VTEP_A), (&b, VTEP_B)] {
+        ns.ip(&["link", "set", "u0", "mtu", "1600"])?;
+        ns.ip(&["addr", "add", &format!("{addr}/24"), "dev", "u0"])?;
+        ns.ip(&["link", "set", "u0", "up"])?;
+    }
+    Ok((a, b))
+}
+
+/// The kernel's VTEP: vxlan device `vx0` (VNI 42) and `port` in bridge br0.
+fn kernel_vtep(ns: &Netns, local: &str, remote: &str, port: &str) -> Result<(), String> {
+    ns.ip(&[
+        "link", "add", "vx0", "type", "vxlan", "id", "42", "dstport", "4789", "local", local,
+        "remote", remote, "dev", "u0",
+    ])?;
+    ns.ip(&["link", "add", "br0", "type", "bridge"])?;
+    for dev in ["vx0", port] {
+        ns.ip(&["link", "set", dev, "master", "br0"])?;
+    }
+    for dev in ["vx0", port, "br0"] {
+        ns.ip(&["link", "set", dev, "up"])?;
+    }
+    Ok(())
 }
 
 /// Moves taps t0 and t1 from the bridge's namespace to the generator's and
@@ -427,10 +521,11 @@ fn start_mpbridge(
     target: Target,
     ports: &[&str],
     program: &str,
+    name: &str,
 ) -> Result<Process, String> {
     // A name of its own, so that a bridge already running on the machine
     // (the default name) is left alone.
-    let name = format!("--name={}", bridge_name());
+    let name = format!("--name={name}");
     let mut args: Vec<String> = vec!["run".into(), name];
     args.extend(ports.iter().map(|p| p.to_string()));
     let workers = match target {
@@ -468,18 +563,29 @@ fn bridge_name() -> String {
     format!("mpbench-{}", std::process::id())
 }
 
-/// Moves the running mpbridge's table to `lock` (`mpbridge lock set`).
-fn switch_lock(program: &str, lock: StrategyKind) -> Result<(), String> {
-    let output = std::process::Command::new(program)
-        .args(["--name", &bridge_name(), "lock", "set", lock.name()])
-        .output()
-        .map_err(|e| format!("cannot run {program}: {e}"))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        Err(format!("mpbridge lock set {lock}: {}", stderr.trim()))
+/// The name of the far VTEP's mpbridge (VXLAN).
+fn far_bridge_name() -> String {
+    format!("mpbench-{}-far", std::process::id())
+}
+
+/// Moves the running mpbridges' tables to `lock` (`mpbridge lock set`):
+/// the one, or both VTEPs' on VXLAN.
+fn switch_lock(program: &str, lock: StrategyKind, ports: PortKindArg) -> Result<(), String> {
+    let mut names = vec![bridge_name()];
+    if ports == PortKindArg::Vxlan {
+        names.push(far_bridge_name());
     }
+    for name in names {
+        let output = std::process::Command::new(program)
+            .args(["--name", &name, "lock", "set", lock.name()])
+            .output()
+            .map_err(|e| format!("cannot run {program}: {e}"))?;
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            return Err(format!("mpbridge lock set {lock}: {}", stderr.trim()));
+        }
+    }
+    Ok(())
 }
 
 /// With `--switch`, the setups measured on one running mpbridge: those that
@@ -668,7 +774,9 @@ fn setups(args: &ForwardArgs) -> Vec<Setup> {
         for &reference in &args.references {
             match (reference, ports) {
                 (ReferenceArg::Direct, PortKindArg::Raw) => targets.push((ports, Target::Direct)),
-                (ReferenceArg::Kernel, PortKindArg::Raw) => targets.push((ports, Target::Kernel)),
+                (ReferenceArg::Kernel, PortKindArg::Raw | PortKindArg::Vxlan) => {
+                    targets.push((ports, Target::Kernel))
+                }
                 (ReferenceArg::Loop, PortKindArg::Tap) => targets.push((ports, Target::Loop)),
                 (ReferenceArg::Vde, PortKindArg::Tap) => {
                     let installed = std::process::Command::new("vde_switch")
@@ -830,7 +938,7 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
                 let setup = &setups[s];
                 if let (true, Target::Mpbridge { lock, .. }) = (turn > 0, setup.target) {
                     bar.set_message(setup.label());
-                    switch_lock(&mpbridge, lock)?;
+                    switch_lock(&mpbridge, lock, setup.ports)?;
                     thread::sleep(WARMUP);
                 }
                 for (z, &size) in args.sizes.iter().enumerate() {
@@ -1201,6 +1309,10 @@ fn print_ratios(args: &ForwardArgs, setups: &[Setup], samples: &Samples) {
                 "kernel bridge",
                 find(PortKindArg::Raw, Target::Kernel, placed),
             ),
+            (
+                "kernel vxlan",
+                find(PortKindArg::Vxlan, Target::Kernel, placed),
+            ),
             ("direct", find(PortKindArg::Raw, Target::Direct, placed)),
             (
                 "read/write loop",
@@ -1212,6 +1324,7 @@ fn print_ratios(args: &ForwardArgs, setups: &[Setup], samples: &Samples) {
             let same_kind = match name {
                 "relay" => true,
                 "vde_switch" | "read/write loop" => setup.ports == PortKindArg::Tap,
+                "kernel vxlan" => setup.ports == PortKindArg::Vxlan,
                 _ => setup.ports == PortKindArg::Raw,
             };
             if !same_kind {
