@@ -182,8 +182,12 @@ pub fn print_fdb(result: serde_json::Value, json: bool) -> Result<(), Failure> {
     let entries: Vec<FdbEntry> = serde_json::from_value(result)
         .map_err(|e| Failure::new(1, format!("unreadable fdb: {e}")))?;
     for entry in entries {
+        let dst = entry
+            .dst
+            .as_ref()
+            .map_or(String::new(), |dst| format!(" dst {dst}"));
         println!(
-            "{} port {} vlan {} {} age {}s",
+            "{} port {} vlan {} {} age {}s{dst}",
             entry.mac, entry.port, entry.vlan, entry.state, entry.age_s
         );
     }

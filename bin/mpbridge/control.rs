@@ -460,7 +460,12 @@ fn handle(request: Request, bridge: &Bridge) -> Result<serde_json::Value, String
             let entries = fdb_entries(bridge, port, vlan);
             value(&entries)
         }
-        Request::FdbAdd { mac, port, vlan } => {
+        Request::FdbAdd {
+            mac,
+            port,
+            vlan,
+            dst,
+        } => {
             let key = FdbKey::new(check_vlan(vlan)?, parse_station(&mac)?);
             let port = bridge.port(&port)?;
             if let Some(local) = bridge.local_port(&key) {
@@ -468,6 +473,28 @@ fn handle(request: Request, bridge: &Bridge) -> Result<serde_json::Value, String
                     "{mac} is the address of {}'s own interface",
                     bridge.label(local)
                 ));
+            }
+            let label = bridge.label(port);
+            let vxlan = bridge
+                .vxlans
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&label)
+                .cloned();
+            match (dst, vxlan) {
+                (Some(dst), Some(vxlan)) => {
+                    let ip: std::net::IpAddr = dst
+                        .parse()
+                        .map_err(|_| format!("invalid dst address '{dst}'"))?;
+                    if ip.is_ipv4() != vxlan.config.local.is_ipv4() {
+                        return Err(format!("dst {ip} is not of {label}'s IP version"));
+                    }
+                    vxlan.remotes.add_static(key, ip);
+                }
+                (Some(_), None) => {
+                    return Err(format!("dst is for VXLAN ports; {label} is not one"))
+                }
+                (None, _) => {}
             }
             let replaced = bridge.fdb().add_static(key, port);
             value(&serde_json::json!({ "replaced_learned": replaced }))
@@ -479,6 +506,14 @@ fn handle(request: Request, bridge: &Bridge) -> Result<serde_json::Value, String
                     "{mac} is the address of {}'s own interface, which stays",
                     bridge.label(local)
                 ));
+            }
+            for vxlan in bridge
+                .vxlans
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+            {
+                vxlan.remotes.remove(&key);
             }
             if bridge.fdb().remove_static(key) || bridge.fdb().forget(key) {
                 value(&serde_json::json!({ "removed": true }))
@@ -905,6 +940,14 @@ impl Bridge {
 
 fn fdb_entries(bridge: &Bridge, port: Option<PortId>, vlan: Option<u16>) -> Vec<FdbEntry> {
     let now = bridge.fdb().now();
+    // Each VXLAN port's stations and their VTEPs.
+    let vteps: BTreeMap<String, Vec<bridge::port::vxlan::RemoteEntry>> = bridge
+        .vxlans
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|(label, shared)| (label.clone(), shared.remotes.entries()))
+        .collect();
     bridge
         .fdb()
         .snapshot(now)
@@ -921,6 +964,12 @@ fn fdb_entries(bridge: &Bridge, port: Option<PortId>, vlan: Option<u16>) -> Vec<
             }
             .to_owned(),
             age_s: r.idle_secs,
+            dst: vteps.get(&bridge.label(r.port)).and_then(|entries| {
+                entries
+                    .iter()
+                    .find(|e| e.key == r.key)
+                    .map(|e| e.addr.to_string())
+            }),
         })
         .collect()
 }

@@ -165,12 +165,13 @@ enum FdbCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Add a static entry: fdb add MAC port PORT [vlan VID].
+    /// Add a static entry: fdb add MAC port PORT [vlan VID] [dst IP] (dst:
+    /// on a VXLAN port, the VTEP the station is behind).
     Add {
         /// The station's address.
         mac: String,
-        /// port PORT [vlan VID]
-        #[arg(num_args = 0.., value_name = "port PORT [vlan VID]")]
+        /// port PORT [vlan VID] [dst IP]
+        #[arg(num_args = 0.., value_name = "port PORT [vlan VID] [dst IP]")]
         words: Vec<String>,
     },
     /// Remove an entry: fdb del MAC [vlan VID].
@@ -854,15 +855,40 @@ fn operate(name: &str, socket: &std::path::Path, command: Command) -> Result<(),
             let result = client::call(name, socket, Request::FdbShow { port, vlan })?;
             client::print_fdb(result, json)
         }
-        Command::Fdb(FdbCommand::Add { mac, words }) => {
+        Command::Fdb(FdbCommand::Add { mac, mut words }) => {
             let mac = client::check_mac(&mac)?;
+            // `dst IP` (a VXLAN port's VTEP), anywhere among the words.
+            let dst = match words.iter().position(|w| w == "dst") {
+                Some(at) if at + 1 < words.len() => {
+                    let ip = words.remove(at + 1);
+                    words.remove(at);
+                    Some(ip)
+                }
+                Some(_) => {
+                    return Err(client::Failure {
+                        code: 2,
+                        message: "'dst' needs a value".to_owned(),
+                    })
+                }
+                None => None,
+            };
             let (port, vlan) = client::keywords(&words, &["port", "vlan"])?;
             let port = port.ok_or_else(|| client::Failure {
                 code: 2,
                 message: "fdb add needs 'port PORT'".to_owned(),
             })?;
             let vlan = vlan.unwrap_or(0);
-            client::call(name, socket, Request::FdbAdd { mac, port, vlan }).map(|_| ())
+            client::call(
+                name,
+                socket,
+                Request::FdbAdd {
+                    mac,
+                    port,
+                    vlan,
+                    dst,
+                },
+            )
+            .map(|_| ())
         }
         Command::Fdb(FdbCommand::Del { mac, words }) => {
             let mac = client::check_mac(&mac)?;

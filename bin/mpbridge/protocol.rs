@@ -48,6 +48,10 @@ pub enum Request {
         /// Its VLAN (0: untagged).
         #[serde(default)]
         vlan: u16,
+        /// On a VXLAN port: the VTEP behind which the station is (a static
+        /// remote entry).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dst: Option<String>,
     },
     /// Removes a learned or static entry.
     FdbDel {
@@ -151,6 +155,9 @@ pub struct FdbEntry {
     pub state: String,
     /// Seconds since the station was last seen (0 for static and local).
     pub age_s: u32,
+    /// On a VXLAN port: the VTEP the station is behind, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst: Option<String>,
 }
 
 /// `stats`: the bridge's counters.

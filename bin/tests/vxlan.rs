@@ -350,6 +350,194 @@ fn a_full_mesh_of_four_vteps() {
     tcp_transfer(&hosts, 2, 0, port + 1, 2);
 }
 
+/// A UDP socket on VTEP `i`'s underlay address, port 4789, standing in
+/// for a VTEP: what mpbridge sends there, and datagrams sent from there.
+fn listener(ns: &Netns, i: usize) -> std::net::UdpSocket {
+    let addr = format!("{}:4789", vtep(i));
+    ns.run(move || {
+        let socket = std::net::UdpSocket::bind(&addr).expect("bind 4789");
+        socket
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        socket
+    })
+}
+
+/// The datagrams waiting on `socket` (each read within 300 ms).
+fn received(socket: &std::net::UdpSocket) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    while let Ok(n) = socket.recv(&mut buf) {
+        out.push(buf[..n].to_vec());
+        if out.len() > 10_000 {
+            break;
+        }
+    }
+    out
+}
+
+/// The stats of port `name` from the bridge at `socket`.
+fn port_stats(socket: &std::path::Path, name: &str) -> serde_json::Value {
+    let stats = ctl_json(socket, &["stats", "--json"]);
+    stats["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {stats}"))
+        .clone()
+}
+
+fn datagram(vni: u32, frame: &[u8]) -> Vec<u8> {
+    let v = vni.to_be_bytes();
+    let mut d = vec![0x08, 0, 0, 0, v[1], v[2], v[3], 0];
+    d.extend_from_slice(frame);
+    d
+}
+
+/// A static remote entry sends a station's frames to its VTEP only, and a
+/// flood of random inner sources fills the remote table only up to the
+/// learning limit.
+fn static_remotes_and_the_learning_limit() {
+    if !privileged("static_remotes_and_the_learning_limit") {
+        return;
+    }
+    let underlay = Underlay::new();
+    let vteps: Vec<Netns> = (0..3).map(|_| Netns::new()).collect();
+    for (i, ns) in vteps.iter().enumerate() {
+        underlay.join(ns, i);
+    }
+    let h1 = host(0, &vteps[0], "p1");
+    let socket = std::env::temp_dir()
+        .join(netns::unique("mpbvx"))
+        .with_extension("sock");
+    let ctl = format!("--ctl={}", socket.display());
+    let _daemon = mpbridge_vtep(&vteps[0], 0, 42, &[1], &[&ctl, "--max-entries", "8"]);
+    let (b, c) = (listener(&vteps[1], 1), listener(&vteps[2], 2));
+    let far = [0x02, 0x42, 0, 0, 0x0c, 0x0c];
+    netns::ctl_ok(
+        &socket,
+        &[
+            "fdb",
+            "add",
+            &mac_text(far),
+            "port",
+            "vxlan:vx0",
+            "dst",
+            &vtep(2),
+        ],
+    );
+    let (code, _, err) = netns::ctl(
+        &socket,
+        &[
+            "fdb",
+            "add",
+            &mac_text(far),
+            "port",
+            "raw:p1",
+            "dst",
+            &vtep(2),
+        ],
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("not one"), "{err}");
+    let shown = ctl_json(&socket, &["fdb", "show", "--json"]);
+    let entry = shown
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["mac"] == mac_text(far).as_str())
+        .unwrap_or_else(|| panic!("no static entry in {shown}"))
+        .clone();
+    assert_eq!(entry["dst"], vtep(2), "{entry}");
+    assert_eq!(entry["state"], "static", "{entry}");
+    let mut st = Station::on(&h1);
+    let unicast = test_frame(far, mac(1), 1, 60);
+    st.send(&unicast);
+    std::thread::sleep(Duration::from_millis(200));
+    let at_c = received(&c);
+    assert_eq!(at_c, [datagram(42, &unicast)], "C, the static entry's VTEP");
+    assert!(
+        received(&b).iter().all(|d| d[8..] != unicast[..]),
+        "the unicast went to the flood list too"
+    );
+    // 200 inner sources from B: the remote table stops at the limit.
+    let flood: Vec<Vec<u8>> = (0..200u16)
+        .map(|n| {
+            datagram(
+                42,
+                &test_frame(
+                    BROADCAST,
+                    [0x02, 0x99, 0, 0, (n >> 8) as u8, n as u8],
+                    2,
+                    60,
+                ),
+            )
+        })
+        .collect();
+    let target = format!("{}:4789", vtep(0));
+    let sender = b;
+    vteps[1].run(move || {
+        for d in &flood {
+            sender.send_to(d, &target).unwrap();
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let port = port_stats(&socket, "vxlan:vx0");
+    assert!(port["vxlan"]["remotes"].as_u64().unwrap() <= 8, "{port}");
+    assert!(
+        port["vxlan"]["remotes_refused"].as_u64().unwrap() > 0,
+        "{port}"
+    );
+    assert_eq!(port["rx_frames"], 200, "{port}");
+    let _ = std::fs::remove_file(PathBuf::from(&socket));
+}
+
+/// With learning off, only listed VTEPs are heard.
+fn learning_off_hears_listed_vteps_only() {
+    if !privileged("learning_off_hears_listed_vteps_only") {
+        return;
+    }
+    let underlay = Underlay::new();
+    let vteps: Vec<Netns> = (0..3).map(|_| Netns::new()).collect();
+    for (i, ns) in vteps.iter().enumerate() {
+        underlay.join(ns, i);
+    }
+    let h1 = host(0, &vteps[0], "p1");
+    let socket = std::env::temp_dir()
+        .join(netns::unique("mpbvx"))
+        .with_extension("sock");
+    let ctl = format!("--ctl={}", socket.display());
+    let vxlan = format!(
+        "--port=vxlan:vx0,vni=42,local={},remote={},learning=off",
+        vtep(0),
+        vtep(1)
+    );
+    let _daemon = Daemon::start(&vteps[0], &["run", "--port=raw:p1", &vxlan, &ctl]);
+    let mut st = Station::on(&h1);
+    settle_counts(std::slice::from_mut(&mut st));
+    let (b, c) = (listener(&vteps[1], 1), listener(&vteps[2], 2));
+    let target = format!("{}:4789", vtep(0));
+    for (ns, socket, tag) in [(&vteps[1], b, 1u8), (&vteps[2], c, 2u8)] {
+        let d = datagram(
+            42,
+            &test_frame(BROADCAST, mac(10 + u16::from(tag)), tag, 60),
+        );
+        let target = target.clone();
+        ns.run(move || {
+            socket.send_to(&d, &target).unwrap();
+        });
+    }
+    std::thread::sleep(Duration::from_millis(250));
+    let got = st.collect(Duration::from_millis(1));
+    assert_eq!(got.len(), 1, "only the listed VTEP's frame: {got:02x?}");
+    // The payload is filled with the sender's tag.
+    assert_eq!(got[0][14], 1, "the frame from the listed VTEP");
+    let port = port_stats(&socket, "vxlan:vx0");
+    assert_eq!(port["vxlan"]["unlisted_source"], 1, "{port}");
+    let _ = std::fs::remove_file(PathBuf::from(&socket));
+}
+
 lab::test_main! {
     privileged: [
         kernel_vxlan_interop_mutex,
@@ -361,6 +549,8 @@ lab::test_main! {
         two_vnis_stay_apart,
         bad_datagrams_are_counted_and_dropped,
         a_full_mesh_of_four_vteps,
+        static_remotes_and_the_learning_limit,
+        learning_off_hears_listed_vteps_only,
     ],
     plain: [],
 }
