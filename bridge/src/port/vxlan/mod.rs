@@ -425,8 +425,6 @@ impl Port for VxlanPort {
         for &ip in flood {
             self.addrs.push(SockAddr::from(SocketAddr::new(ip, port)));
         }
-        let mut datagrams = Vec::with_capacity(self.spans.len());
-        let mut owners = Vec::with_capacity(self.spans.len());
         // Built in full before any is borrowed below.
         let unicast_addrs: Vec<SockAddr> = self
             .found
@@ -434,32 +432,74 @@ impl Port for VxlanPort {
             .flatten()
             .map(|&ip| SockAddr::from(SocketAddr::new(ip, port)))
             .collect();
+        // Messages: per frame offered and destination, its whole frames in
+        // groups one UDP GSO send can carry (equal lengths but the last).
+        let frames: Vec<&[u8]> = self
+            .spans
+            .iter()
+            .map(|&(start, len, _)| &self.whole[start..start + len])
+            .collect();
+        let mut messages = Vec::new();
+        let mut owners = Vec::new();
         let mut unicast = unicast_addrs.iter();
         let mut no_remote = vec![false; offered];
-        for (i, &(start, len, owner)) in self.spans.iter().enumerate() {
-            let frame = &self.whole[start..start + len];
+        let mut i = 0;
+        while i < self.spans.len() {
+            let owner = self.spans[i].2;
+            let end = i + self.spans[i..].iter().take_while(|s| s.2 == owner).count();
+            let targets: &[SockAddr] = match self.found[i] {
+                // The same station for every part of one frame.
+                Some(_) => std::slice::from_ref(unicast.next().expect("one per known VTEP")),
+                None if flood.is_empty() => {
+                    no_remote[owner] = true;
+                    &[]
+                }
+                None => &self.addrs,
+            };
+            // Skip the other parts' unicast addresses: one per part was made.
             if self.found[i].is_some() {
-                let to = unicast.next().expect("one address per known VTEP");
-                datagrams.push(sys::Outgoing { frame, to });
-                owners.push(owner);
-            } else if flood.is_empty() {
-                no_remote[owner] = true;
-            } else {
-                for to in &self.addrs {
-                    datagrams.push(sys::Outgoing { frame, to });
-                    owners.push(owner);
+                for _ in i + 1..end {
+                    unicast.next();
                 }
             }
+            for to in targets {
+                let mut first = i;
+                while first < end {
+                    let len = frames[first].len();
+                    let mut count = 1;
+                    while first + count < end
+                        && count < sys::GSO_MAX_FRAMES
+                        && (count + 1) * (len + vxlan::HEADER_LEN) <= sys::GSO_MAX_BYTES
+                        && frames[first + count - 1].len() == len
+                        && frames[first + count].len() <= len
+                    {
+                        count += 1;
+                        if frames[first + count - 1].len() < len {
+                            break;
+                        }
+                    }
+                    messages.push(sys::Outgoing { first, count, to });
+                    owners.push(owner);
+                    first += count;
+                }
+            }
+            i = end;
         }
         // Per frame offered: Ok, or the first error one of its datagrams got.
         let mut outcome: Vec<Option<io::Result<()>>> = (0..offered).map(|_| None).collect();
         let endpoint = self.endpoint.lock().unwrap_or_else(PoisonError::into_inner);
-        sys::send_all(&endpoint.socket, &self.header, &datagrams, |i, result| {
-            let slot = &mut outcome[owners[i]];
-            if !matches!(slot, Some(Err(_))) {
-                *slot = Some(result);
-            }
-        });
+        sys::send_all(
+            &endpoint.socket,
+            &self.header,
+            &frames,
+            &messages,
+            |i, result| {
+                let slot = &mut outcome[owners[i]];
+                if !matches!(slot, Some(Err(_))) {
+                    *slot = Some(result);
+                }
+            },
+        );
         drop(endpoint);
         for (index, result) in outcome.into_iter().enumerate() {
             let Some(result) = result else {

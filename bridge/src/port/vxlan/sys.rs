@@ -159,54 +159,91 @@ fn ip_of(storage: &libc::sockaddr_storage) -> Option<IpAddr> {
     }
 }
 
-/// One datagram to send: the VXLAN header, then `frame`, to `to`.
+/// The UDP_SEGMENT socket option and control message (linux/udp.h).
+const UDP_SEGMENT: libc::c_int = 103;
+/// Most frames one UDP GSO send carries, and most bytes: what the kernel
+/// takes (UDP_MAX_SEGMENTS is 64 on older kernels), below the 64 KiB IP
+/// limit.
+pub const GSO_MAX_FRAMES: usize = 64;
+pub const GSO_MAX_BYTES: usize = 60_000;
+
+/// One message to send to `to`: frames `first..first + count` of the
+/// frames given to [`send_all`], each after its own VXLAN header. Every
+/// frame but the last has the same length, so that with more than one the
+/// kernel cuts the payload into one datagram per frame (UDP GSO).
 pub struct Outgoing<'a> {
-    pub frame: &'a [u8],
+    pub first: usize,
+    pub count: usize,
     pub to: &'a SockAddr,
 }
 
-/// Sends datagrams of `header` plus each frame with as few `sendmmsg`
-/// calls as it takes; calls `outcome(i, result)` for each, in order. An
-/// error of one datagram (EMSGSIZE: too big for the underlay) is that
-/// datagram's; the rest still go.
+/// Sends the messages with as few `sendmmsg` calls as it takes; calls
+/// `outcome(i, result)` for message `i`, in order. An error of one message
+/// (EMSGSIZE or EINVAL: too big for the underlay) is that message's; the
+/// rest still go.
 pub fn send_all(
     socket: &OwnedFd,
     header: &[u8],
-    datagrams: &[Outgoing<'_>],
+    frames: &[&[u8]],
+    messages: &[Outgoing<'_>],
     mut outcome: impl FnMut(usize, io::Result<()>),
 ) {
     const CHUNK: usize = 64;
-    for (chunk_index, chunk) in datagrams.chunks(CHUNK).enumerate() {
+    // One cmsg with a u16 per message, in 8-byte-aligned words.
+    const CMSG_WORDS: usize = 4;
+    let mut iovs: Vec<libc::iovec> = Vec::new();
+    let mut controls: Vec<[u64; CMSG_WORDS]> = Vec::new();
+    for (chunk_index, chunk) in messages.chunks(CHUNK).enumerate() {
         let base = chunk_index * CHUNK;
-        // SAFETY: iovec and mmsghdr are plain old data; zeroes are valid.
-        let mut iovs: [[libc::iovec; 2]; CHUNK] = unsafe { zeroed() };
-        // SAFETY: as above.
-        let mut msgs: [libc::mmsghdr; CHUNK] = unsafe { zeroed() };
-        for (i, d) in chunk.iter().enumerate() {
-            iovs[i] = [
-                libc::iovec {
+        iovs.clear();
+        controls.clear();
+        controls.resize(chunk.len(), [0; CMSG_WORDS]);
+        for m in chunk {
+            for frame in &frames[m.first..m.first + m.count] {
+                iovs.push(libc::iovec {
                     iov_base: header.as_ptr() as *mut libc::c_void,
                     iov_len: header.len(),
-                },
-                libc::iovec {
-                    iov_base: d.frame.as_ptr() as *mut libc::c_void,
-                    iov_len: d.frame.len(),
-                },
-            ];
+                });
+                iovs.push(libc::iovec {
+                    iov_base: frame.as_ptr() as *mut libc::c_void,
+                    iov_len: frame.len(),
+                });
+            }
         }
-        for (i, d) in chunk.iter().enumerate() {
+        // SAFETY: mmsghdr is plain old data; zeroes are valid.
+        let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { zeroed() }; chunk.len()];
+        let mut at = 0;
+        for (i, m) in chunk.iter().enumerate() {
             let msg = &mut msgs[i].msg_hdr;
-            msg.msg_iov = iovs[i].as_mut_ptr();
-            msg.msg_iovlen = 2;
-            msg.msg_name = d.to.as_ptr() as *mut libc::c_void;
-            msg.msg_namelen = d.to.len();
+            msg.msg_iov = iovs[at..].as_mut_ptr();
+            msg.msg_iovlen = 2 * m.count;
+            at += 2 * m.count;
+            msg.msg_name = m.to.as_ptr() as *mut libc::c_void;
+            msg.msg_namelen = m.to.len();
+            if m.count > 1 {
+                let segment = (header.len() + frames[m.first].len()) as u16;
+                let control = &mut controls[i];
+                msg.msg_control = control.as_mut_ptr().cast();
+                // SAFETY: CMSG_SPACE is arithmetic on a constant.
+                msg.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as usize;
+                // SAFETY: the control buffer is CMSG_SPACE(2) bytes or more
+                // (4 words), aligned for cmsghdr, and `msg` points at it, so
+                // the first header and its data lie inside it.
+                unsafe {
+                    let cmsg = libc::CMSG_FIRSTHDR(msg);
+                    (*cmsg).cmsg_level = libc::SOL_UDP;
+                    (*cmsg).cmsg_type = UDP_SEGMENT;
+                    (*cmsg).cmsg_len = libc::CMSG_LEN(2) as usize;
+                    libc::CMSG_DATA(cmsg).cast::<u16>().write_unaligned(segment);
+                }
+            }
         }
         let count = chunk.len();
         let mut done = 0;
         while done < count {
             // SAFETY: `msgs[done..count]` point at iovecs over the header
-            // and frames, and at addresses, all live for this call; the
-            // kernel only reads them.
+            // and frames, at addresses and at control buffers, all live and
+            // unmoved for this call; the kernel only reads them.
             let ret = unsafe {
                 libc::sendmmsg(
                     socket.as_raw_fd(),
@@ -226,7 +263,7 @@ pub fn send_all(
             if error.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
-            // The error is the first unsent datagram's.
+            // The error is the first unsent message's.
             outcome(base + done, Err(error));
             done += 1;
         }
