@@ -209,6 +209,30 @@ mod tests {
     }
 
     #[test]
+    fn vlan_and_vxlan_ports_read_back() {
+        let config = load_text(
+            "vlan_filtering = true\nports = [\"tap:a0,access=10\", \"raw:eth1,trunk=10,20,native=30\", \
+             \"vxlan:seg,vni=7,local=198.18.1.1,remote=198.18.1.2,access=20\"]\n",
+        )
+        .unwrap();
+        assert_eq!(config.vlan_filtering, Some(true));
+        let described: Vec<String> = config.ports.iter().map(PortSpec::describe).collect();
+        assert_eq!(
+            described,
+            [
+                "tap:a0,access=10",
+                "raw:eth1,trunk=10,20,native=30",
+                "vxlan:seg,vni=7,local=198.18.1.1,port=4789,remote=198.18.1.2,access=20"
+            ]
+        );
+        let error = load_text("ports = [\"tap:a0,access=x\"]\n").unwrap_err();
+        assert!(
+            error.contains("line 1") && error.contains("invalid VLAN id"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn errors_name_the_line() {
         let cases = [
             (

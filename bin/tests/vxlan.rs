@@ -335,7 +335,7 @@ fn a_full_mesh_of_four_vteps() {
     // VTEP 1's mpbridge stops: the rest of the mesh carries on.
     daemons[1].take();
     // The transfers filled the stations' rings: empty them.
-    st.iter_mut().for_each(Station::clear);
+    st.iter_mut().for_each(Station::drain);
     for from in [0, 2, 3] {
         st[from].send(&test_frame(BROADCAST, mac(from as u16 + 1), 9, 60));
         let mut want = [1, 0, 1, 1];
@@ -538,6 +538,82 @@ fn learning_off_hears_listed_vteps_only() {
     let _ = std::fs::remove_file(PathBuf::from(&socket));
 }
 
+/// Two mpbridge VTEPs, each with its host on a tap (virtio-net headers:
+/// the hosts' TCP hands over 64 KiB segments) and two workers (two sockets
+/// in a SO_REUSEPORT group): 8 MiB of TCP each way, byte for byte.
+fn tcp_from_taps_across_two_mpbridge_vteps() {
+    if !privileged("tcp_from_taps_across_two_mpbridge_vteps") {
+        return;
+    }
+    let underlay = Underlay::new();
+    let (a, b) = (Netns::new(), Netns::new());
+    underlay.join(&a, 0);
+    underlay.join(&b, 1);
+    let hosts = [Netns::new(), Netns::new()];
+    let mut daemons = Vec::new();
+    for (i, (vtep_ns, host)) in [(&a, &hosts[0]), (&b, &hosts[1])].into_iter().enumerate() {
+        let segment = format!(
+            "--port=vxlan:seg,vni=42,local={},remote={}",
+            vtep(i),
+            vtep(1 - i)
+        );
+        daemons.push(Daemon::start(
+            vtep_ns,
+            &["run", "--workers", "2", "--port=tap:t0", &segment],
+        ));
+        vtep_ns.ip(&["link", "set", "t0", "netns", &host.name]);
+        host.ip(&["link", "set", "t0", "name", "eth0"]);
+        host.ip(&["link", "set", "eth0", "mtu", "1450"]);
+        host.ip(&[
+            "addr",
+            "add",
+            &format!("198.18.0.{}/24", i + 1),
+            "dev",
+            "eth0",
+        ]);
+        host.ip(&["link", "set", "eth0", "up"]);
+    }
+    tcp_transfer(&hosts, 0, 1, 5201, 5);
+    tcp_transfer(&hosts, 1, 0, 5202, 6);
+}
+
+/// A frame too big for the underlay after encapsulation is counted and
+/// dropped, never sent in fragments.
+fn frames_too_big_for_the_underlay_are_dropped_and_counted() {
+    if !privileged("frames_too_big_for_the_underlay_are_dropped_and_counted") {
+        return;
+    }
+    let underlay = Underlay::new();
+    let (a, b) = (Netns::new(), Netns::new());
+    underlay.join(&a, 0);
+    underlay.join(&b, 1);
+    // A host with the underlay's MTU, not 50 bytes less.
+    let h1 = host(0, &a, "p1");
+    h1.ip(&["link", "set", "eth0", "mtu", "1500"]);
+    let socket = std::env::temp_dir()
+        .join(netns::unique("mpbvx"))
+        .with_extension("sock");
+    let ctl = format!("--ctl={}", socket.display());
+    let _daemon = mpbridge_vtep(&a, 0, 42, &[1], &[&ctl]);
+    let far = listener(&b, 1);
+    let mut st = Station::on(&h1);
+    st.send(&test_frame(BROADCAST, mac(1), 1, 1400));
+    st.send(&test_frame(BROADCAST, mac(1), 2, 1500));
+    std::thread::sleep(Duration::from_millis(250));
+    let got = received(&far);
+    assert_eq!(
+        got.len(),
+        1,
+        "only the frame that fits: {} datagrams",
+        got.len()
+    );
+    assert_eq!(got[0].len(), 8 + 1400, "sent whole, not in fragments");
+    let port = port_stats(&socket, "vxlan:vx0");
+    assert_eq!(port["tx_errors"], 1, "{port}");
+    assert_eq!(port["tx_frames"], 1, "{port}");
+    let _ = std::fs::remove_file(PathBuf::from(&socket));
+}
+
 lab::test_main! {
     privileged: [
         kernel_vxlan_interop_mutex,
@@ -551,6 +627,8 @@ lab::test_main! {
         a_full_mesh_of_four_vteps,
         static_remotes_and_the_learning_limit,
         learning_off_hears_listed_vteps_only,
+        tcp_from_taps_across_two_mpbridge_vteps,
+        frames_too_big_for_the_underlay_are_dropped_and_counted,
     ],
     plain: [],
 }

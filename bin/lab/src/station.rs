@@ -83,9 +83,15 @@ impl Station {
         self.port.send_batch(buffers.iter().map(Vec::as_slice)).sent
     }
 
-    /// Drops whatever arrived so far, however much: a receive ring left
-    /// full (by a TCP transfer nobody collected) drops what comes next.
+    /// Drops whatever arrived so far (waiting at least a millisecond).
     pub fn clear(&mut self) {
+        self.collect(Duration::from_millis(1));
+    }
+
+    /// Drops whatever arrived so far, however much, without waiting: a
+    /// receive ring left full (by a TCP transfer nobody collected) drops
+    /// what comes next.
+    pub fn drain(&mut self) {
         use bridge::port::Port;
         // Bounded: at most a million frames, far more than a ring holds.
         for _ in 0..(1 << 20) / 64 {
