@@ -24,3 +24,12 @@ MPBRIDGE_BENCH_THREADS="$counts" cargo bench --bench lock_contention | tee "$out
     --out "$out/scaling" | tee "$out-scaling.txt"
 ./target/release/mpbench forward --ports raw,tap --sizes 64,128,256,512,1024,1280,1518 \
     --io interrupt,poll --runs 5 --out "$out/sizes" | tee "$out-sizes.txt"
+# Both receive placements: with cores to spare, (a) puts the ingress softirq
+# on a CPU of its own, neither the generator's nor a worker's.
+./target/release/mpbench forward --ports raw --placement apart,shared --sizes 64 \
+    --references kernel,relay --sweep 25,50,100,150,200,300,max --runs 5 \
+    --out "$out/placement" | tee "$out-placement.txt"
+./target/release/mpbench forward --tcp --ports raw,tap,vxlan --references kernel,direct \
+    --runs 5 --seconds 2 --out "$out/tcp" | tee "$out-tcp.txt"
+./target/release/mpbench forward --ports vxlan --references kernel --sizes 64,512,1518 \
+    --runs 5 --out "$out/vxlan" | tee "$out-vxlan.txt"
