@@ -153,6 +153,28 @@ impl RxBatch {
         self.end = align_frame(self.end + len);
     }
 
+    /// The last frame's buffer, with the room it may grow into (a whole
+    /// buffer from its start), and its length: for a port that joins
+    /// segments of one flow into one frame.
+    pub fn last_mut(&mut self) -> Option<(&mut [u8], usize)> {
+        let last = self.count.checked_sub(1)?;
+        let start = self.starts[last];
+        let len = self.lens[last];
+        Some((&mut self.slab[start..start + self.frame_capacity], len))
+    }
+
+    /// Sets the last frame's length, after [`last_mut`](Self::last_mut)
+    /// grew it.
+    ///
+    /// # Panics
+    /// When the batch is empty or `len` exceeds the buffer size.
+    pub fn set_last_len(&mut self, len: usize) {
+        assert!(self.count > 0 && len <= self.frame_capacity);
+        let last = self.count - 1;
+        self.lens[last] = len;
+        self.end = align_frame(self.starts[last] + len);
+    }
+
     /// Copies `frame` into the next free buffer. Returns `Ok(false)` when the
     /// batch is full.
     pub fn push(&mut self, frame: &[u8]) -> Result<bool, Oversize> {

@@ -34,7 +34,7 @@ use socket2::SockAddr;
 
 use super::{fd, Port, PortError, RxBatch, RxReport, SendReport, VNET_HDR_LEN};
 use crate::fdb::FdbKey;
-use crate::wire::segment::{complete_partial, make_whole, offload_large_tcp, SegmentError};
+use crate::wire::segment::{complete_partial, make_whole, offload_large_tcp, SegmentError, TcpRun};
 use crate::wire::vxlan::{self, Vni, VxlanError};
 use crate::wire::{EthernetFrame, MacKind};
 
@@ -256,6 +256,8 @@ impl VxlanPort {
 
     /// Takes one inner frame from `source` into the batch, and learns its
     /// source station's VTEP.
+    /// A TCP segment that continues the flow of the batch's last frame
+    /// (`run`) joins it instead (see `wire::segment::TcpRun`).
     fn deliver(
         shared: &VxlanShared,
         frame: &[u8],
@@ -263,12 +265,20 @@ impl VxlanPort {
         now: Instant,
         batch: &mut RxBatch,
         report: &mut RxReport,
+        run: &mut Option<TcpRun>,
     ) {
         let config = &shared.config;
         if !config.learning && !shared.remotes.is_known_vtep(source) {
             VxlanCounters::bump(&shared.counters.unlisted_source);
             return;
         }
+        if let (Some(tcp), Some((buffer, len))) = (run.as_mut(), batch.last_mut()) {
+            if let Some(joined) = tcp.join(buffer, len, frame) {
+                batch.set_last_len(joined);
+                return;
+            }
+        }
+        *run = None;
         let Some(buffer) = batch.next_buffer() else {
             return;
         };
@@ -280,7 +290,9 @@ impl VxlanPort {
         buffer[VNET_HDR_LEN..VNET_HDR_LEN + frame.len()].copy_from_slice(frame);
         let (vnet, inner) = buffer[..VNET_HDR_LEN + frame.len()].split_at_mut(VNET_HDR_LEN);
         complete_partial(inner);
-        offload_large_tcp(vnet, inner, STANDARD_MTU);
+        if !offload_large_tcp(vnet, inner, STANDARD_MTU) {
+            *run = TcpRun::start(inner);
+        }
         batch.commit(VNET_HDR_LEN + frame.len());
         report.received += 1;
         if let Ok(eth) = EthernetFrame::new_checked(frame) {
@@ -323,13 +335,15 @@ impl Port for VxlanPort {
             buffers,
             pending,
         } = &mut *endpoint;
+        // The flow of the batch's last frame, while later segments may join.
+        let mut run = None;
         // What another port of this endpoint took for this one, first.
         if let Some(queue) = pending.get_mut(&vni) {
             while !batch.is_full() {
                 let Some((frame, source)) = queue.pop_front() else {
                     break;
                 };
-                Self::deliver(shared, &frame, source, now, batch, &mut report);
+                Self::deliver(shared, &frame, source, now, batch, &mut report, &mut run);
             }
         }
         while !batch.is_full() {
@@ -349,7 +363,7 @@ impl Port for VxlanPort {
                 }
                 match vxlan::parse(datagram) {
                     Ok((v, frame)) if v == vni => {
-                        Self::deliver(shared, frame, source, now, batch, &mut report)
+                        Self::deliver(shared, frame, source, now, batch, &mut report, &mut run)
                     }
                     Ok((v, frame)) => match pending.get_mut(&v) {
                         Some(queue) if queue.len() < PENDING_MAX => {
