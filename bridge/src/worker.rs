@@ -618,8 +618,13 @@ impl<S: Strategy, P: Port> Worker<S, P> {
                 }
                 continue;
             }
-            // Frames set aside inside a port show on no descriptor.
-            if self.ports.iter().flatten().any(Port::pending) {
+            // Frames set aside inside a port show on no descriptor (a port
+            // out of forwarding is not read, so it does not count).
+            let pending = self.ports.iter().zip(&self.faults).any(|(port, fault)| {
+                matches!(fault.health, Health::Up | Health::Retrying)
+                    && port.as_ref().is_some_and(Port::pending)
+            });
+            if pending {
                 continue;
             }
             if self.config.busy_poll {
@@ -700,10 +705,15 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             if revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) == 0 {
                 continue;
             }
-            let source = self
-                .port_mut(index)
-                .take_error()
-                .unwrap_or_else(|| io::Error::other(format!("poll reported {revents:#x}")));
+            let taken = self.port_mut(index).take_error();
+            // Ports sharing a descriptor (VXLAN ports of one address) share
+            // its error too: the first took it.
+            let shared = (0..slot).any(|earlier| fds[earlier + 2].fd == fds[slot + 2].fd);
+            if taken.is_none() && shared && revents & (libc::POLLHUP | libc::POLLNVAL) == 0 {
+                continue;
+            }
+            let source =
+                taken.unwrap_or_else(|| io::Error::other(format!("poll reported {revents:#x}")));
             let error = PortError::Pending {
                 port: self.port(index).name().to_owned(),
                 source,

@@ -56,8 +56,12 @@ pub fn make_whole(
             if field + 2 > scratch.len() {
                 return Err(SegmentError::Malformed);
             }
-            let sum = fold(sum16(&scratch[start..], 0));
-            scratch[field..field + 2].copy_from_slice(&(!sum).to_be_bytes());
+            let mut sum = !fold(sum16(&scratch[start..], 0));
+            // A UDP checksum of zero means none: it is sent as all ones.
+            if header.csum_offset() == 6 && sum == 0 {
+                sum = 0xffff;
+            }
+            scratch[field..field + 2].copy_from_slice(&sum.to_be_bytes());
             emit(scratch);
             Ok(())
         }
@@ -171,12 +175,30 @@ pub fn offload_large_tcp(vnet: &mut [u8], frame: &mut [u8], mtu: usize) -> bool 
     let Ok(Layout { l3, l4, payload }) = layout(frame, v4) else {
         return false;
     };
+    // The IP length must be the frame's, and an IPv4 frame whole (no
+    // fragment).
+    let ip_len = if v4 {
+        usize::from(u16::from_be_bytes([frame[l3 + 2], frame[l3 + 3]]))
+    } else {
+        40 + usize::from(u16::from_be_bytes([frame[l3 + 4], frame[l3 + 5]]))
+    };
+    if l3 + ip_len != frame.len()
+        || (v4 && u16::from_be_bytes([frame[l3 + 6], frame[l3 + 7]]) & 0x3fff != 0)
+    {
+        return false;
+    }
     let l4_len = frame.len() - l4;
     let pseudo = if v4 {
         sum16(&frame[l3 + 12..l3 + 20], 6 + l4_len as u32)
     } else {
         sum16(&frame[l3 + 8..l3 + 40], 6 + l4_len as u32)
     };
+    // Damage in transit must not turn into a checksum that verifies: only
+    // a whole or a partial checksum is taken.
+    let stored = u16::from_be_bytes([frame[l4 + 16], frame[l4 + 17]]);
+    if fold(sum16(&frame[l4..], pseudo)) != 0xffff && stored != fold(pseudo) {
+        return false;
+    }
     frame[l4 + 16..l4 + 18].copy_from_slice(&fold(pseudo).to_be_bytes());
     let headers = payload - l3;
     let mss = mtu.saturating_sub(headers).max(1) as u16;
@@ -340,7 +362,11 @@ fn layout(frame: &[u8], v4: bool) -> Result<Layout, SegmentError> {
         l3 += 4;
     }
     let l4 = if v4 {
-        l3 + usize::from(get(l3)? & 0x0f) * 4
+        let ihl = usize::from(get(l3)? & 0x0f) * 4;
+        if ihl < 20 {
+            return Err(SegmentError::Malformed);
+        }
+        l3 + ihl
     } else {
         // Extension headers are not walked: the kernel's TSO for veth and
         // taps hands them over without.
@@ -349,8 +375,9 @@ fn layout(frame: &[u8], v4: bool) -> Result<Layout, SegmentError> {
         }
         l3 + 40
     };
-    let payload = l4 + usize::from(get(l4 + 12)? >> 4) * 4;
-    if payload > frame.len() {
+    let thl = usize::from(get(l4 + 12)? >> 4) * 4;
+    let payload = l4 + thl;
+    if thl < 20 || payload > frame.len() {
         return Err(SegmentError::Malformed);
     }
     Ok(Layout { l3, l4, payload })
@@ -543,6 +570,9 @@ mod tests {
         let mut f = tcp4(&payload, 0x10);
         let ip_sum = !fold(sum16(&f[14..34], 0));
         f[24..26].copy_from_slice(&ip_sum.to_be_bytes());
+        // As a sender with checksum offload leaves it: the partial form.
+        let pseudo = fold(sum16(&f[26..34], 6 + (f.len() - 34) as u32));
+        f[50..52].copy_from_slice(&pseudo.to_be_bytes());
         let mut vnet = [0u8; 10];
         assert!(
             !offload_large_tcp(&mut vnet, &mut f[..1514], 1500),
@@ -589,6 +619,28 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn malformed_headers_are_never_marked_or_cut() {
+        let payload = vec![0x33u8; 1480];
+        let mut f = tcp4(&payload, 0x10);
+        f[46] = 0; // TCP data offset 0
+        let mut vnet = [0u8; 10];
+        assert!(!offload_large_tcp(&mut vnet, &mut f.clone(), 1500));
+        let mut scratch = Vec::new();
+        assert_eq!(
+            make_whole(&super::tests::vnet(1, GSO_TCPV4, 1400, 34, 16), &f, &mut scratch, |_| {}),
+            Err(SegmentError::Malformed)
+        );
+        let mut g = tcp4(&payload, 0x10);
+        g[14] = 0x44; // IHL 4
+        assert!(!offload_large_tcp(&mut vnet, &mut g, 1500));
+        // A damaged segment (neither checksum form) is not marked either.
+        let mut h = tcp4(&payload, 0x10);
+        h[50] = 0x12;
+        h[51] = 0x34;
+        assert!(!offload_large_tcp(&mut vnet, &mut h, 1500));
     }
 
     #[test]

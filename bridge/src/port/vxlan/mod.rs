@@ -40,6 +40,8 @@ use crate::wire::{EthernetFrame, MacKind};
 
 /// Datagrams one receive call takes at most.
 const RECV_BATCH: usize = 64;
+/// Receive calls per batch at most.
+const RECV_CALLS: usize = 4;
 /// The largest datagram taken whole: any UDP payload. Over a veth underlay
 /// the kernel hands coalesced datagrams of up to 64 KiB to the socket;
 /// slots a burst of small datagrams never reaches stay untouched.
@@ -346,7 +348,12 @@ impl Port for VxlanPort {
                 Self::deliver(shared, &frame, source, now, batch, &mut report, &mut run);
             }
         }
-        while !batch.is_full() {
+        // Bounded: datagrams that take no place in the batch (other VNIs,
+        // bad ones, joined segments) must not keep the worker here.
+        for _ in 0..RECV_CALLS {
+            if batch.is_full() {
+                break;
+            }
             let room = batch.capacity() - batch.len();
             let count = buffers
                 .recv(socket, room)

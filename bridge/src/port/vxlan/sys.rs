@@ -84,15 +84,25 @@ impl RecvBuffers {
     /// (0 when none wait). Datagram `i` is then [`datagram`](Self::datagram).
     pub fn recv(&mut self, socket: &OwnedFd, max: usize) -> io::Result<usize> {
         let count = max.min(self.msgs.len());
+        // One base pointer per buffer, taken once, so that no later borrow
+        // of a Vec invalidates a pointer handed to the kernel.
+        let data = self.data.as_mut_ptr();
+        let iovs = self.iovs.as_mut_ptr();
+        let addrs = self.addrs.as_mut_ptr();
         for i in 0..count {
-            self.iovs[i] = libc::iovec {
-                iov_base: self.data[i * self.slot..].as_mut_ptr().cast(),
-                iov_len: self.slot,
-            };
+            // SAFETY: i < count <= the number of slots, iovecs and
+            // addresses, so every offset stays inside its Vec.
+            unsafe {
+                *iovs.add(i) = libc::iovec {
+                    iov_base: data.add(i * self.slot).cast(),
+                    iov_len: self.slot,
+                };
+                let msg = &mut self.msgs[i].msg_hdr;
+                msg.msg_iov = iovs.add(i);
+                msg.msg_iovlen = 1;
+                msg.msg_name = addrs.add(i).cast();
+            }
             let msg = &mut self.msgs[i].msg_hdr;
-            msg.msg_iov = &mut self.iovs[i];
-            msg.msg_iovlen = 1;
-            msg.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
             msg.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             msg.msg_flags = 0;
             self.msgs[i].msg_len = 0;
@@ -212,18 +222,23 @@ pub fn send_all(
         }
         // SAFETY: mmsghdr is plain old data; zeroes are valid.
         let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { zeroed() }; chunk.len()];
+        // Base pointers taken once the Vecs are filled (see `recv`).
+        let iov_base = iovs.as_mut_ptr();
+        let control_base = controls.as_mut_ptr();
         let mut at = 0;
         for (i, m) in chunk.iter().enumerate() {
             let msg = &mut msgs[i].msg_hdr;
-            msg.msg_iov = iovs[at..].as_mut_ptr();
+            // SAFETY: `at` counts the iovecs of the messages before this
+            // one, all inside `iovs`.
+            msg.msg_iov = unsafe { iov_base.add(at) };
             msg.msg_iovlen = 2 * m.count;
             at += 2 * m.count;
             msg.msg_name = m.to.as_ptr() as *mut libc::c_void;
             msg.msg_namelen = m.to.len();
             if m.count > 1 {
                 let segment = (header.len() + frames[m.first].len()) as u16;
-                let control = &mut controls[i];
-                msg.msg_control = control.as_mut_ptr().cast();
+                // SAFETY: one control buffer per message of the chunk.
+                msg.msg_control = unsafe { control_base.add(i) }.cast();
                 // SAFETY: CMSG_SPACE is arithmetic on a constant.
                 msg.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as usize;
                 // SAFETY: the control buffer is CMSG_SPACE(2) bytes or more
@@ -263,9 +278,55 @@ pub fn send_all(
             if error.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
-            // The error is the first unsent message's.
-            outcome(base + done, Err(error));
+            // The error is the first unsent message's. A GSO send the
+            // kernel cannot do (EIO: no checksum offload or IPsec on the
+            // underlay, on some kernels) goes again one datagram at a time;
+            // one too big for the underlay then fails alone (EMSGSIZE).
+            let m = &chunk[done];
+            let result =
+                if m.count > 1 && matches!(error.raw_os_error(), Some(libc::EIO | libc::EINVAL)) {
+                    send_one_by_one(socket, header, &frames[m.first..m.first + m.count], m.to)
+                } else {
+                    Err(error)
+                };
+            outcome(base + done, result);
             done += 1;
         }
     }
+}
+
+/// Sends each frame after the header as a datagram of its own to `to`;
+/// returns the first error.
+fn send_one_by_one(
+    socket: &OwnedFd,
+    header: &[u8],
+    frames: &[&[u8]],
+    to: &SockAddr,
+) -> io::Result<()> {
+    let mut first_error = None;
+    for frame in frames {
+        let mut iov = [
+            libc::iovec {
+                iov_base: header.as_ptr() as *mut libc::c_void,
+                iov_len: header.len(),
+            },
+            libc::iovec {
+                iov_base: frame.as_ptr() as *mut libc::c_void,
+                iov_len: frame.len(),
+            },
+        ];
+        // SAFETY: msghdr is plain old data; zeroes are valid.
+        let mut msg: libc::msghdr = unsafe { zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = 2;
+        msg.msg_name = to.as_ptr() as *mut libc::c_void;
+        msg.msg_namelen = to.len();
+        // SAFETY: `msg` points at the two iovecs and the address, live for
+        // the call; the kernel only reads them.
+        let ret = unsafe { libc::sendmsg(socket.as_raw_fd(), &msg, libc::MSG_DONTWAIT) };
+        if ret < 0 && first_error.is_none() {
+            first_error = Some(io::Error::last_os_error());
+        }
+    }
+    first_error.map_or(Ok(()), Err)
 }
