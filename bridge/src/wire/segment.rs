@@ -626,21 +626,21 @@ mod tests {
         let payload = vec![0x33u8; 1480];
         let mut f = tcp4(&payload, 0x10);
         f[46] = 0; // TCP data offset 0
-        let mut vnet = [0u8; 10];
-        assert!(!offload_large_tcp(&mut vnet, &mut f.clone(), 1500));
+        let mut header = [0u8; 10];
+        assert!(!offload_large_tcp(&mut header, &mut f.clone(), 1500));
         let mut scratch = Vec::new();
         assert_eq!(
-            make_whole(&super::tests::vnet(1, GSO_TCPV4, 1400, 34, 16), &f, &mut scratch, |_| {}),
+            make_whole(&vnet(1, GSO_TCPV4, 1400, 34, 16), &f, &mut scratch, |_| {}),
             Err(SegmentError::Malformed)
         );
         let mut g = tcp4(&payload, 0x10);
         g[14] = 0x44; // IHL 4
-        assert!(!offload_large_tcp(&mut vnet, &mut g, 1500));
+        assert!(!offload_large_tcp(&mut header, &mut g, 1500));
         // A damaged segment (neither checksum form) is not marked either.
         let mut h = tcp4(&payload, 0x10);
         h[50] = 0x12;
         h[51] = 0x34;
-        assert!(!offload_large_tcp(&mut vnet, &mut h, 1500));
+        assert!(!offload_large_tcp(&mut header, &mut h, 1500));
     }
 
     #[test]
