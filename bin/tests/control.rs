@@ -12,8 +12,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use netns::{
-    ctl, ctl_json, ctl_ok, link_mac, mac, proc_status, run_to_exit, settle_counts as settle,
-    tcp_transfer, test_frame, Daemon, Netns, PortKind, Station, Topology, BROADCAST,
+    ctl, ctl_json, ctl_ok, link_mac, mac, port_stats, proc_status, run_to_exit,
+    settle_counts as settle, tcp_transfer, test_frame, Daemon, Netns, PortKind, Station, Topology,
+    BROADCAST,
 };
 
 /// A control socket path of this test's own.
@@ -137,17 +138,6 @@ fn del_and_flush_make_stations_flood_again() {
     let (code, _, err) = ctl(&socket, &["fdb", "del", &own]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("own interface"), "{err}");
-}
-
-/// The counters of the stats reply for `port`.
-fn port_stats(stats: &serde_json::Value, port: &str) -> serde_json::Value {
-    stats["ports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == port)
-        .unwrap_or_else(|| panic!("no {port} in {stats}"))
-        .clone()
 }
 
 fn stats_count_exactly_what_was_sent() {

@@ -485,3 +485,23 @@ pub fn ctl_ok(socket: &std::path::Path, args: &[&str]) {
     let (code, _, err) = ctl(socket, args);
     assert_eq!(code, 0, "mpbridge {args:?}: {err}");
 }
+
+/// The counters of `port` in a `stats --json` reply.
+pub fn port_stats(stats: &serde_json::Value, port: &str) -> serde_json::Value {
+    stats["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == port)
+        .unwrap_or_else(|| panic!("no {port} in {stats}"))
+        .clone()
+}
+
+/// A control socket path of a test's own, and the `--ctl` argument for it.
+pub fn ctl_socket(prefix: &str) -> (std::path::PathBuf, String) {
+    let socket = std::env::temp_dir()
+        .join(unique(prefix))
+        .with_extension("sock");
+    let arg = format!("--ctl={}", socket.display());
+    (socket, arg)
+}

@@ -320,10 +320,7 @@ fn vlan_drops_and_entries_are_reported() {
     if !privileged("vlan_drops_and_entries_are_reported") {
         return;
     }
-    let socket = std::env::temp_dir()
-        .join(netns::unique("mpbvlan"))
-        .with_extension("sock");
-    let ctl = format!("--ctl={}", socket.display());
+    let (socket, ctl) = netns::ctl_socket("mpbvlan");
     let topology = mpbridge_topology(PortKind::Raw, &[&ctl]);
     let mut st = topology.stations();
     let shared = mac(100);
@@ -342,15 +339,7 @@ fn vlan_drops_and_entries_are_reported() {
     st[0].send(&test_frame([0x02, 0x42, 0, 0, 2, 0], mac(1), 5, 60));
     settle_counts(&mut st);
     let stats = ctl_json(&socket, &["stats", "--json"]);
-    let port = |name: &str| {
-        stats["ports"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == name)
-            .unwrap_or_else(|| panic!("no {name} in {stats}"))
-            .clone()
-    };
+    let port = |name: &str| netns::port_stats(&stats, name);
     assert_eq!(port("raw:p3")["vlans"], "trunk=10,20,native=30");
     assert_eq!(port("raw:p3")["drops"]["vlan_ingress"], 1, "{stats}");
     assert_eq!(port("raw:p5")["drops"]["vlan_untagged"], 1, "{stats}");
@@ -411,10 +400,7 @@ fn port_add_takes_vlan_options() {
     if !privileged("port_add_takes_vlan_options") {
         return;
     }
-    let socket = std::env::temp_dir()
-        .join(netns::unique("mpbvlan"))
-        .with_extension("sock");
-    let ctl = format!("--ctl={}", socket.display());
+    let (socket, ctl) = netns::ctl_socket("mpbvlan");
     let plain = Topology::new(PortKind::Raw, 2, &[&ctl]);
     let outside = Netns::new();
     outside.add_veth("p9", &plain.bridge).expect("veth");

@@ -248,10 +248,7 @@ fn bad_datagrams_are_counted_and_dropped() {
     underlay.join(&a, 0);
     underlay.join(&b, 1);
     let _h1 = host(0, &a, "p1");
-    let socket = std::env::temp_dir()
-        .join(netns::unique("mpbvx"))
-        .with_extension("sock");
-    let ctl = format!("--ctl={}", socket.display());
+    let (socket, ctl) = netns::ctl_socket("mpbvx");
     let _daemon = mpbridge_vtep(&a, 0, 42, &[1], &[&ctl]);
     let frame = test_frame(BROADCAST, mac(9), 1, 60);
     let with_header = |h: [u8; 8]| {
@@ -274,14 +271,7 @@ fn bad_datagrams_are_counted_and_dropped() {
         }
     });
     std::thread::sleep(Duration::from_millis(300));
-    let stats = ctl_json(&socket, &["stats", "--json"]);
-    let port = stats["ports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "vxlan:vx0")
-        .unwrap_or_else(|| panic!("no vxlan port in {stats}"))
-        .clone();
+    let port = port_stats(&socket, "vxlan:vx0");
     for (counter, n) in [
         ("short", 1),
         ("flags", 1),
@@ -378,14 +368,7 @@ fn received(socket: &std::net::UdpSocket) -> Vec<Vec<u8>> {
 
 /// The stats of port `name` from the bridge at `socket`.
 fn port_stats(socket: &std::path::Path, name: &str) -> serde_json::Value {
-    let stats = ctl_json(socket, &["stats", "--json"]);
-    stats["ports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == name)
-        .unwrap_or_else(|| panic!("no {name} in {stats}"))
-        .clone()
+    netns::port_stats(&ctl_json(socket, &["stats", "--json"]), name)
 }
 
 fn datagram(vni: u32, frame: &[u8]) -> Vec<u8> {
@@ -408,10 +391,7 @@ fn static_remotes_and_the_learning_limit() {
         underlay.join(ns, i);
     }
     let h1 = host(0, &vteps[0], "p1");
-    let socket = std::env::temp_dir()
-        .join(netns::unique("mpbvx"))
-        .with_extension("sock");
-    let ctl = format!("--ctl={}", socket.display());
+    let (socket, ctl) = netns::ctl_socket("mpbvx");
     let _daemon = mpbridge_vtep(&vteps[0], 0, 42, &[1], &[&ctl, "--max-entries", "8"]);
     let (b, c) = (listener(&vteps[1], 1), listener(&vteps[2], 2));
     let far = [0x02, 0x42, 0, 0, 0x0c, 0x0c];
@@ -504,10 +484,7 @@ fn learning_off_hears_listed_vteps_only() {
         underlay.join(ns, i);
     }
     let h1 = host(0, &vteps[0], "p1");
-    let socket = std::env::temp_dir()
-        .join(netns::unique("mpbvx"))
-        .with_extension("sock");
-    let ctl = format!("--ctl={}", socket.display());
+    let (socket, ctl) = netns::ctl_socket("mpbvx");
     let vxlan = format!(
         "--port=vxlan:vx0,vni=42,local={},remote={},learning=off",
         vtep(0),
@@ -590,10 +567,7 @@ fn frames_too_big_for_the_underlay_are_dropped_and_counted() {
     // A host with the underlay's MTU, not 50 bytes less.
     let h1 = host(0, &a, "p1");
     h1.ip(&["link", "set", "eth0", "mtu", "1500"]);
-    let socket = std::env::temp_dir()
-        .join(netns::unique("mpbvx"))
-        .with_extension("sock");
-    let ctl = format!("--ctl={}", socket.display());
+    let (socket, ctl) = netns::ctl_socket("mpbvx");
     let _daemon = mpbridge_vtep(&a, 0, 42, &[1], &[&ctl]);
     let far = listener(&b, 1);
     let mut st = Station::on(&h1);
@@ -614,6 +588,36 @@ fn frames_too_big_for_the_underlay_are_dropped_and_counted() {
     let _ = std::fs::remove_file(PathBuf::from(&socket));
 }
 
+/// The underlay going away costs no CPU: sends fail and are counted, the
+/// bridge keeps forwarding locally, and it comes back with the underlay.
+fn an_underlay_gone_costs_no_cpu() {
+    if !privileged("an_underlay_gone_costs_no_cpu") {
+        return;
+    }
+    let underlay = Underlay::new();
+    let (a, b) = (Netns::new(), Netns::new());
+    underlay.join(&a, 0);
+    underlay.join(&b, 1);
+    let h1 = host(0, &a, "p1");
+    let h2 = host(1, &b, "p1");
+    kernel_vtep(&b, 1, 42, &[0], "p1", "0");
+    let daemon = mpbridge_vtep(&a, 0, 42, &[1], &[]);
+    let pid = daemon.child.id();
+    let hosts = [h1, h2];
+    tcp_transfer(&hosts, 0, 1, 5301, 1);
+    a.ip(&["link", "set", "u0", "down"]);
+    // Host 1 keeps asking for host 2 (ARP) while the underlay is down.
+    let mut st = Station::on(&hosts[0]);
+    for n in 0..20 {
+        st.send(&test_frame(BROADCAST, mac(1), n, 60));
+    }
+    let used = netns::cpu_over(pid, Duration::from_secs(2));
+    eprintln!("CPU over 2 s: {used:.3} s");
+    assert!(used < 0.04, "underlay down: {used:.2} s of CPU in 2 s");
+    a.ip(&["link", "set", "u0", "up"]);
+    tcp_transfer(&hosts, 1, 0, 5302, 2);
+}
+
 lab::test_main! {
     privileged: [
         kernel_vxlan_interop_mutex,
@@ -629,6 +633,7 @@ lab::test_main! {
         learning_off_hears_listed_vteps_only,
         tcp_from_taps_across_two_mpbridge_vteps,
         frames_too_big_for_the_underlay_are_dropped_and_counted,
+        an_underlay_gone_costs_no_cpu,
     ],
     plain: [],
 }
