@@ -136,6 +136,52 @@ fn mpbridge_vtep(ns: &Netns, i: usize, vni: u32, remotes: &[usize], extra: &[&st
     Daemon::start(ns, &args)
 }
 
+/// mpbridge as VTEP 0 (`vxlan:vx0`, VNI 42, flooding to VTEP 1) with
+/// host 0 on raw port `p1` and a control socket; VTEP 1's namespace is
+/// joined to the underlay but runs no VTEP, for a stand-in socket.
+struct MpbridgeAndPeer {
+    _daemon: Daemon,
+    /// The control socket.
+    socket: PathBuf,
+    /// Host 0.
+    host: Netns,
+    /// VTEP 1's namespace.
+    peer: Netns,
+    _vtep: Netns,
+    _underlay: Underlay,
+}
+
+impl MpbridgeAndPeer {
+    fn new() -> MpbridgeAndPeer {
+        let underlay = Underlay::new();
+        let (a, b) = (Netns::new(), Netns::new());
+        underlay.join(&a, 0);
+        underlay.join(&b, 1);
+        let host = host(0, &a, "p1");
+        let (socket, ctl) = netns::ctl_socket("mpbvx");
+        let daemon = mpbridge_vtep(&a, 0, 42, &[1], &[&ctl]);
+        MpbridgeAndPeer {
+            _daemon: daemon,
+            socket,
+            host,
+            peer: b,
+            _vtep: a,
+            _underlay: underlay,
+        }
+    }
+
+    /// The stats of the VXLAN port.
+    fn port_stats(&self) -> serde_json::Value {
+        port_stats(&self.socket, "vxlan:vx0")
+    }
+}
+
+impl Drop for MpbridgeAndPeer {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
 /// What the kernel's vxlan device learned: `bridge fdb show dev DEV`.
 fn kernel_fdb(ns: &Netns, dev: &str) -> String {
     let out = Command::new("ip")
@@ -243,13 +289,7 @@ fn bad_datagrams_are_counted_and_dropped() {
     if !privileged("bad_datagrams_are_counted_and_dropped") {
         return;
     }
-    let underlay = Underlay::new();
-    let (a, b) = (Netns::new(), Netns::new());
-    underlay.join(&a, 0);
-    underlay.join(&b, 1);
-    let _h1 = host(0, &a, "p1");
-    let (socket, ctl) = netns::ctl_socket("mpbvx");
-    let _daemon = mpbridge_vtep(&a, 0, 42, &[1], &[&ctl]);
+    let vteps = MpbridgeAndPeer::new();
     let frame = test_frame(BROADCAST, mac(9), 1, 60);
     let with_header = |h: [u8; 8]| {
         let mut d = h.to_vec();
@@ -264,14 +304,14 @@ fn bad_datagrams_are_counted_and_dropped() {
         with_header([0x08, 0, 0, 0, 0, 0, 42, 0]), // good
     ];
     let target = format!("{}:4789", vtep(0));
-    b.run(move || {
+    vteps.peer.run(move || {
         let udp = std::net::UdpSocket::bind("198.18.1.2:0").unwrap();
         for d in &datagrams {
             udp.send_to(d, &target).unwrap();
         }
     });
     std::thread::sleep(Duration::from_millis(300));
-    let port = port_stats(&socket, "vxlan:vx0");
+    let port = vteps.port_stats();
     for (counter, n) in [
         ("short", 1),
         ("flags", 1),
@@ -281,7 +321,6 @@ fn bad_datagrams_are_counted_and_dropped() {
         assert_eq!(port["vxlan"][counter], n, "{counter}: {port}");
     }
     assert_eq!(port["rx_frames"], 1, "{port}");
-    let _ = std::fs::remove_file(PathBuf::from(&socket));
 }
 
 /// Three mpbridge VTEPs and one Linux vxlan host in a full mesh, one VNI:
@@ -560,17 +599,11 @@ fn frames_too_big_for_the_underlay_are_dropped_and_counted() {
     if !privileged("frames_too_big_for_the_underlay_are_dropped_and_counted") {
         return;
     }
-    let underlay = Underlay::new();
-    let (a, b) = (Netns::new(), Netns::new());
-    underlay.join(&a, 0);
-    underlay.join(&b, 1);
+    let vteps = MpbridgeAndPeer::new();
     // A host with the underlay's MTU, not 50 bytes less.
-    let h1 = host(0, &a, "p1");
-    h1.ip(&["link", "set", "eth0", "mtu", "1500"]);
-    let (socket, ctl) = netns::ctl_socket("mpbvx");
-    let _daemon = mpbridge_vtep(&a, 0, 42, &[1], &[&ctl]);
-    let far = listener(&b, 1);
-    let mut st = Station::on(&h1);
+    vteps.host.ip(&["link", "set", "eth0", "mtu", "1500"]);
+    let far = listener(&vteps.peer, 1);
+    let mut st = Station::on(&vteps.host);
     st.send(&test_frame(BROADCAST, mac(1), 1, 1400));
     st.send(&test_frame(BROADCAST, mac(1), 2, 1500));
     std::thread::sleep(Duration::from_millis(250));
@@ -582,10 +615,9 @@ fn frames_too_big_for_the_underlay_are_dropped_and_counted() {
         got.len()
     );
     assert_eq!(got[0].len(), 8 + 1400, "sent whole, not in fragments");
-    let port = port_stats(&socket, "vxlan:vx0");
+    let port = vteps.port_stats();
     assert_eq!(port["tx_errors"], 1, "{port}");
     assert_eq!(port["tx_frames"], 1, "{port}");
-    let _ = std::fs::remove_file(PathBuf::from(&socket));
 }
 
 /// The underlay going away costs no CPU: sends fail and are counted, the
@@ -618,6 +650,93 @@ fn an_underlay_gone_costs_no_cpu() {
     tcp_transfer(&hosts, 1, 0, 5302, 2);
 }
 
+/// Sets an integer socket option on `socket` (UDP_SEGMENT, SO_RCVBUFFORCE).
+fn set_int_option(socket: &std::net::UdpSocket, level: i32, name: i32, value: i32) {
+    use std::os::fd::AsRawFd;
+    #[allow(unsafe_code)]
+    // SAFETY: the option value is a live i32 of the length given.
+    let ret = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            level,
+            name,
+            (&value as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(ret, 0, "setsockopt: {}", std::io::Error::last_os_error());
+}
+
+/// The UDP_SEGMENT socket option (linux/udp.h): sends are cut into
+/// datagrams of this size (UDP GSO).
+const UDP_SEGMENT: i32 = 103;
+
+/// Trains of datagrams (UDP GSO sends, which the underlay carries whole
+/// and mpbridge's socket takes whole, with UDP GRO) arrive as their
+/// datagrams, in order, even when a train does not fit the batch left; a
+/// short datagram at the end of a train is counted. Going out, a burst of
+/// frames to one VTEP leaves as one datagram per frame, in order, whatever
+/// mpbridge joins into one send.
+fn datagram_trains_both_ways() {
+    if !privileged("datagram_trains_both_ways") {
+        return;
+    }
+    let vteps = MpbridgeAndPeer::new();
+    let mut st = Station::on(&vteps.host);
+    settle_counts(std::slice::from_mut(&mut st));
+    let peer = listener(&vteps.peer, 1);
+    set_int_option(&peer, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 8 << 20);
+
+    // In: five trains of 50 datagrams (a batch holds 64: one that finds
+    // another waiting is taken in part), then one of nine and a short one.
+    let frames: Vec<Vec<u8>> = (0..259)
+        .map(|k| test_frame(BROADCAST, mac(20), k as u8, 60))
+        .collect();
+    let size = 8 + 60;
+    let mut trains: Vec<Vec<u8>> = frames
+        .chunks(50)
+        .map(|chunk| chunk.iter().flat_map(|f| datagram(42, f)).collect())
+        .collect();
+    trains
+        .last_mut()
+        .unwrap()
+        .extend_from_slice(&[0x08, 0, 0, 0]);
+    let target = format!("{}:4789", vtep(0));
+    let b = &vteps.peer;
+    let sender = b.run(move || std::net::UdpSocket::bind(format!("{}:0", vtep(1))).unwrap());
+    set_int_option(&sender, libc::SOL_UDP, UDP_SEGMENT, size);
+    let sender = b.run(move || {
+        for train in &trains {
+            sender.send_to(train, &target).expect("a train");
+        }
+        sender
+    });
+    drop(sender);
+    let got = st.collect(Duration::from_millis(500));
+    assert_eq!(got.len(), frames.len(), "frames delivered from the trains");
+    assert!(got == frames, "the trains' frames, in order");
+    let port = vteps.port_stats();
+    assert_eq!(port["vxlan"]["short"], 1, "{port}");
+    assert_eq!(port["rx_frames"], frames.len(), "{port}");
+
+    // Out: equal frames, then longer ones, then equal again.
+    let _ = received(&peer);
+    let out: Vec<Vec<u8>> = (0..200)
+        .map(|k| {
+            let len = if (100..150).contains(&k) { 100 } else { 60 };
+            test_frame(BROADCAST, mac(1), k as u8, len)
+        })
+        .collect();
+    assert_eq!(st.send_many(&out), out.len(), "the station sent the burst");
+    let datagrams = received(&peer);
+    let expected: Vec<Vec<u8>> = out.iter().map(|f| datagram(42, f)).collect();
+    assert_eq!(datagrams.len(), expected.len(), "one datagram per frame");
+    assert!(
+        datagrams == expected,
+        "each frame in its datagram, in order"
+    );
+}
+
 lab::test_main! {
     privileged: [
         kernel_vxlan_interop_mutex,
@@ -634,6 +753,7 @@ lab::test_main! {
         tcp_from_taps_across_two_mpbridge_vteps,
         frames_too_big_for_the_underlay_are_dropped_and_counted,
         an_underlay_gone_costs_no_cpu,
+        datagram_trains_both_ways,
     ],
     plain: [],
 }

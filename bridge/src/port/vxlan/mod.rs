@@ -131,9 +131,26 @@ pub struct VxlanShared {
 struct Endpoint {
     socket: OwnedFd,
     buffers: sys::RecvBuffers,
+    /// What of the last receive is not yet taken (a batch filled first).
+    unread: Unread,
     /// Per VNI with a port here: datagrams waiting for it (inner frame,
     /// sender).
     pending: HashMap<Vni, VecDeque<(Vec<u8>, IpAddr)>>,
+}
+
+/// Where taking the last receive's messages stopped: message `next` of
+/// `count`, at byte `offset` of its payload (a GRO train taken in part).
+#[derive(Debug, Default, Clone, Copy)]
+struct Unread {
+    next: usize,
+    count: usize,
+    offset: usize,
+}
+
+impl Unread {
+    fn is_empty(&self) -> bool {
+        self.next >= self.count
+    }
 }
 
 type SharedEndpoint = Arc<Mutex<Endpoint>>;
@@ -162,6 +179,7 @@ fn endpoint(local: SocketAddr, queue: usize, vni: Vni) -> io::Result<SharedEndpo
             let endpoint = Arc::new(Mutex::new(Endpoint {
                 socket: sys::open(local)?,
                 buffers: sys::RecvBuffers::new(RECV_BATCH, DATAGRAM_MAX),
+                unread: Unread::default(),
                 pending: HashMap::new(),
             }));
             all.push(EndpointEntry {
@@ -308,6 +326,40 @@ impl VxlanPort {
     }
 }
 
+impl VxlanPort {
+    /// Takes one VXLAN datagram: into the batch if it is this port's VNI,
+    /// set aside if it is another port's, counted and dropped if bad.
+    #[allow(clippy::too_many_arguments)]
+    fn take_datagram(
+        shared: &VxlanShared,
+        pending: &mut HashMap<Vni, VecDeque<(Vec<u8>, IpAddr)>>,
+        datagram: &[u8],
+        source: IpAddr,
+        now: Instant,
+        batch: &mut RxBatch,
+        report: &mut RxReport,
+        run: &mut Option<TcpRun>,
+    ) {
+        match vxlan::parse(datagram) {
+            Ok((v, frame)) if v == shared.config.vni => {
+                Self::deliver(shared, frame, source, now, batch, report, run)
+            }
+            Ok((v, frame)) => match pending.get_mut(&v) {
+                Some(queue) if queue.len() < PENDING_MAX => {
+                    queue.push_back((frame.to_vec(), source))
+                }
+                Some(_) => VxlanCounters::bump(&shared.counters.pending_full),
+                None => VxlanCounters::bump(&shared.counters.unknown_vni),
+            },
+            Err(error) => VxlanCounters::bump(match error {
+                VxlanError::Short => &shared.counters.short,
+                VxlanError::NoVni => &shared.counters.flags,
+                VxlanError::Reserved => &shared.counters.reserved,
+            }),
+        }
+    }
+}
+
 impl Drop for VxlanPort {
     fn drop(&mut self) {
         let mut endpoint = self.endpoint.lock().unwrap_or_else(PoisonError::into_inner);
@@ -335,6 +387,7 @@ impl Port for VxlanPort {
         let Endpoint {
             socket,
             buffers,
+            unread,
             pending,
         } = &mut *endpoint;
         // The flow of the batch's last frame, while later segments may join.
@@ -350,44 +403,66 @@ impl Port for VxlanPort {
         }
         // Bounded: datagrams that take no place in the batch (other VNIs,
         // bad ones, joined segments) must not keep the worker here.
-        for _ in 0..RECV_CALLS {
-            if batch.is_full() {
-                break;
+        let mut calls = 0;
+        let mut drained = false;
+        while !batch.is_full() {
+            if unread.is_empty() {
+                if calls == RECV_CALLS || drained {
+                    break;
+                }
+                let room = batch.capacity() - batch.len();
+                let count = buffers
+                    .recv(socket, room)
+                    .map_err(|source| PortError::Recv {
+                        port: self.name.clone(),
+                        source,
+                    })?;
+                calls += 1;
+                drained = count < room;
+                *unread = Unread {
+                    next: 0,
+                    count,
+                    offset: 0,
+                };
+                if count == 0 {
+                    break;
+                }
             }
-            let room = batch.capacity() - batch.len();
-            let count = buffers
-                .recv(socket, room)
-                .map_err(|source| PortError::Recv {
-                    port: self.name.clone(),
-                    source,
-                })?;
-            for i in 0..count {
-                let (datagram, source, truncated) = buffers.datagram(i);
-                let Some(source) = source else { continue };
-                if truncated {
+            let message = buffers.message(unread.next);
+            let taken = match message.source {
+                Some(_) if message.truncated => {
                     VxlanCounters::bump(&shared.counters.truncated);
-                    continue;
+                    message.payload.len()
                 }
-                match vxlan::parse(datagram) {
-                    Ok((v, frame)) if v == vni => {
-                        Self::deliver(shared, frame, source, now, batch, &mut report, &mut run)
-                    }
-                    Ok((v, frame)) => match pending.get_mut(&v) {
-                        Some(queue) if queue.len() < PENDING_MAX => {
-                            queue.push_back((frame.to_vec(), source))
+                Some(source) => {
+                    let mut taken = unread.offset;
+                    let rest = message.payload.get(taken..).unwrap_or_default();
+                    let size = message.segment.unwrap_or(rest.len()).max(1);
+                    for datagram in rest.chunks(size) {
+                        if batch.is_full() {
+                            break;
                         }
-                        Some(_) => VxlanCounters::bump(&shared.counters.pending_full),
-                        None => VxlanCounters::bump(&shared.counters.unknown_vni),
-                    },
-                    Err(error) => VxlanCounters::bump(match error {
-                        VxlanError::Short => &shared.counters.short,
-                        VxlanError::NoVni => &shared.counters.flags,
-                        VxlanError::Reserved => &shared.counters.reserved,
-                    }),
+                        taken += datagram.len();
+                        Self::take_datagram(
+                            shared,
+                            pending,
+                            datagram,
+                            source,
+                            now,
+                            batch,
+                            &mut report,
+                            &mut run,
+                        );
+                    }
+                    taken
                 }
-            }
-            if count < room {
-                break;
+                None => message.payload.len(),
+            };
+            if taken >= message.payload.len() {
+                unread.next += 1;
+                unread.offset = 0;
+            } else {
+                unread.offset = taken;
             }
         }
         Ok(report)
@@ -446,52 +521,52 @@ impl Port for VxlanPort {
         for &ip in flood {
             self.addrs.push(SockAddr::from(SocketAddr::new(ip, port)));
         }
-        // Built in full before any is borrowed below.
-        let unicast_addrs: Vec<SockAddr> = self
-            .found
-            .iter()
-            .flatten()
-            .map(|&ip| SockAddr::from(SocketAddr::new(ip, port)))
-            .collect();
-        // Messages: per frame offered and destination, its whole frames in
-        // groups one UDP GSO send can carry (equal lengths but the last).
+        // Runs of consecutive whole frames with one destination (a known
+        // VTEP, or the flood list), and per unicast run its address, built
+        // in full before any is borrowed below.
+        let mut runs = Vec::new();
+        let mut unicast_addrs = Vec::new();
+        let mut i = 0;
+        while i < self.spans.len() {
+            let to = self.found[i];
+            let end = i + self.found[i..].iter().take_while(|&&f| f == to).count();
+            if let Some(ip) = to {
+                unicast_addrs.push(SockAddr::from(SocketAddr::new(ip, port)));
+            }
+            runs.push((i, end, to.is_some()));
+            i = end;
+        }
+        // Messages: per run and destination, its frames in groups one UDP
+        // GSO send can carry (equal lengths but the last), so that a burst
+        // of small frames to one VTEP is one datagram train, not one send
+        // per frame.
         let frames: Vec<&[u8]> = self
             .spans
             .iter()
             .map(|&(start, len, _)| &self.whole[start..start + len])
             .collect();
         let mut messages = Vec::new();
-        let mut owners = Vec::new();
         let mut unicast = unicast_addrs.iter();
         let mut no_remote = vec![false; offered];
-        let mut i = 0;
-        while i < self.spans.len() {
-            let owner = self.spans[i].2;
-            let end = i + self.spans[i..].iter().take_while(|s| s.2 == owner).count();
-            let targets: &[SockAddr] = match self.found[i] {
-                // The same station for every part of one frame.
-                Some(_) => std::slice::from_ref(unicast.next().expect("one per known VTEP")),
-                None if flood.is_empty() => {
+        for &(start, end, known) in &runs {
+            let targets: &[SockAddr] = if known {
+                std::slice::from_ref(unicast.next().expect("one per unicast run"))
+            } else if flood.is_empty() {
+                for &(_, _, owner) in &self.spans[start..end] {
                     no_remote[owner] = true;
-                    &[]
                 }
-                None => &self.addrs,
+                &[]
+            } else {
+                &self.addrs
             };
-            // Skip the other parts' unicast addresses: one per part was made.
-            if self.found[i].is_some() {
-                for _ in i + 1..end {
-                    unicast.next();
-                }
-            }
             for to in targets {
-                let mut first = i;
+                let mut first = start;
                 while first < end {
                     let len = frames[first].len();
                     let mut count = 1;
                     while first + count < end
                         && count < sys::GSO_MAX_FRAMES
                         && (count + 1) * (len + vxlan::HEADER_LEN) <= sys::GSO_MAX_BYTES
-                        && frames[first + count - 1].len() == len
                         && frames[first + count].len() <= len
                     {
                         count += 1;
@@ -500,11 +575,9 @@ impl Port for VxlanPort {
                         }
                     }
                     messages.push(sys::Outgoing { first, count, to });
-                    owners.push(owner);
                     first += count;
                 }
             }
-            i = end;
         }
         // Per frame offered: Ok, or the first error one of its datagrams got.
         let mut outcome: Vec<Option<io::Result<()>>> = (0..offered).map(|_| None).collect();
@@ -514,8 +587,8 @@ impl Port for VxlanPort {
             &self.header,
             &frames,
             &messages,
-            |i, result| {
-                let slot = &mut outcome[owners[i]];
+            |j, result| {
+                let slot = &mut outcome[self.spans[j].2];
                 if !matches!(slot, Some(Err(_))) {
                     *slot = Some(result);
                 }
@@ -544,10 +617,13 @@ impl Port for VxlanPort {
     }
 
     fn pending(&self) -> bool {
-        self.endpoint.try_lock().is_ok_and(|e| {
-            e.pending
+        // Held elsewhere only for moments (a port of this endpoint added
+        // or removed): waiting beats sleeping in poll(2) on frames.
+        let endpoint = self.endpoint.lock().unwrap_or_else(PoisonError::into_inner);
+        !endpoint.unread.is_empty()
+            || endpoint
+                .pending
                 .get(&self.shared.config.vni)
                 .is_some_and(|q| !q.is_empty())
-        })
     }
 }

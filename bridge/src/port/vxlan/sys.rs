@@ -1,8 +1,9 @@
 //! The UDP socket of VXLAN ports: made with socket2 (SO_REUSEPORT, one per
 //! worker on the same address; path MTU discovery on, so that a datagram
 //! too big for the underlay fails with EMSGSIZE instead of leaving in
-//! fragments), and batched `recvmmsg`/`sendmmsg`, which no maintained
-//! crate wraps in a form that reuses its buffers.
+//! fragments; UDP GRO on, so that a train of equal datagrams arrives as
+//! one), and batched `recvmmsg`/`sendmmsg`, which no maintained crate
+//! wraps in a form that reuses its buffers.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -46,10 +47,29 @@ pub fn open(local: SocketAddr) -> io::Result<OwnedFd> {
             &on,
         )?;
     }
+    // A train of datagrams sent with UDP GSO (another mpbridge's sends)
+    // then stays one buffer up to the socket instead of being cut into one
+    // skb per datagram on arrival; `RecvBuffers` cuts it. Kernels before
+    // 5.0 lack the option: datagrams then arrive one by one, as before.
+    let on: libc::c_int = 1;
+    if let Err(error) = fd::set_option(
+        std::os::fd::AsFd::as_fd(&socket),
+        libc::SOL_UDP,
+        UDP_GRO,
+        &on,
+    ) {
+        log::debug!("UDP_GRO not available on {local}: {error}");
+    }
     let socket = Socket::from(socket);
     socket.bind(&SockAddr::from(local))?;
     Ok(OwnedFd::from(socket))
 }
+
+/// The UDP_GRO socket option and control message (linux/udp.h).
+const UDP_GRO: libc::c_int = 104;
+/// Control buffer words per received message: room for one cmsg with an
+/// int (UDP_GRO), 8-byte aligned.
+const RECV_CMSG_WORDS: usize = 4;
 
 /// Receive buffers for one `recvmmsg` of up to `count` datagrams.
 pub struct RecvBuffers {
@@ -58,10 +78,24 @@ pub struct RecvBuffers {
     iovs: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
     addrs: Vec<libc::sockaddr_storage>,
+    controls: Vec<[u64; RECV_CMSG_WORDS]>,
 }
 
-// SAFETY: the raw pointers in `iovs` and `msgs` point into `data`, `iovs`
-// and `addrs`, which the struct owns; they move with it.
+/// One message of the last receive.
+pub struct Received<'a> {
+    /// Its payload: one datagram, or with `segment` a train of them.
+    pub payload: &'a [u8],
+    /// Its sender.
+    pub source: Option<IpAddr>,
+    /// Whether it was longer than a slot (and cut).
+    pub truncated: bool,
+    /// With UDP GRO: the length of each datagram the payload joins (the
+    /// last may be shorter); `None` for a single datagram.
+    pub segment: Option<usize>,
+}
+
+// SAFETY: the raw pointers in `iovs` and `msgs` point into `data`, `iovs`,
+// `addrs` and `controls`, which the struct owns; they move with it.
 unsafe impl Send for RecvBuffers {}
 
 impl RecvBuffers {
@@ -77,6 +111,7 @@ impl RecvBuffers {
             msgs: vec![unsafe { zeroed() }; count],
             // SAFETY: as above.
             addrs: vec![unsafe { zeroed() }; count],
+            controls: vec![[0; RECV_CMSG_WORDS]; count],
         }
     }
 
@@ -89,6 +124,7 @@ impl RecvBuffers {
         let data = self.data.as_mut_ptr();
         let iovs = self.iovs.as_mut_ptr();
         let addrs = self.addrs.as_mut_ptr();
+        let controls = self.controls.as_mut_ptr();
         for i in 0..count {
             // SAFETY: i < count <= the number of slots, iovecs and
             // addresses, so every offset stays inside its Vec.
@@ -101,8 +137,10 @@ impl RecvBuffers {
                 msg.msg_iov = iovs.add(i);
                 msg.msg_iovlen = 1;
                 msg.msg_name = addrs.add(i).cast();
+                msg.msg_control = controls.add(i).cast();
             }
             let msg = &mut self.msgs[i].msg_hdr;
+            msg.msg_controllen = size_of::<[u64; RECV_CMSG_WORDS]>();
             msg.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             msg.msg_flags = 0;
             self.msgs[i].msg_len = 0;
@@ -132,18 +170,42 @@ impl RecvBuffers {
         }
     }
 
-    /// Datagram `i` of the last receive, its sender, and whether it was cut
-    /// short (larger than a slot).
-    pub fn datagram(&self, i: usize) -> (&[u8], Option<IpAddr>, bool) {
+    /// Message `i` of the last receive.
+    pub fn message(&self, i: usize) -> Received<'_> {
         let len = self.msgs[i].msg_len as usize;
-        let truncated = self.msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        let hdr = &self.msgs[i].msg_hdr;
+        let truncated = hdr.msg_flags & libc::MSG_TRUNC != 0;
         let start = i * self.slot;
-        (
-            &self.data[start..start + len.min(self.slot)],
-            ip_of(&self.addrs[i]),
+        Received {
+            payload: &self.data[start..start + len.min(self.slot)],
+            source: ip_of(&self.addrs[i]),
             truncated,
-        )
+            segment: gro_segment(hdr),
+        }
     }
+}
+
+/// The UDP_GRO segment size in a received message's control data.
+fn gro_segment(hdr: &libc::msghdr) -> Option<usize> {
+    // SAFETY: `hdr` is a message the kernel filled in: msg_control points
+    // at its control buffer (one of `RecvBuffers::controls`) and
+    // msg_controllen says how much of it the kernel wrote, so CMSG_FIRSTHDR
+    // and CMSG_NXTHDR stay inside it and each header found is whole.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(hdr);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_UDP
+                && (*cmsg).cmsg_type == UDP_GRO
+                && (*cmsg).cmsg_len as usize
+                    >= libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as usize
+            {
+                let size = libc::CMSG_DATA(cmsg).cast::<libc::c_int>().read_unaligned();
+                return usize::try_from(size).ok().filter(|&size| size > 0);
+            }
+            cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
+        }
+    }
+    None
 }
 
 /// The IP address in a socket address the kernel wrote.
@@ -188,7 +250,8 @@ pub struct Outgoing<'a> {
 }
 
 /// Sends the messages with as few `sendmmsg` calls as it takes; calls
-/// `outcome(i, result)` for message `i`, in order. An error of one message
+/// `outcome(j, result)` for frame `j` of every message, in order (a frame
+/// sent to several VTEPs, several times). An error of one message
 /// (EMSGSIZE or EINVAL: too big for the underlay) is that message's; the
 /// rest still go.
 pub fn send_all(
@@ -203,8 +266,7 @@ pub fn send_all(
     const CMSG_WORDS: usize = 4;
     let mut iovs: Vec<libc::iovec> = Vec::new();
     let mut controls: Vec<[u64; CMSG_WORDS]> = Vec::new();
-    for (chunk_index, chunk) in messages.chunks(CHUNK).enumerate() {
-        let base = chunk_index * CHUNK;
+    for chunk in messages.chunks(CHUNK) {
         iovs.clear();
         controls.clear();
         controls.resize(chunk.len(), [0; CMSG_WORDS]);
@@ -268,8 +330,10 @@ pub fn send_all(
                 )
             };
             if ret > 0 {
-                for i in done..done + ret as usize {
-                    outcome(base + i, Ok(()));
+                for m in &chunk[done..done + ret as usize] {
+                    for j in m.first..m.first + m.count {
+                        outcome(j, Ok(()));
+                    }
                 }
                 done += ret as usize;
                 continue;
@@ -283,50 +347,57 @@ pub fn send_all(
             // underlay, on some kernels) goes again one datagram at a time;
             // one too big for the underlay then fails alone (EMSGSIZE).
             let m = &chunk[done];
-            let result =
-                if m.count > 1 && matches!(error.raw_os_error(), Some(libc::EIO | libc::EINVAL)) {
-                    send_one_by_one(socket, header, &frames[m.first..m.first + m.count], m.to)
-                } else {
-                    Err(error)
-                };
-            outcome(base + done, result);
+            if m.count > 1 && matches!(error.raw_os_error(), Some(libc::EIO | libc::EINVAL)) {
+                let group = &frames[m.first..m.first + m.count];
+                for (j, frame) in (m.first..).zip(group) {
+                    outcome(j, send_one(socket, header, frame, m.to));
+                }
+            } else {
+                for j in m.first..m.first + m.count {
+                    outcome(j, Err(same_error(&error)));
+                }
+            }
             done += 1;
         }
     }
 }
 
-/// Sends each frame after the header as a datagram of its own to `to`;
-/// returns the first error.
-fn send_one_by_one(
-    socket: &OwnedFd,
-    header: &[u8],
-    frames: &[&[u8]],
-    to: &SockAddr,
-) -> io::Result<()> {
-    let mut first_error = None;
-    for frame in frames {
-        let mut iov = [
-            libc::iovec {
-                iov_base: header.as_ptr() as *mut libc::c_void,
-                iov_len: header.len(),
-            },
-            libc::iovec {
-                iov_base: frame.as_ptr() as *mut libc::c_void,
-                iov_len: frame.len(),
-            },
-        ];
-        // SAFETY: msghdr is plain old data; zeroes are valid.
-        let mut msg: libc::msghdr = unsafe { zeroed() };
-        msg.msg_iov = iov.as_mut_ptr();
-        msg.msg_iovlen = 2;
-        msg.msg_name = to.as_ptr() as *mut libc::c_void;
-        msg.msg_namelen = to.len();
+/// A copy of `error`, for each frame of a message it failed.
+fn same_error(error: &io::Error) -> io::Error {
+    match error.raw_os_error() {
+        Some(code) => io::Error::from_raw_os_error(code),
+        None => io::Error::new(error.kind(), error.to_string()),
+    }
+}
+
+/// Sends one frame after the header as a datagram of its own to `to`.
+fn send_one(socket: &OwnedFd, header: &[u8], frame: &[u8], to: &SockAddr) -> io::Result<()> {
+    let mut iov = [
+        libc::iovec {
+            iov_base: header.as_ptr() as *mut libc::c_void,
+            iov_len: header.len(),
+        },
+        libc::iovec {
+            iov_base: frame.as_ptr() as *mut libc::c_void,
+            iov_len: frame.len(),
+        },
+    ];
+    // SAFETY: msghdr is plain old data; zeroes are valid.
+    let mut msg: libc::msghdr = unsafe { zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = 2;
+    msg.msg_name = to.as_ptr() as *mut libc::c_void;
+    msg.msg_namelen = to.len();
+    loop {
         // SAFETY: `msg` points at the two iovecs and the address, live for
         // the call; the kernel only reads them.
         let ret = unsafe { libc::sendmsg(socket.as_raw_fd(), &msg, libc::MSG_DONTWAIT) };
-        if ret < 0 && first_error.is_none() {
-            first_error = Some(io::Error::last_os_error());
+        if ret >= 0 {
+            return Ok(());
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
         }
     }
-    first_error.map_or(Ok(()), Err)
 }
