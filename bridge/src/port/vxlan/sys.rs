@@ -60,10 +60,32 @@ pub fn open(local: SocketAddr) -> io::Result<OwnedFd> {
     ) {
         log::debug!("UDP_GRO not available on {local}: {error}");
     }
+    // Room for the bursts that arrive while the worker writes a batch out
+    // (the kernel's own VTEP takes datagrams in softirq work and needs
+    // none): beyond net.core.rmem_max where the process may (root).
+    let room: libc::c_int = RECV_BUFFER_BYTES;
+    if fd::set_option(
+        std::os::fd::AsFd::as_fd(&socket),
+        libc::SOL_SOCKET,
+        libc::SO_RCVBUFFORCE,
+        &room,
+    )
+    .is_err()
+    {
+        let _ = fd::set_option(
+            std::os::fd::AsFd::as_fd(&socket),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            &room,
+        );
+    }
     let socket = Socket::from(socket);
     socket.bind(&SockAddr::from(local))?;
     Ok(OwnedFd::from(socket))
 }
+
+/// The receive buffer each VXLAN socket asks for.
+const RECV_BUFFER_BYTES: libc::c_int = 4 << 20;
 
 /// The UDP_GRO socket option and control message (linux/udp.h).
 const UDP_GRO: libc::c_int = 104;
