@@ -486,6 +486,10 @@ fn handle(request: Request, bridge: &Bridge) -> Result<serde_json::Value, String
                     let ip: std::net::IpAddr = dst
                         .parse()
                         .map_err(|_| format!("invalid dst address '{dst}'"))?;
+                    if ip.is_unspecified() {
+                        return Err(format!("dst {ip}: name the VTEP's own address"));
+                    }
+                    crate::ports::unscoped_unicast(ip, "dst")?;
                     if ip.is_ipv4() != vxlan.config.local.is_ipv4() {
                         return Err(format!("dst {ip} is not of {label}'s IP version"));
                     }

@@ -205,6 +205,7 @@ fn vxlan_options(items: &[(String, String)]) -> Result<VxlanConfig, String> {
             .map_err(|_| format!("invalid {what} address '{text}'"))
     };
     let local = ip(get("local").ok_or("a vxlan port needs local=IP")?, "local")?;
+    unscoped_unicast(local, "local")?;
     let port = match get("port").map(str::parse::<u16>) {
         Some(Ok(port)) if port > 0 => port,
         Some(_) => return Err("invalid port (1 to 65535)".to_owned()),
@@ -213,6 +214,10 @@ fn vxlan_options(items: &[(String, String)]) -> Result<VxlanConfig, String> {
     let mut remotes = Vec::new();
     for (_, value) in items.iter().filter(|(k, _)| k == "remote") {
         let remote = ip(value, "remote")?;
+        if remote.is_unspecified() {
+            return Err(format!("remote {remote}: name the VTEP's own address"));
+        }
+        unscoped_unicast(remote, "remote")?;
         if remote.is_ipv4() != local.is_ipv4() {
             return Err(format!(
                 "remote {remote} and local {local} are not of one IP version"
@@ -233,6 +238,25 @@ fn vxlan_options(items: &[(String, String)]) -> Result<VxlanConfig, String> {
         remotes,
         learning,
     })
+}
+
+/// Refuses the addresses a VXLAN port cannot use: multicast and broadcast
+/// (VTEPs are listed one by one; no group is joined), and IPv6 link-local
+/// ones, which need an interface (a scope) that vxlan ports do not take.
+pub fn unscoped_unicast(address: IpAddr, what: &str) -> Result<(), String> {
+    let refusal = match address {
+        IpAddr::V4(v4) if v4.is_multicast() || v4.is_broadcast() => {
+            "is not unicast: list each VTEP's own address (no multicast group is joined)"
+        }
+        IpAddr::V6(v6) if v6.is_multicast() => {
+            "is not unicast: list each VTEP's own address (no multicast group is joined)"
+        }
+        IpAddr::V6(v6) if v6.is_unicast_link_local() => {
+            "is link-local, which needs an interface: use a global or unique-local address"
+        }
+        _ => return Ok(()),
+    };
+    Err(format!("{what} {address} {refusal}"))
 }
 
 /// One line saying why a port could not be opened.
@@ -383,6 +407,16 @@ mod tests {
         let config = quiet.vxlan.unwrap();
         assert_eq!(config.local.port(), 8472);
         assert!(!config.learning && config.remotes.is_empty());
+        // An IPv6 underlay: the description parses back to the same port.
+        let v6 = PortSpec::parse("vxlan:s,vni=9,local=2001:2::1,remote=2001:2::2").unwrap();
+        let config = v6.vxlan.clone().unwrap();
+        assert_eq!(config.local, "[2001:2::1]:4789".parse().unwrap());
+        assert_eq!(config.remotes, ["2001:2::2".parse::<IpAddr>().unwrap()]);
+        assert_eq!(
+            v6.describe(),
+            "vxlan:s,vni=9,local=2001:2::1,port=4789,remote=2001:2::2"
+        );
+        assert_eq!(PortSpec::parse(&v6.describe()).unwrap(), v6);
         for (spec, expected) in [
             ("vxlan:s,local=198.18.1.1", "needs vni="),
             ("vxlan:s,vni=16777216,local=198.18.1.1", "invalid vni"),
@@ -393,6 +427,27 @@ mod tests {
                 "not of one IP version",
             ),
             ("vxlan:s,vni=1,local=198.18.1.1,learning=maybe", "on or off"),
+            (
+                "vxlan:s,vni=1,local=198.18.1.1,remote=0.0.0.0",
+                "own address",
+            ),
+            (
+                "vxlan:s,vni=1,local=198.18.1.1,remote=239.1.1.1",
+                "not unicast",
+            ),
+            (
+                "vxlan:s,vni=1,local=198.18.1.1,remote=255.255.255.255",
+                "not unicast",
+            ),
+            (
+                "vxlan:s,vni=1,local=ff02::1",
+                "local ff02::1 is not unicast",
+            ),
+            ("vxlan:s,vni=1,local=fe80::1", "local fe80::1 is link-local"),
+            (
+                "vxlan:s,vni=1,local=2001:2::1,remote=fe80::2",
+                "remote fe80::2 is link-local",
+            ),
             (
                 "vxlan:s,vni=1,local=198.18.1.1,ttl=4",
                 "unknown option 'ttl'",

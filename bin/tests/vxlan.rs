@@ -460,6 +460,22 @@ fn static_remotes_and_the_learning_limit() {
     );
     assert_ne!(code, 0);
     assert!(err.contains("not one"), "{err}");
+    for (dst, expected) in [("239.1.1.1", "not unicast"), ("0.0.0.0", "own address")] {
+        let (code, _, err) = netns::ctl(
+            &socket,
+            &[
+                "fdb",
+                "add",
+                &mac_text(far),
+                "port",
+                "vxlan:vx0",
+                "dst",
+                dst,
+            ],
+        );
+        assert_ne!(code, 0, "dst {dst}");
+        assert!(err.contains(expected), "{dst}: {err}");
+    }
     let shown = ctl_json(&socket, &["fdb", "show", "--json"]);
     let entry = shown
         .as_array()

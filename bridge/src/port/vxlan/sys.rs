@@ -423,3 +423,49 @@ fn send_one(socket: &OwnedFd, header: &[u8], frame: &[u8], to: &SockAddr) -> io:
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sender of an IPv4 and of an IPv6 datagram, as the kernel writes
+    /// it into the address storage.
+    #[test]
+    fn senders_of_both_families_are_read() {
+        for text in ["198.18.1.2:4789", "[2001:2::2]:4789"] {
+            let sender: SocketAddr = text.parse().unwrap();
+            let from = SockAddr::from(sender);
+            // SAFETY: sockaddr_storage is plain old data; zeroes are valid.
+            let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
+            // SAFETY: `from` holds `from.len()` bytes of a socket address,
+            // no more than a sockaddr_storage, which `storage` is.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    from.as_ptr().cast::<u8>(),
+                    (&mut storage as *mut libc::sockaddr_storage).cast::<u8>(),
+                    from.len() as usize,
+                );
+            }
+            assert_eq!(ip_of(&storage), Some(sender.ip()), "{text}");
+        }
+        // SAFETY: as above.
+        let unknown: libc::sockaddr_storage = unsafe { zeroed() };
+        assert_eq!(ip_of(&unknown), None);
+    }
+
+    /// Both families' sockets take every option (don't-fragment, GRO, the
+    /// receive buffer), bound to the unspecified address of each.
+    #[test]
+    fn sockets_of_both_families_open() {
+        for text in ["0.0.0.0:0", "[::]:0"] {
+            let local: SocketAddr = text.parse().unwrap();
+            match open(local) {
+                Ok(_) => {}
+                Err(error) if error.raw_os_error() == Some(libc::EAFNOSUPPORT) => {
+                    eprintln!("skipped {text}: this kernel has no IPv6");
+                }
+                Err(error) => panic!("{text}: {error}"),
+            }
+        }
+    }
+}
