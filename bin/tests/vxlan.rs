@@ -34,6 +34,16 @@ impl Underlay {
         Underlay { ns }
     }
 
+    /// An underlay and `n` VTEP namespaces joined to it, VTEP 0 to n - 1.
+    fn with_vteps(n: usize) -> (Underlay, Vec<Netns>) {
+        let underlay = Underlay::new();
+        let vteps: Vec<Netns> = (0..n).map(|_| Netns::new()).collect();
+        for (i, ns) in vteps.iter().enumerate() {
+            underlay.join(ns, i);
+        }
+        (underlay, vteps)
+    }
+
     /// Joins `vtep_ns` as VTEP `i`.
     fn join(&self, vtep_ns: &Netns, i: usize) {
         let port = format!("u{i}");
@@ -331,11 +341,7 @@ fn a_full_mesh_of_four_vteps() {
     if !privileged("a_full_mesh_of_four_vteps") {
         return;
     }
-    let underlay = Underlay::new();
-    let vteps: Vec<Netns> = (0..4).map(|_| Netns::new()).collect();
-    for (i, ns) in vteps.iter().enumerate() {
-        underlay.join(ns, i);
-    }
+    let (_underlay, vteps) = Underlay::with_vteps(4);
     let hosts: Vec<Netns> = vteps
         .iter()
         .enumerate()
@@ -424,11 +430,7 @@ fn static_remotes_and_the_learning_limit() {
     if !privileged("static_remotes_and_the_learning_limit") {
         return;
     }
-    let underlay = Underlay::new();
-    let vteps: Vec<Netns> = (0..3).map(|_| Netns::new()).collect();
-    for (i, ns) in vteps.iter().enumerate() {
-        underlay.join(ns, i);
-    }
+    let (_underlay, vteps) = Underlay::with_vteps(3);
     let h1 = host(0, &vteps[0], "p1");
     let (socket, ctl) = netns::ctl_socket("mpbvx");
     let _daemon = mpbridge_vtep(&vteps[0], 0, 42, &[1], &[&ctl, "--max-entries", "8"]);
@@ -533,11 +535,7 @@ fn learning_off_hears_listed_vteps_only() {
     if !privileged("learning_off_hears_listed_vteps_only") {
         return;
     }
-    let underlay = Underlay::new();
-    let vteps: Vec<Netns> = (0..3).map(|_| Netns::new()).collect();
-    for (i, ns) in vteps.iter().enumerate() {
-        underlay.join(ns, i);
-    }
+    let (_underlay, vteps) = Underlay::with_vteps(3);
     let h1 = host(0, &vteps[0], "p1");
     let (socket, ctl) = netns::ctl_socket("mpbvx");
     let vxlan = format!(
@@ -753,6 +751,94 @@ fn datagram_trains_both_ways() {
     );
 }
 
+/// An IPv4 UDP frame of flow `flow` (its UDP source port), broadcast.
+fn udp_flow_frame(flow: u16) -> Vec<u8> {
+    let mut frame = bridge::wire::FrameSpec::new(
+        bridge::wire::MacAddr(BROADCAST),
+        bridge::wire::MacAddr(mac(100)),
+    )
+    .len(60)
+    .build();
+    let ip = &mut frame[14..34];
+    ip.fill(0);
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&46u16.to_be_bytes());
+    ip[8] = 64;
+    ip[9] = 17;
+    ip[12..16].copy_from_slice(&[198, 18, 0, 1]);
+    ip[16..20].copy_from_slice(&[198, 18, 0, 2]);
+    // A valid header checksum: the kernel bridge checks it where
+    // br_netfilter is loaded.
+    let mut sum: u32 = ip
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    frame[34..36].copy_from_slice(&(40_000 + flow).to_be_bytes());
+    frame[36..38].copy_from_slice(&9u16.to_be_bytes());
+    frame[38..40].copy_from_slice(&26u16.to_be_bytes());
+    frame
+}
+
+/// Each inner flow leaves from one outer UDP source port, and flows spread
+/// over several (RFC 7348's entropy, which lets the receiving VTEP spread
+/// them over its cores): from mpbridge as from the kernel's vxlan device.
+fn flows_spread_over_outer_source_ports() {
+    if !privileged("flows_spread_over_outer_source_ports") {
+        return;
+    }
+    let (_underlay, vteps) = Underlay::with_vteps(3);
+    let behind_mpbridge = host(0, &vteps[0], "p1");
+    let behind_kernel = host(2, &vteps[2], "p1");
+    let _daemon = mpbridge_vtep(&vteps[0], 0, 42, &[1], &[]);
+    kernel_vtep(&vteps[2], 2, 42, &[1], "p1", "0");
+    let peer = listener(&vteps[1], 1);
+    set_int_option(&peer, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 8 << 20);
+    let frames: Vec<Vec<u8>> = (0..32).map(udp_flow_frame).collect();
+    for (who, host) in [("mpbridge", &behind_mpbridge), ("kernel", &behind_kernel)] {
+        let mut st = Station::on(host);
+        let _ = received_from(&peer);
+        assert_eq!(st.send_many(&frames), frames.len(), "{who}: sent");
+        // Inner UDP source port (the flow) -> outer source ports.
+        let mut ports: std::collections::BTreeMap<u16, std::collections::BTreeSet<u16>> =
+            Default::default();
+        for (from, datagram) in received_from(&peer) {
+            let inner = &datagram[8..];
+            if frames.iter().any(|f| f == inner) {
+                let flow = u16::from_be_bytes([inner[34], inner[35]]);
+                ports.entry(flow).or_default().insert(from.port());
+            }
+        }
+        assert_eq!(ports.len(), frames.len(), "{who}: every flow arrived");
+        for (flow, outer) in &ports {
+            assert_eq!(outer.len(), 1, "{who}: flow {flow} left from {outer:?}");
+        }
+        let distinct: std::collections::BTreeSet<u16> = ports.values().flatten().copied().collect();
+        assert!(
+            distinct.len() >= 2,
+            "{who}: 32 flows from one source port {distinct:?}"
+        );
+        eprintln!("{who}: 32 flows over {} outer source ports", distinct.len());
+    }
+}
+
+/// The datagrams waiting on `socket` and their senders (each read within
+/// 300 ms).
+fn received_from(socket: &std::net::UdpSocket) -> Vec<(std::net::SocketAddr, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    while let Ok((n, from)) = socket.recv_from(&mut buf) {
+        out.push((from, buf[..n].to_vec()));
+        if out.len() > 10_000 {
+            break;
+        }
+    }
+    out
+}
+
 lab::test_main! {
     privileged: [
         kernel_vxlan_interop_mutex,
@@ -770,6 +856,7 @@ lab::test_main! {
         frames_too_big_for_the_underlay_are_dropped_and_counted,
         an_underlay_gone_costs_no_cpu,
         datagram_trains_both_ways,
+        flows_spread_over_outer_source_ports,
     ],
     plain: [],
 }

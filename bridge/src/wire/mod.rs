@@ -9,6 +9,7 @@
 
 mod build;
 mod ethernet;
+mod flow;
 mod mac;
 pub mod segment;
 pub mod vnet;
@@ -16,6 +17,7 @@ pub mod vxlan;
 
 pub use build::{FrameSpec, Payload};
 pub use ethernet::{EtherType, EthernetFrame, VlanId};
+pub use flow::flow_hash;
 pub use mac::{MacAddr, MacKind, ParseMacError};
 pub use vnet::VnetHeader;
 

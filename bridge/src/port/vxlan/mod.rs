@@ -6,6 +6,12 @@
 //!   SO_REUSEPORT group with the other workers' sockets; the VXLAN ports
 //!   (VNIs) on that address share it, and a datagram of another port's VNI
 //!   is set aside for that port (`Endpoint`).
+//! - Frames leave from one of `SEND_PORTS` sockets per worker, each bound
+//!   to the local address and a port of the kernel's choosing, picked by
+//!   the inner frame's flow hash: the outer source port varies by flow, as
+//!   RFC 7348 recommends and the Linux vxlan device does, so that a
+//!   receiving VTEP's RSS or SO_REUSEPORT group spreads the flows over its
+//!   cores while each flow stays in order.
 //! - Received frames teach the port's [`RemoteTable`] which VTEP each inner
 //!   source station is behind; known unicast goes to that VTEP, and
 //!   broadcast, multicast and unknown unicast to every listed remote
@@ -36,7 +42,7 @@ use super::{fd, Port, PortError, RxBatch, RxReport, SendReport, VNET_HDR_LEN};
 use crate::fdb::FdbKey;
 use crate::wire::segment::{complete_partial, make_whole, offload_large_tcp, SegmentError, TcpRun};
 use crate::wire::vxlan::{self, Vni, VxlanError};
-use crate::wire::{EthernetFrame, MacKind};
+use crate::wire::{flow_hash, EthernetFrame, MacKind};
 
 /// Datagrams one receive call takes at most.
 const RECV_BATCH: usize = 64;
@@ -49,6 +55,8 @@ const DATAGRAM_MAX: usize = 65_536;
 /// Inner TCP frames longer than this (IP bytes) are marked as offloaded
 /// segments on receive (see `wire::segment::offload_large_tcp`).
 const STANDARD_MTU: usize = 1500;
+/// Sockets (outer source ports) each worker sends from, per local address.
+const SEND_PORTS: usize = 8;
 /// Datagrams set aside for another VNI's port, at most, per endpoint and
 /// VNI; beyond it they are dropped and counted.
 const PENDING_MAX: usize = 1024;
@@ -130,6 +138,8 @@ pub struct VxlanShared {
 /// ports other than the one reading.
 struct Endpoint {
     socket: OwnedFd,
+    /// What frames are sent from, by flow (`SEND_PORTS`).
+    senders: Vec<OwnedFd>,
     buffers: sys::RecvBuffers,
     /// What of the last receive is not yet taken (a batch filled first).
     unread: Unread,
@@ -176,8 +186,12 @@ fn endpoint(local: SocketAddr, queue: usize, vni: Vni) -> io::Result<SharedEndpo
     let endpoint = match found {
         Some(endpoint) => endpoint,
         None => {
+            let senders = (0..SEND_PORTS)
+                .map(|_| sys::open_sender(local.ip()))
+                .collect::<io::Result<Vec<_>>>()?;
             let endpoint = Arc::new(Mutex::new(Endpoint {
                 socket: sys::open(local)?,
+                senders,
                 buffers: sys::RecvBuffers::new(RECV_BATCH, DATAGRAM_MAX),
                 unread: Unread::default(),
                 pending: HashMap::new(),
@@ -217,6 +231,7 @@ pub struct VxlanPort {
     spans: Vec<(usize, usize, usize)>,
     keys: Vec<FdbKey>,
     found: Vec<Option<IpAddr>>,
+    lanes: Vec<usize>,
     addrs: Vec<SockAddr>,
 }
 
@@ -263,6 +278,7 @@ impl VxlanPort {
                     spans: Vec::new(),
                     keys: Vec::new(),
                     found: Vec::new(),
+                    lanes: Vec::new(),
                     addrs: Vec::new(),
                 })
             })
@@ -389,6 +405,7 @@ impl Port for VxlanPort {
             buffers,
             unread,
             pending,
+            ..
         } = &mut *endpoint;
         // The flow of the batch's last frame, while later segments may join.
         let mut run = None;
@@ -521,19 +538,29 @@ impl Port for VxlanPort {
         for &ip in flood {
             self.addrs.push(SockAddr::from(SocketAddr::new(ip, port)));
         }
+        // The socket (outer source port) of each whole frame: by its
+        // flow, the same for every part of one segmented frame.
+        self.lanes.clear();
+        for &(start, len, _) in &self.spans {
+            let frame = &self.whole[start..start + len];
+            self.lanes.push(flow_hash(frame) as usize % SEND_PORTS);
+        }
         // Runs of consecutive whole frames with one destination (a known
-        // VTEP, or the flood list), and per unicast run its address, built
-        // in full before any is borrowed below.
+        // VTEP, or the flood list) and one socket, and per unicast run its
+        // address, built in full before any is borrowed below.
         let mut runs = Vec::new();
         let mut unicast_addrs = Vec::new();
         let mut i = 0;
         while i < self.spans.len() {
-            let to = self.found[i];
-            let end = i + self.found[i..].iter().take_while(|&&f| f == to).count();
+            let (to, lane) = (self.found[i], self.lanes[i]);
+            let end = i
+                + (i..self.spans.len())
+                    .take_while(|&j| self.found[j] == to && self.lanes[j] == lane)
+                    .count();
             if let Some(ip) = to {
                 unicast_addrs.push(SockAddr::from(SocketAddr::new(ip, port)));
             }
-            runs.push((i, end, to.is_some()));
+            runs.push((i, end, to.is_some(), lane));
             i = end;
         }
         // Messages: per run and destination, its frames in groups one UDP
@@ -545,10 +572,11 @@ impl Port for VxlanPort {
             .iter()
             .map(|&(start, len, _)| &self.whole[start..start + len])
             .collect();
-        let mut messages = Vec::new();
+        let mut messages: Vec<Vec<sys::Outgoing<'_>>> =
+            (0..SEND_PORTS).map(|_| Vec::new()).collect();
         let mut unicast = unicast_addrs.iter();
         let mut no_remote = vec![false; offered];
-        for &(start, end, known) in &runs {
+        for &(start, end, known, lane) in &runs {
             let targets: &[SockAddr] = if known {
                 std::slice::from_ref(unicast.next().expect("one per unicast run"))
             } else if flood.is_empty() {
@@ -574,7 +602,7 @@ impl Port for VxlanPort {
                             break;
                         }
                     }
-                    messages.push(sys::Outgoing { first, count, to });
+                    messages[lane].push(sys::Outgoing { first, count, to });
                     first += count;
                 }
             }
@@ -582,18 +610,17 @@ impl Port for VxlanPort {
         // Per frame offered: Ok, or the first error one of its datagrams got.
         let mut outcome: Vec<Option<io::Result<()>>> = (0..offered).map(|_| None).collect();
         let endpoint = self.endpoint.lock().unwrap_or_else(PoisonError::into_inner);
-        sys::send_all(
-            &endpoint.socket,
-            &self.header,
-            &frames,
-            &messages,
-            |j, result| {
+        for (sender, messages) in endpoint.senders.iter().zip(&messages) {
+            if messages.is_empty() {
+                continue;
+            }
+            sys::send_all(sender, &self.header, &frames, messages, |j, result| {
                 let slot = &mut outcome[self.spans[j].2];
                 if !matches!(slot, Some(Err(_))) {
                     *slot = Some(result);
                 }
-            },
-        );
+            });
+        }
         drop(endpoint);
         for (index, result) in outcome.into_iter().enumerate() {
             let Some(result) = result else {
@@ -613,7 +640,9 @@ impl Port for VxlanPort {
 
     fn take_error(&mut self) -> Option<io::Error> {
         let endpoint = self.endpoint.lock().unwrap_or_else(PoisonError::into_inner);
-        fd::take_socket_error(endpoint.socket.as_fd())
+        std::iter::once(&endpoint.socket)
+            .chain(&endpoint.senders)
+            .find_map(|socket| fd::take_socket_error(socket.as_fd()))
     }
 
     fn pending(&self) -> bool {

@@ -15,38 +15,41 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::port::fd;
 
-/// Opens a non-blocking UDP socket bound to `local`, in the SO_REUSEPORT
-/// group of every socket bound there, with the don't-fragment bit set.
-pub fn open(local: SocketAddr) -> io::Result<OwnedFd> {
+/// A non-blocking UDP socket for `local`'s family, with the don't-fragment
+/// bit set (and, for IPv6, IPv6 only), not yet bound.
+fn udp_socket(local: SocketAddr) -> io::Result<OwnedFd> {
     let socket = Socket::new(Domain::for_address(local), Type::DGRAM, Some(Protocol::UDP))?;
-    socket.set_reuse_port(true)?;
     socket.set_nonblocking(true)?;
     socket.set_cloexec(true)?;
     let socket = OwnedFd::from(socket);
-    let pmtu: libc::c_int = libc::IP_PMTUDISC_DO;
+    let fd = std::os::fd::AsFd::as_fd(&socket);
     if local.is_ipv4() {
-        fd::set_option(
-            std::os::fd::AsFd::as_fd(&socket),
-            libc::IPPROTO_IP,
-            libc::IP_MTU_DISCOVER,
-            &pmtu,
-        )?;
+        let pmtu: libc::c_int = libc::IP_PMTUDISC_DO;
+        fd::set_option(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, &pmtu)?;
     } else {
         let pmtu: libc::c_int = libc::IPV6_PMTUDISC_DO;
-        fd::set_option(
-            std::os::fd::AsFd::as_fd(&socket),
-            libc::IPPROTO_IPV6,
-            libc::IPV6_MTU_DISCOVER,
-            &pmtu,
-        )?;
+        fd::set_option(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, &pmtu)?;
         let on: libc::c_int = 1;
-        fd::set_option(
-            std::os::fd::AsFd::as_fd(&socket),
-            libc::IPPROTO_IPV6,
-            libc::IPV6_V6ONLY,
-            &on,
-        )?;
+        fd::set_option(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, &on)?;
     }
+    Ok(socket)
+}
+
+/// Opens a socket to send from: `local`'s address and a port the kernel
+/// picks, so that each such socket is one outer source port.
+pub fn open_sender(local: IpAddr) -> io::Result<OwnedFd> {
+    let local = SocketAddr::new(local, 0);
+    let socket = Socket::from(udp_socket(local)?);
+    socket.bind(&SockAddr::from(local))?;
+    Ok(OwnedFd::from(socket))
+}
+
+/// Opens a non-blocking UDP socket bound to `local`, in the SO_REUSEPORT
+/// group of every socket bound there, with the don't-fragment bit set.
+pub fn open(local: SocketAddr) -> io::Result<OwnedFd> {
+    let socket = Socket::from(udp_socket(local)?);
+    socket.set_reuse_port(true)?;
+    let socket = OwnedFd::from(socket);
     // A train of datagrams sent with UDP GSO (another mpbridge's sends)
     // then stays one buffer up to the socket instead of being cut into one
     // skb per datagram on arrival; `RecvBuffers` cuts it. Kernels before
