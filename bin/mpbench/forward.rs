@@ -101,6 +101,11 @@ pub struct ForwardArgs {
     /// The mpbridge binary (default: the one beside mpbench).
     #[arg(long)]
     mpbridge: Option<PathBuf>,
+    /// How mpbridge's raw ports take frames from the kernel: frame (each
+    /// as it arrives, TPACKET_V2) or block (blocks handed over when full or
+    /// after 1 ms, TPACKET_V3); passed as `--rx-ring` to every mpbridge.
+    #[arg(long, default_value = "frame", value_parser = ["frame", "block"])]
+    rx_ring: String,
     /// Measure every strategy on one running mpbridge per configuration,
     /// switching its table with `mpbridge lock set` between measurements,
     /// so that the comparison is not disturbed by restarts and re-learning.
@@ -287,7 +292,13 @@ fn forwarder_cpus(workers: usize) -> String {
     }
 }
 
-fn build(setup: Setup, mpbridge: &str) -> Result<Bench, String> {
+/// The mpbridge binary and the options every instance runs with.
+pub struct Program {
+    path: String,
+    rx_ring: String,
+}
+
+fn build(setup: Setup, mpbridge: &Program) -> Result<Bench, String> {
     let generator = Netns::new("gen")?;
     let sink = Netns::new("sink")?;
     for ns in [&generator, &sink] {
@@ -520,13 +531,18 @@ fn start_mpbridge(
     b: &Netns,
     target: Target,
     ports: &[&str],
-    program: &str,
+    program: &Program,
     name: &str,
 ) -> Result<Process, String> {
     // A name of its own, so that a bridge already running on the machine
     // (the default name) is left alone.
     let name = format!("--name={name}");
-    let mut args: Vec<String> = vec!["run".into(), name];
+    let mut args: Vec<String> = vec![
+        "run".into(),
+        name,
+        "--rx-ring".into(),
+        program.rx_ring.clone(),
+    ];
     args.extend(ports.iter().map(|p| p.to_string()));
     let workers = match target {
         Target::Relay { poll } => {
@@ -555,7 +571,7 @@ fn start_mpbridge(
         _ => unreachable!("only mpbridge targets start a process"),
     };
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    Process::start(b, &forwarder_cpus(workers), program, &args)
+    Process::start(b, &forwarder_cpus(workers), &program.path, &args)
 }
 
 /// The name mpbench gives the mpbridge it runs.
@@ -880,7 +896,10 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
             ));
         }
     }
-    let mpbridge = mpbridge_path(args.mpbridge.as_deref())?;
+    let mpbridge = Program {
+        path: mpbridge_path(args.mpbridge.as_deref())?,
+        rx_ring: args.rx_ring.clone(),
+    };
     let setups = setups(&args);
     if args.tcp {
         return run_tcp(&args, &setups, &mpbridge);
@@ -893,11 +912,12 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
     println!(
         "Forwarding: {} CPU(s); generator (PACKET_TX_RING, qdisc bypass) on CPU 0, forwarder on CPU {}; \
          ingress receive work on CPU {} in placement (a) \"rx apart\", on the forwarder's CPU {} in (b) \"rx shared\"; \
-         median of {} interleaved runs of {} s per point; offered {}",
+         mpbridge's raw ports with {} receive rings; median of {} interleaved runs of {} s per point; offered {}",
         cpus(),
         forwarder_cpus(1),
         receive_cpu(Placement::Apart, 1),
         receive_cpu(Placement::Shared, 1),
+        args.rx_ring,
         args.runs,
         args.seconds,
         match loads.as_slice() {
@@ -938,7 +958,7 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
                 let setup = &setups[s];
                 if let (true, Target::Mpbridge { lock, .. }) = (turn > 0, setup.target) {
                     bar.set_message(setup.label());
-                    switch_lock(&mpbridge, lock, setup.ports)?;
+                    switch_lock(&mpbridge.path, lock, setup.ports)?;
                     thread::sleep(WARMUP);
                 }
                 for (z, &size) in args.sizes.iter().enumerate() {
@@ -1396,15 +1416,16 @@ fn print_scaling(args: &ForwardArgs, setups: &[Setup], samples: &Samples) {
 }
 
 /// `--tcp`: bulk TCP goodput through every setup, interleaved runs.
-fn run_tcp(args: &ForwardArgs, setups: &[Setup], mpbridge: &str) -> Result<(), String> {
+fn run_tcp(args: &ForwardArgs, setups: &[Setup], mpbridge: &Program) -> Result<(), String> {
     println!(
         "Bulk TCP: {} CPU(s); sender and receiver threads on CPU 0, forwarder on CPU {}; \
          ingress receive work of the sender's veth on CPU {} in placement (a) \"rx apart\", CPU {} in (b) \"rx shared\"; \
-         default offloads; median of {} interleaved runs of {} s",
+         default offloads; mpbridge's raw ports with {} receive rings; median of {} interleaved runs of {} s",
         cpus(),
         forwarder_cpus(1),
         receive_cpu(Placement::Apart, 1),
         receive_cpu(Placement::Shared, 1),
+        mpbridge.rx_ring,
         args.runs,
         args.seconds,
     );

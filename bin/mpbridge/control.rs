@@ -72,7 +72,7 @@ pub struct Bridge {
     /// The configuration file and what of it is applied, with `--config`.
     pub config: Mutex<Option<(std::path::PathBuf, crate::config::Config)>>,
     /// What a VXLAN port's remote table may hold.
-    pub limits: ports::Limits,
+    pub port_settings: ports::PortSettings,
     /// The VXLAN ports' remote tables and counters, by port label.
     pub vxlans: Mutex<BTreeMap<String, Arc<bridge::port::vxlan::VxlanShared>>>,
 }
@@ -749,7 +749,7 @@ impl Bridge {
             return Err(format!("a bridge has at most {MAX_PORTS} ports"));
         }
         let queues = with_port_caps(self.keep_caps, || {
-            ports::open_queues(&spec, self.controls().len(), self.limits)
+            ports::open_queues(&spec, self.controls().len(), self.port_settings)
         })?;
         if let Some(LinkPort::Vxlan(port)) = queues.first() {
             self.vxlans

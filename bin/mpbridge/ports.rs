@@ -8,6 +8,7 @@ use bridge::port::tap::TapError;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use bridge::port::raw::RingKind;
 use bridge::port::vxlan::VxlanConfig;
 use bridge::port::{LinkPort, RawPort, TapPort, VxlanPort};
 use bridge::vlan::{self, PortVlans, VlanSet};
@@ -286,21 +287,24 @@ fn tap_error(spec: &PortSpec, error: &TapError) -> String {
     }
 }
 
-/// What a VXLAN port's remote table may hold: the bridge's learning limit
-/// and ageing time.
+/// What ports are opened with: the bridge's learning limit and ageing time
+/// (a VXLAN port's remote table keeps them too), and raw ports' receive
+/// ring layout.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub struct PortSettings {
     /// Most learned stations (0: no limit).
     pub max_entries: usize,
     /// Seconds after which a silent station is forgotten.
     pub age_secs: u32,
+    /// How raw ports' receive rings hand frames over.
+    pub rx_ring: RingKind,
 }
 
 /// Opens `workers` queues of one port.
 pub fn open_queues(
     spec: &PortSpec,
     workers: usize,
-    limits: Limits,
+    settings: PortSettings,
 ) -> Result<Vec<LinkPort>, String> {
     Ok(match spec.kind {
         Kind::Vxlan => {
@@ -310,8 +314,8 @@ pub fn open_queues(
                 &spec.name,
                 config,
                 workers,
-                limits.max_entries,
-                Duration::from_secs(u64::from(limits.age_secs)),
+                settings.max_entries,
+                Duration::from_secs(u64::from(settings.age_secs)),
             )
             .map_err(|e| match e.raw_os_error() {
                 Some(libc::EADDRNOTAVAIL) => format!(
@@ -331,7 +335,7 @@ pub fn open_queues(
             }
             tap.queues.into_iter().map(LinkPort::Tap).collect()
         }
-        Kind::Raw => RawPort::open(&spec.name, workers)
+        Kind::Raw => RawPort::open_with(&spec.name, workers, settings.rx_ring)
             .map_err(|e| open_error(spec, &e))?
             .into_iter()
             .map(LinkPort::Raw)
@@ -343,13 +347,13 @@ pub fn open_queues(
 pub fn open_ports(
     specs: &[PortSpec],
     workers: usize,
-    limits: Limits,
+    settings: PortSettings,
 ) -> Result<Vec<Vec<LinkPort>>, String> {
     let mut per_worker: Vec<Vec<LinkPort>> = (0..workers).map(|_| Vec::new()).collect();
     for spec in specs {
         for (set, queue) in per_worker
             .iter_mut()
-            .zip(open_queues(spec, workers, limits)?)
+            .zip(open_queues(spec, workers, settings)?)
         {
             set.push(queue);
         }

@@ -297,6 +297,23 @@ fn bad_input_gives_one_line_and_a_non_zero_exit() {
         err.contains("'spinlock'") && err.contains("mutex, rwlock, rmlock, sharded, rcu, epoch"),
         "{err}"
     );
+    let (code, err) = run_bad(
+        None,
+        &[
+            "run",
+            "--port",
+            "tap:a",
+            "--port",
+            "tap:b",
+            "--rx-ring",
+            "v4",
+        ],
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("'v4'") && err.contains("frame, block"),
+        "{err}"
+    );
     let (code, err) = run_bad(None, &["run", "--port", "tap:a"]);
     assert_ne!(code, 0);
     assert!(err.contains("at least two ports"), "{err}");
@@ -494,6 +511,30 @@ fn poll_mode_forwards_too() {
     }
 }
 
+/// Raw ports with block rings (TPACKET_V3, `--rx-ring block`) carry TCP
+/// both ways too, with one worker and with two, and the ready line says
+/// which ring they use.
+fn block_rings_forward_too() {
+    if !privileged("block_rings_forward_too") {
+        return;
+    }
+    for workers in ["1", "2"] {
+        let topology = Topology::new(
+            PortKind::Raw,
+            2,
+            &["--rx-ring", "block", "--workers", workers],
+        );
+        let log = &topology.daemon.as_ref().unwrap().log;
+        assert!(
+            log.iter()
+                .any(|l| l.contains("ready") && l.contains("rx-ring block")),
+            "{log:?}"
+        );
+        tcp_transfer(&topology.hosts, 0, 1, 5012, 14);
+        tcp_transfer(&topology.hosts, 1, 0, 5013, 15);
+    }
+}
+
 /// The thread named `name` of process `pid`: its allowed CPUs.
 fn thread_cpus(pid: u32, name: &str) -> String {
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
@@ -602,6 +643,7 @@ lab::test_main! {
         readiness_is_notified_and_sigint_stops_too,
         relay_mode_passes_everything_to_the_other_port,
         poll_mode_forwards_too,
+        block_rings_forward_too,
     ],
     plain: [bad_input_gives_one_line_and_a_non_zero_exit],
 }

@@ -6,6 +6,7 @@ use std::mem::{size_of, zeroed};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use super::ring::RxRing;
+use super::RingKind;
 use crate::port::{fd, SendReport, VNET_HDR_LEN};
 
 /// How a socket takes part in a fanout group, which spreads an interface's
@@ -20,16 +21,20 @@ pub enum Fanout {
     Join(u16),
 }
 
+/// The receive queue a frame ring's socket asks for.
+const COPY_QUEUE_BYTES: libc::c_int = 4 << 20;
+
 const FANOUT_MODE: libc::c_int =
     (libc::PACKET_FANOUT_HASH | libc::PACKET_FANOUT_FLAG_DEFRAG) as libc::c_int;
 
-/// A packet socket on interface `ifindex`: virtio-net headers, a TPACKET_V3
-/// receive ring, its own transmissions not received, the interface
+/// A packet socket on interface `ifindex`: virtio-net headers, a receive
+/// ring of layout `kind`, its own transmissions not received, the interface
 /// promiscuous, and the socket in a fanout group as `fanout` says. Returns
 /// the group's id too, when it has one.
 pub fn open_packet_socket(
     ifindex: u32,
     fanout: Fanout,
+    kind: RingKind,
 ) -> io::Result<(OwnedFd, RxRing, Option<u16>)> {
     // Protocol 0: the socket receives nothing until bound to one interface
     // below, so no frame of another interface lands in its ring first.
@@ -50,7 +55,23 @@ pub fn open_packet_socket(
         libc::PACKET_IGNORE_OUTGOING,
         &on,
     )?;
-    let ring = RxRing::new(&socket)?;
+    if kind == RingKind::Frame {
+        // Room in the receive queue for the frames longer than a slot
+        // (offloaded segments of up to 64 KiB): beyond net.core.rmem_max
+        // where the process may.
+        let room: libc::c_int = COPY_QUEUE_BYTES;
+        if fd::set_option(
+            socket.as_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            &room,
+        )
+        .is_err()
+        {
+            let _ = fd::set_option(socket.as_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, &room);
+        }
+    }
+    let ring = RxRing::new(&socket, kind)?;
     // SAFETY: sockaddr_ll is plain old data; all zeroes is a valid value.
     let mut addr: libc::sockaddr_ll = unsafe { zeroed() };
     addr.sll_family = libc::AF_PACKET as u16;
