@@ -39,7 +39,3 @@ MPBRIDGE_BENCH_THREADS="$counts" cargo bench --bench lock_contention | tee "$out
     --references kernel --runs 5 --out "$out/block-ring" | tee "$out-block-ring.txt"
 ./target/release/mpbench forward --rx-ring block --tcp --ports raw --references kernel \
     --runs 5 --seconds 2 --out "$out/block-ring-tcp" | tee "$out-block-ring-tcp.txt"
-# VXLAN with several workers per instance: the outer source port varies by
-# flow, so the receiving instance's SO_REUSEPORT group spreads the flows.
-./target/release/mpbench forward --ports vxlan --workers "$workers" --sizes 64,1518 \
-    --references kernel --runs 5 --out "$out/vxlan-workers" | tee "$out-vxlan-workers.txt"
