@@ -135,7 +135,10 @@ impl Port for RawPort {
     /// The socket's SO_ERROR: ENETDOWN when the link went down or the
     /// interface went away, which this tells apart as ENODEV.
     fn take_error(&mut self) -> Option<io::Error> {
-        let error = fd::take_socket_error(self.fd.as_fd())?;
+        let error = self
+            .ring
+            .take_error()
+            .or_else(|| fd::take_socket_error(self.fd.as_fd()))?;
         if error.raw_os_error() == Some(libc::ENETDOWN)
             && netdev::if_index(&self.name).ok() != Some(self.ifindex)
         {

@@ -47,6 +47,9 @@ pub struct RxRing {
     base: *mut u8,
     len: usize,
     layout: Layout,
+    /// A socket error a `recv` on the receive queue took (and so cleared)
+    /// before its frame, kept for `take_error`.
+    taken_error: Option<io::Error>,
 }
 
 #[derive(Debug)]
@@ -148,7 +151,13 @@ impl RxRing {
             base: base.cast(),
             len,
             layout,
+            taken_error: None,
         })
+    }
+
+    /// A socket error that reading the receive queue took, if any.
+    pub fn take_error(&mut self) -> Option<io::Error> {
+        self.taken_error.take()
     }
 
     /// The status word at byte `offset` of the mapping.
@@ -249,7 +258,8 @@ impl RxRing {
             };
             let status = index * SLOT_SIZE + SLOT_STATUS_OFFSET;
             // Acquire: as for blocks, per slot.
-            if self.status(status).load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
+            let word = self.status(status).load(Ordering::Acquire);
+            if word & libc::TP_STATUS_USER == 0 {
                 return handed;
             }
             // SAFETY: the slot is ours while its status says USER, until we
@@ -260,28 +270,42 @@ impl RxRing {
                 unreachable!("a frame ring");
             };
             *current = (index + 1) % SLOTS;
+            // A slot marked COPY has its whole frame next in the receive
+            // queue: taken whatever the slot holds, so that the queue stays
+            // in step with the ring.
+            let whole = if word & libc::TP_STATUS_COPY != 0 {
+                recv_whole(socket, copy, &mut self.taken_error)
+            } else {
+                None
+            };
             let more = match slot::parse(bytes) {
                 Err(error) => {
                     bad(&error);
                     true
                 }
-                Ok(slot) if slot.copied => {
-                    handed += 1;
-                    // The whole frame is the next in the receive queue; the
-                    // slot's tag is its tag.
-                    match recv_whole(socket, copy) {
-                        Some((len, cut)) if len >= VNET_HDR_LEN => f(RingFrame {
-                            vnet: &copy[..VNET_HDR_LEN],
-                            frame: &copy[VNET_HDR_LEN..len],
-                            vlan: slot.frame.vlan,
-                            truncated: cut,
-                        }),
-                        _ => f(slot.frame),
-                    }
-                }
                 Ok(slot) => {
                     handed += 1;
-                    f(slot.frame)
+                    match whole {
+                        // The frame's own length: this slot's frame. The
+                        // slot's tag is its tag.
+                        Some(len) if len >= VNET_HDR_LEN && len - VNET_HDR_LEN == slot.len => {
+                            f(RingFrame {
+                                vnet: &copy[..VNET_HDR_LEN],
+                                frame: &copy[VNET_HDR_LEN..len.min(copy.len())],
+                                vlan: slot.frame.vlan,
+                                truncated: len > copy.len(),
+                            })
+                        }
+                        // Another frame: the queue is out of step (nothing
+                        // the kernel does, but then no later slot could
+                        // trust it). Emptied, it is in step again.
+                        Some(_) => {
+                            drain(socket, copy, &mut self.taken_error);
+                            f(slot.frame)
+                        }
+                        // The slot's cut copy, counted as oversize.
+                        None => f(slot.frame),
+                    }
                 }
             };
             // Release: as for blocks, per slot.
@@ -294,10 +318,18 @@ impl RxRing {
     }
 }
 
-/// Reads the next frame of the socket's receive queue into `buffer`
-/// without waiting: its length (virtio-net header included) and whether it
-/// was longer than the buffer. `None` when the queue is empty.
-fn recv_whole(socket: &OwnedFd, buffer: &mut [u8]) -> Option<(usize, bool)> {
+/// What one `recv` on the receive queue got.
+enum Received {
+    /// A frame of this length (virtio-net header included), however much
+    /// of it the buffer took.
+    Frame(usize),
+    /// Nothing waits.
+    Empty,
+    /// The call failed (a pending socket error, which it cleared).
+    Failed(io::Error),
+}
+
+fn recv_once(socket: &OwnedFd, buffer: &mut [u8]) -> Received {
     loop {
         // SAFETY: `buffer` is writable for its length for the call.
         let ret = unsafe {
@@ -309,11 +341,40 @@ fn recv_whole(socket: &OwnedFd, buffer: &mut [u8]) -> Option<(usize, bool)> {
             )
         };
         if ret >= 0 {
-            let len = ret as usize;
-            return Some((len.min(buffer.len()), len > buffer.len()));
+            return Received::Frame(ret as usize);
         }
-        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            return None;
+        let error = io::Error::last_os_error();
+        match error.kind() {
+            io::ErrorKind::Interrupted => continue,
+            io::ErrorKind::WouldBlock => return Received::Empty,
+            _ => return Received::Failed(error),
+        }
+    }
+}
+
+/// Reads the next frame of the socket's receive queue into `buffer`
+/// without waiting; returns its whole length (virtio-net header included),
+/// or `None` when the queue is empty. A socket error (ENETDOWN when the
+/// link goes down) comes before any frame and is cleared by the call that
+/// reports it: it goes to `taken`, and the frame is read again.
+fn recv_whole(socket: &OwnedFd, buffer: &mut [u8], taken: &mut Option<io::Error>) -> Option<usize> {
+    for _ in 0..3 {
+        match recv_once(socket, buffer) {
+            Received::Frame(len) => return Some(len),
+            Received::Empty => return None,
+            Received::Failed(error) => {
+                taken.get_or_insert(error);
+            }
+        }
+    }
+    None
+}
+
+/// Empties the socket's receive queue (bounded: more than the ring holds).
+fn drain(socket: &OwnedFd, buffer: &mut [u8], taken: &mut Option<io::Error>) {
+    for _ in 0..2 * SLOTS {
+        if recv_whole(socket, buffer, taken).is_none() {
+            return;
         }
     }
 }

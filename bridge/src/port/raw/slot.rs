@@ -50,6 +50,8 @@ pub struct Slot<'a> {
     /// longer than a slot and the socket keeps such frames:
     /// `PACKET_COPY_THRESH`); the slot holds its first part.
     pub copied: bool,
+    /// The frame's whole length, however much of it the slot holds.
+    pub len: usize,
 }
 
 fn u16_at(bytes: &[u8], range: std::ops::Range<usize>) -> u16 {
@@ -93,6 +95,7 @@ pub fn parse(slot: &[u8]) -> Result<Slot<'_>, SlotError> {
             truncated: snaplen < u32_at(slot, field::LEN) as usize,
         },
         copied: status & libc::TP_STATUS_COPY != 0,
+        len: u32_at(slot, field::LEN) as usize,
     })
 }
 
@@ -142,6 +145,7 @@ mod tests {
         let parsed = parse(&tagged).unwrap();
         assert_eq!(parsed.frame.vlan, Some((0x88a8, 0xa02a)));
         assert!(parsed.frame.truncated && parsed.copied);
+        assert_eq!(parsed.len, 9000);
 
         // A tag without a TPID is 802.1Q.
         let mut old = slot(
