@@ -5,8 +5,9 @@
 /// A hash of what identifies `frame`'s flow: its MAC addresses and
 /// EtherType (past any VLAN tags), and for IPv4 and IPv6 the addresses,
 /// the protocol and, for TCP, UDP, SCTP and UDP-Lite, the ports (not for
-/// IPv4 fragments past the first, which have none). A frame too short
-/// for a layer is hashed on the layers before it.
+/// any IPv4 fragment, so that all fragments of a datagram share its hash,
+/// first included, as the kernel's flow dissector has it). A frame too
+/// short for a layer is hashed on the layers before it.
 pub fn flow_hash(frame: &[u8]) -> u32 {
     let mut hash = Fnv::new();
     let Some(macs) = frame.get(..12) else {
@@ -38,8 +39,9 @@ pub fn flow_hash(frame: &[u8]) -> u32 {
             };
             hash.write(&ip[12..20]);
             hash.write(&ip[9..10]);
-            let later_fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x1fff != 0;
-            if later_fragment {
+            // More fragments, or an offset: a fragment.
+            let fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0;
+            if fragment {
                 return hash.finish();
             }
             (ip[9], l3 + usize::from(ip[0] & 0x0f) * 4)
@@ -125,15 +127,13 @@ mod tests {
             lanes[flow_hash(&ipv4_udp(40_000 + port, 53, 0)) as usize % 8] += 1;
         }
         assert!(lanes.iter().filter(|&&n| n > 0).count() >= 6, "{lanes:?}");
-        // A later fragment has no ports: it hashes as its first fragment's
-        // addresses only, whatever its bytes where ports would be.
-        let mut a = ipv4_udp(1, 2, 0);
-        let mut b = ipv4_udp(3, 4, 0);
-        for f in [&mut a, &mut b] {
-            f[20] = 0x00;
-            f[21] = 0x10;
-        }
-        assert_eq!(flow_hash(&a), flow_hash(&b));
+        // Fragments hash on addresses only: a later one (no ports, other
+        // bytes where they would be) as its first one (more fragments).
+        let mut first = ipv4_udp(1, 2, 0);
+        first[20] = 0x20;
+        let mut later = ipv4_udp(3, 4, 0);
+        later[21] = 0x10;
+        assert_eq!(flow_hash(&first), flow_hash(&later));
     }
 
     #[test]

@@ -48,6 +48,9 @@ use crate::wire::{flow_hash, EthernetFrame, MacKind};
 const RECV_BATCH: usize = 64;
 /// Receive calls per batch at most.
 const RECV_CALLS: usize = 4;
+/// Datagrams one batch takes at most, whatever becomes of them (with UDP
+/// GRO one message may carry 64).
+const RECV_DATAGRAMS: usize = RECV_CALLS * RECV_BATCH;
 /// The largest datagram taken whole: any UDP payload. Over a veth underlay
 /// the kernel hands coalesced datagrams of up to 64 KiB to the socket;
 /// slots a burst of small datagrams never reaches stay untouched.
@@ -140,6 +143,10 @@ struct Endpoint {
     socket: OwnedFd,
     /// What frames are sent from, by flow (`SEND_PORTS`).
     senders: Vec<OwnedFd>,
+    /// Per sender: the kernel refused a UDP GSO send on it (EIO: no
+    /// checksum offload or IPsec on the underlay), so it sends one
+    /// datagram per call from then on.
+    no_gso: Vec<bool>,
     buffers: sys::RecvBuffers,
     /// What of the last receive is not yet taken (a batch filled first).
     unread: Unread,
@@ -192,6 +199,7 @@ fn endpoint(local: SocketAddr, queue: usize, vni: Vni) -> io::Result<SharedEndpo
             let endpoint = Arc::new(Mutex::new(Endpoint {
                 socket: sys::open(local)?,
                 senders,
+                no_gso: vec![false; SEND_PORTS],
                 buffers: sys::RecvBuffers::new(RECV_BATCH, DATAGRAM_MAX),
                 unread: Unread::default(),
                 pending: HashMap::new(),
@@ -345,6 +353,7 @@ impl VxlanPort {
 impl VxlanPort {
     /// Takes one VXLAN datagram: into the batch if it is this port's VNI,
     /// set aside if it is another port's, counted and dropped if bad.
+    /// Returns whether it was set aside.
     #[allow(clippy::too_many_arguments)]
     fn take_datagram(
         shared: &VxlanShared,
@@ -355,14 +364,15 @@ impl VxlanPort {
         batch: &mut RxBatch,
         report: &mut RxReport,
         run: &mut Option<TcpRun>,
-    ) {
+    ) -> bool {
         match vxlan::parse(datagram) {
             Ok((v, frame)) if v == shared.config.vni => {
                 Self::deliver(shared, frame, source, now, batch, report, run)
             }
             Ok((v, frame)) => match pending.get_mut(&v) {
                 Some(queue) if queue.len() < PENDING_MAX => {
-                    queue.push_back((frame.to_vec(), source))
+                    queue.push_back((frame.to_vec(), source));
+                    return true;
                 }
                 Some(_) => VxlanCounters::bump(&shared.counters.pending_full),
                 None => VxlanCounters::bump(&shared.counters.unknown_vni),
@@ -373,6 +383,7 @@ impl VxlanPort {
                 VxlanError::Reserved => &shared.counters.reserved,
             }),
         }
+        false
     }
 }
 
@@ -422,7 +433,12 @@ impl Port for VxlanPort {
         // bad ones, joined segments) must not keep the worker here.
         let mut calls = 0;
         let mut drained = false;
-        while !batch.is_full() {
+        let mut datagrams = 0;
+        // Set aside for other ports in this call: no more than a batch, what
+        // such a port takes from its queue per call, so that reading for
+        // this port does not outrun that port and drop its frames.
+        let mut set_aside = 0;
+        while !batch.is_full() && datagrams < RECV_DATAGRAMS && set_aside < RECV_BATCH {
             if unread.is_empty() {
                 if calls == RECV_CALLS || drained {
                     break;
@@ -456,11 +472,13 @@ impl Port for VxlanPort {
                     let rest = message.payload.get(taken..).unwrap_or_default();
                     let size = message.segment.unwrap_or(rest.len()).max(1);
                     for datagram in rest.chunks(size) {
-                        if batch.is_full() {
+                        if batch.is_full() || datagrams == RECV_DATAGRAMS || set_aside == RECV_BATCH
+                        {
                             break;
                         }
+                        datagrams += 1;
                         taken += datagram.len();
-                        Self::take_datagram(
+                        set_aside += usize::from(Self::take_datagram(
                             shared,
                             pending,
                             datagram,
@@ -469,7 +487,7 @@ impl Port for VxlanPort {
                             batch,
                             &mut report,
                             &mut run,
-                        );
+                        ));
                     }
                     taken
                 }
@@ -576,7 +594,14 @@ impl Port for VxlanPort {
             (0..SEND_PORTS).map(|_| Vec::new()).collect();
         let mut unicast = unicast_addrs.iter();
         let mut no_remote = vec![false; offered];
+        let mut endpoint = self.endpoint.lock().unwrap_or_else(PoisonError::into_inner);
         for &(start, end, known, lane) in &runs {
+            // One frame per send where the underlay refused a train.
+            let most = if endpoint.no_gso[lane] {
+                1
+            } else {
+                sys::GSO_MAX_FRAMES
+            };
             let targets: &[SockAddr] = if known {
                 std::slice::from_ref(unicast.next().expect("one per unicast run"))
             } else if flood.is_empty() {
@@ -593,7 +618,7 @@ impl Port for VxlanPort {
                     let len = frames[first].len();
                     let mut count = 1;
                     while first + count < end
-                        && count < sys::GSO_MAX_FRAMES
+                        && count < most
                         && (count + 1) * (len + vxlan::HEADER_LEN) <= sys::GSO_MAX_BYTES
                         && frames[first + count].len() <= len
                     {
@@ -609,17 +634,26 @@ impl Port for VxlanPort {
         }
         // Per frame offered: Ok, or the first error one of its datagrams got.
         let mut outcome: Vec<Option<io::Result<()>>> = (0..offered).map(|_| None).collect();
-        let endpoint = self.endpoint.lock().unwrap_or_else(PoisonError::into_inner);
-        for (sender, messages) in endpoint.senders.iter().zip(&messages) {
+        let Endpoint {
+            senders, no_gso, ..
+        } = &mut *endpoint;
+        for ((sender, messages), no_gso) in senders.iter().zip(&messages).zip(no_gso) {
             if messages.is_empty() {
                 continue;
             }
-            sys::send_all(sender, &self.header, &frames, messages, |j, result| {
+            let trains = sys::send_all(sender, &self.header, &frames, messages, |j, result| {
                 let slot = &mut outcome[self.spans[j].2];
                 if !matches!(slot, Some(Err(_))) {
                     *slot = Some(result);
                 }
             });
+            if trains == sys::Trains::Refused {
+                log::info!(
+                    "{}: the underlay takes no UDP GSO; sending datagram by datagram",
+                    self.name
+                );
+                *no_gso = true;
+            }
         }
         drop(endpoint);
         for (index, result) in outcome.into_iter().enumerate() {

@@ -274,6 +274,16 @@ pub struct Outgoing<'a> {
     pub to: &'a SockAddr,
 }
 
+/// Whether the kernel took UDP GSO sends on a socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trains {
+    /// It did, or none was tried.
+    Taken,
+    /// It refused one as no GSO send can go on this path (EIO); it was
+    /// sent one datagram at a time.
+    Refused,
+}
+
 /// Sends the messages with as few `sendmmsg` calls as it takes; calls
 /// `outcome(j, result)` for frame `j` of every message, in order (a frame
 /// sent to several VTEPs, several times). An error of one message
@@ -285,7 +295,8 @@ pub fn send_all(
     frames: &[&[u8]],
     messages: &[Outgoing<'_>],
     mut outcome: impl FnMut(usize, io::Result<()>),
-) {
+) -> Trains {
+    let mut trains = Trains::Taken;
     const CHUNK: usize = 64;
     // One cmsg with a u16 per message, in 8-byte-aligned words.
     const CMSG_WORDS: usize = 4;
@@ -373,6 +384,9 @@ pub fn send_all(
             // one too big for the underlay then fails alone (EMSGSIZE).
             let m = &chunk[done];
             if m.count > 1 && matches!(error.raw_os_error(), Some(libc::EIO | libc::EINVAL)) {
+                if error.raw_os_error() == Some(libc::EIO) {
+                    trains = Trains::Refused;
+                }
                 let group = &frames[m.first..m.first + m.count];
                 for (j, frame) in (m.first..).zip(group) {
                     outcome(j, send_one(socket, header, frame, m.to));
@@ -385,6 +399,7 @@ pub fn send_all(
             done += 1;
         }
     }
+    trains
 }
 
 /// A copy of `error`, for each frame of a message it failed.
