@@ -39,3 +39,5 @@ MPBRIDGE_BENCH_THREADS="$counts" cargo bench --bench lock_contention | tee "$out
     --references kernel --runs 5 --out "$out/block-ring" | tee "$out-block-ring.txt"
 ./target/release/mpbench forward --rx-ring block --tcp --ports raw --references kernel \
     --runs 5 --seconds 2 --out "$out/block-ring-tcp" | tee "$out-block-ring-tcp.txt"
+# Latency: the round trip through two raw ports, both placements.
+./target/release/mpbench rtt --runs 5 --out "$out/rtt" | tee "$out-rtt.txt"

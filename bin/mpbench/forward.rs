@@ -281,7 +281,7 @@ fn receive_cpu(placement: Placement, workers: usize) -> usize {
 
 /// The CPUs the forwarder runs on: all but the generator's CPU 0, as many as
 /// it has workers, shared when there are not enough.
-fn forwarder_cpus(workers: usize) -> String {
+pub fn forwarder_cpus(workers: usize) -> String {
     let n = cpus();
     if n == 1 {
         "0".to_owned()

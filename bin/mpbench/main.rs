@@ -6,6 +6,7 @@ mod forward;
 mod generator;
 mod report;
 mod rfc2889;
+mod rtt;
 mod tap_loop;
 mod tcp;
 
@@ -52,6 +53,14 @@ enum Command {
     /// RFC 2889 address learning rate and address caching capacity of
     /// mpbridge on three veth ports, per strategy. Needs root.
     Rfc2889(rfc2889::Rfc2889Args),
+    /// Round-trip time of a small UDP request and its answer through
+    /// mpbridge on two raw ports (frame and block receive rings, sleeping
+    /// or busy-polling) beside the kernel bridge: the latency a forwarder
+    /// adds. Needs root.
+    ///
+    /// Prints the median, 90th and 99th percentiles and the CPU time per
+    /// round trip; writes rtt.csv and rtt.json to --out.
+    Rtt(rtt::RttArgs),
     /// Frames per second through the forwarding loop on in-memory ports.
     ///
     /// Each worker thread owns its own pair of in-memory ports and generates
@@ -231,6 +240,13 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Memory(args) => memory(args),
         Command::Rfc2889(args) => match rfc2889::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("mpbench: {error}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Rtt(args) => match rtt::run(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 eprintln!("mpbench: {error}");

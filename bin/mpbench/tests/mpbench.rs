@@ -440,6 +440,61 @@ fn forward_tcp_measures_goodput_through_each_forwarder() {
 }
 
 #[test]
+fn rtt_times_round_trips_through_each_forwarder() {
+    if !lab::privileged("rtt_times_round_trips_through_each_forwarder") {
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("mpbench-rtt-{}", std::process::id()));
+    let output = mpbench(&[
+        "rtt",
+        "--runs",
+        "1",
+        "--seconds",
+        "0.2",
+        "--warmup",
+        "20",
+        "--mpbridge",
+        &mpbridge_binary(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let stdout = succeeded(&output);
+    assert!(stdout.contains("median us"), "{stdout}");
+    let csv = std::fs::read_to_string(out.join("rtt.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let column = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let (target, placement, rounds, median) = (
+        column("target"),
+        column("placement"),
+        column("rounds"),
+        column("median_us"),
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let setups: Vec<(&str, &str)> = rows.iter().map(|r| (r[target], r[placement])).collect();
+    // The kernel bridge once; each mpbridge setup in both placements.
+    assert_eq!(
+        setups,
+        [
+            ("kernel", ""),
+            ("frame", "apart"),
+            ("frame", "shared"),
+            ("block", "apart"),
+            ("block", "shared"),
+            ("poll", "apart"),
+            ("poll", "shared"),
+        ],
+        "{csv}"
+    );
+    for row in &rows {
+        // Answers came back through the forwarder.
+        assert!(row[rounds].parse::<f64>().unwrap() > 0.0, "{row:?}");
+        assert!(row[median].parse::<f64>().unwrap() > 0.0, "{row:?}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
 fn forward_measures_two_vteps_over_vxlan() {
     if !lab::privileged("forward_measures_two_vteps_over_vxlan") {
         return;
