@@ -44,63 +44,74 @@ const COPY_MAX: usize = VNET_HDR_LEN + 65_600;
 /// The mapped ring of one packet socket.
 #[derive(Debug)]
 pub struct RxRing {
-    base: *mut u8,
-    len: usize,
-    layout: Layout,
-    /// A socket error a `recv` on the receive queue took (and so cleared)
-    /// before its frame, kept for `take_error`.
-    taken_error: Option<io::Error>,
+    mapping: Mapping,
+    reader: Reader,
 }
 
+/// Where reading stands, by layout.
 #[derive(Debug)]
-enum Layout {
-    Blocks {
-        /// The block being read.
-        current: usize,
-        /// Where reading the current block stopped, when it did midway.
-        cursor: Option<Cursor>,
-    },
-    Frames {
-        /// The slot to read next.
-        current: usize,
-        /// A frame longer than a slot, read from the receive queue.
-        copy: Vec<u8>,
-    },
+enum Reader {
+    Blocks(BlockReader),
+    Slots(SlotReader),
+}
+
+/// The ring's memory, shared with the kernel.
+#[derive(Debug)]
+struct Mapping {
+    base: *mut u8,
+    len: usize,
 }
 
 // SAFETY: the mapping belongs to this ring alone (one ring per socket, and
 // the ring is not Clone); moving it to another thread moves that ownership.
-unsafe impl Send for RxRing {}
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    /// The status word at byte `offset`.
+    fn status(&self, offset: usize) -> &AtomicU32 {
+        debug_assert!(offset + 4 <= self.len && offset % 4 == 0);
+        // SAFETY: callers pass the offset of a block's or slot's status
+        // word, inside the mapping, which lives as long as `self`; it is
+        // 4-aligned (blocks and slots are) and the kernel only ever
+        // accesses it as a whole u32.
+        unsafe { &*self.base.add(offset).cast::<AtomicU32>() }
+    }
+
+    /// The `len` bytes at `offset`, a block or slot whose status says it
+    /// is ours: the kernel writes none of it until it is handed back, and
+    /// callers drop the slice before they hand it back.
+    fn owned(&self, offset: usize, len: usize) -> &[u8] {
+        debug_assert!(offset + len <= self.len);
+        // SAFETY: inside the mapping, which lives as long as `self`, and
+        // not written by the kernel while the caller owns it (above).
+        unsafe { std::slice::from_raw_parts(self.base.add(offset), len) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `RxRing::new`, which
+        // nothing references once the ring is dropped.
+        unsafe {
+            libc::munmap(self.base.cast(), self.len);
+        }
+    }
+}
 
 impl RxRing {
     /// Makes the ring of socket `fd` in layout `kind` and maps it.
     pub fn new(socket: &OwnedFd, kind: RingKind) -> io::Result<RxRing> {
-        let (version, len, layout) = match kind {
-            RingKind::Block => (
-                libc::tpacket_versions::TPACKET_V3,
-                BLOCK_SIZE * BLOCKS,
-                Layout::Blocks {
-                    current: 0,
-                    cursor: None,
-                },
-            ),
-            RingKind::Frame => (
-                libc::tpacket_versions::TPACKET_V2,
-                SLOT_SIZE * SLOTS,
-                Layout::Frames {
-                    current: 0,
-                    copy: vec![0; COPY_MAX],
-                },
-            ),
-        };
-        let version = version as libc::c_int;
+        let version = match kind {
+            RingKind::Block => libc::tpacket_versions::TPACKET_V3,
+            RingKind::Frame => libc::tpacket_versions::TPACKET_V2,
+        } as libc::c_int;
         fd::set_option(
             socket.as_fd(),
             libc::SOL_PACKET,
             libc::PACKET_VERSION,
             &version,
         )?;
-        match kind {
+        let (len, reader) = match kind {
             RingKind::Block => {
                 let req = libc::tpacket_req3 {
                     tp_block_size: BLOCK_SIZE as u32,
@@ -112,6 +123,13 @@ impl RxRing {
                     tp_feature_req_word: 0,
                 };
                 fd::set_option(socket.as_fd(), libc::SOL_PACKET, libc::PACKET_RX_RING, &req)?;
+                (
+                    BLOCK_SIZE * BLOCKS,
+                    Reader::Blocks(BlockReader {
+                        current: 0,
+                        cursor: None,
+                    }),
+                )
             }
             RingKind::Frame => {
                 let req = libc::tpacket_req {
@@ -130,8 +148,16 @@ impl RxRing {
                     libc::PACKET_COPY_THRESH,
                     &on,
                 )?;
+                (
+                    SLOT_SIZE * SLOTS,
+                    Reader::Slots(SlotReader {
+                        current: 0,
+                        copy: vec![0; COPY_MAX],
+                        taken_error: None,
+                    }),
+                )
             }
-        }
+        };
         // SAFETY: maps the ring the kernel just made for this socket, at a
         // place of the kernel's choosing; the result is checked.
         let base = unsafe {
@@ -148,26 +174,20 @@ impl RxRing {
             return Err(io::Error::last_os_error());
         }
         Ok(RxRing {
-            base: base.cast(),
-            len,
-            layout,
-            taken_error: None,
+            mapping: Mapping {
+                base: base.cast(),
+                len,
+            },
+            reader,
         })
     }
 
     /// A socket error that reading the receive queue took, if any.
     pub fn take_error(&mut self) -> Option<io::Error> {
-        self.taken_error.take()
-    }
-
-    /// The status word at byte `offset` of the mapping.
-    fn status(&self, offset: usize) -> &AtomicU32 {
-        debug_assert!(offset + 4 <= self.len && offset % 4 == 0);
-        // SAFETY: callers pass the offset of a block's or slot's status
-        // word, inside the mapping, which lives as long as `self`; it is
-        // 4-aligned (blocks and slots are) and the kernel only ever
-        // accesses it as a whole u32.
-        unsafe { &*self.base.add(offset).cast::<AtomicU32>() }
+        match &mut self.reader {
+            Reader::Slots(slots) => slots.taken_error.take(),
+            Reader::Blocks(_) => None,
+        }
     }
 
     /// Hands each waiting frame to `f` while it returns true, and each
@@ -180,38 +200,41 @@ impl RxRing {
         f: impl FnMut(RingFrame<'_>) -> bool,
         bad: impl FnMut(&dyn Display),
     ) -> usize {
-        match self.layout {
-            Layout::Blocks { .. } => self.read_blocks(f, bad),
-            Layout::Frames { .. } => self.read_slots(socket, f, bad),
+        match &mut self.reader {
+            Reader::Blocks(blocks) => blocks.read(&self.mapping, f, bad),
+            Reader::Slots(slots) => slots.read(&self.mapping, socket, f, bad),
         }
     }
+}
 
-    fn read_blocks(
+/// Reading a block ring.
+#[derive(Debug)]
+struct BlockReader {
+    /// The block being read.
+    current: usize,
+    /// Where reading the current block stopped, when it did midway.
+    cursor: Option<Cursor>,
+}
+
+impl BlockReader {
+    fn read(
         &mut self,
+        ring: &Mapping,
         mut f: impl FnMut(RingFrame<'_>) -> bool,
         mut bad: impl FnMut(&dyn Display),
     ) -> usize {
         let mut handed = 0;
         loop {
-            let Layout::Blocks { current, cursor } = &mut self.layout else {
-                unreachable!("a block ring");
-            };
-            let (index, resume) = (*current, cursor.take());
-            let status = index * BLOCK_SIZE + BLOCK_STATUS_OFFSET;
+            let status = ring.status(self.current * BLOCK_SIZE + BLOCK_STATUS_OFFSET);
             // Acquire: the kernel fills the block, then publishes it by
             // setting TP_STATUS_USER; our reads of the frames come after.
-            if self.status(status).load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
+            if status.load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
                 return handed;
             }
-            // SAFETY: the block is ours while its status says USER: the
-            // kernel writes none of it until we hand it back below, after
-            // the last use of this slice.
-            let bytes = unsafe {
-                std::slice::from_raw_parts(self.base.add(index * BLOCK_SIZE), BLOCK_SIZE)
-            };
+            let bytes = ring.owned(self.current * BLOCK_SIZE, BLOCK_SIZE);
             // The ring's blocks are BLOCK_SIZE long, more than a descriptor.
             let block = Block::new_checked(bytes).expect("a ring block holds its descriptor");
-            let mut frames = match resume {
+            let mut frames = match self.cursor.take() {
                 Some(cursor) => Frames::resume(block, cursor),
                 None => block.frames(),
             };
@@ -226,55 +249,56 @@ impl RxRing {
                     }
                 }
             }
-            let Layout::Blocks { current, cursor } = &mut self.layout else {
-                unreachable!("a block ring");
-            };
             if !frames.is_done() {
-                *cursor = Some(frames.cursor());
+                self.cursor = Some(frames.cursor());
                 return handed;
             }
-            *current = (index + 1) % BLOCKS;
+            self.current = (self.current + 1) % BLOCKS;
             // Release: our reads of the block happen before the kernel may
             // see it as its own again and refill it.
-            self.status(status)
-                .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+            status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
             if !more {
                 return handed;
             }
         }
     }
+}
 
-    fn read_slots(
+/// Reading a frame ring.
+#[derive(Debug)]
+struct SlotReader {
+    /// The slot to read next.
+    current: usize,
+    /// A frame longer than a slot, read from the receive queue.
+    copy: Vec<u8>,
+    /// A socket error a `recv` on the receive queue took (and so cleared)
+    /// before its frame, kept for `take_error`.
+    taken_error: Option<io::Error>,
+}
+
+impl SlotReader {
+    fn read(
         &mut self,
+        ring: &Mapping,
         socket: &OwnedFd,
         mut f: impl FnMut(RingFrame<'_>) -> bool,
         mut bad: impl FnMut(&dyn Display),
     ) -> usize {
         let mut handed = 0;
         loop {
-            let index = match &self.layout {
-                Layout::Frames { current, .. } => *current,
-                Layout::Blocks { .. } => unreachable!("a frame ring"),
-            };
-            let status = index * SLOT_SIZE + SLOT_STATUS_OFFSET;
+            let status = ring.status(self.current * SLOT_SIZE + SLOT_STATUS_OFFSET);
             // Acquire: as for blocks, per slot.
-            let word = self.status(status).load(Ordering::Acquire);
+            let word = status.load(Ordering::Acquire);
             if word & libc::TP_STATUS_USER == 0 {
                 return handed;
             }
-            // SAFETY: the slot is ours while its status says USER, until we
-            // hand it back below, after the last use of this slice.
-            let bytes =
-                unsafe { std::slice::from_raw_parts(self.base.add(index * SLOT_SIZE), SLOT_SIZE) };
-            let Layout::Frames { current, copy } = &mut self.layout else {
-                unreachable!("a frame ring");
-            };
-            *current = (index + 1) % SLOTS;
+            let bytes = ring.owned(self.current * SLOT_SIZE, SLOT_SIZE);
+            self.current = (self.current + 1) % SLOTS;
             // A slot marked COPY has its whole frame next in the receive
             // queue: taken whatever the slot holds, so that the queue stays
             // in step with the ring.
             let whole = if word & libc::TP_STATUS_COPY != 0 {
-                recv_whole(socket, copy, &mut self.taken_error)
+                recv_whole(socket, &mut self.copy, &mut self.taken_error)
             } else {
                 None
             };
@@ -285,6 +309,7 @@ impl RxRing {
                 }
                 Ok(slot) => {
                     handed += 1;
+                    let copy = &self.copy;
                     match whole {
                         // The frame's own length: this slot's frame. The
                         // slot's tag is its tag.
@@ -300,7 +325,7 @@ impl RxRing {
                         // the kernel does, but then no later slot could
                         // trust it). Emptied, it is in step again.
                         Some(_) => {
-                            drain(socket, copy, &mut self.taken_error);
+                            drain(socket, &mut self.copy, &mut self.taken_error);
                             f(slot.frame)
                         }
                         // The slot's cut copy, counted as oversize.
@@ -309,8 +334,7 @@ impl RxRing {
                 }
             };
             // Release: as for blocks, per slot.
-            self.status(status)
-                .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+            status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
             if !more {
                 return handed;
             }
@@ -375,16 +399,6 @@ fn drain(socket: &OwnedFd, buffer: &mut [u8], taken: &mut Option<io::Error>) {
     for _ in 0..2 * SLOTS {
         if recv_whole(socket, buffer, taken).is_none() {
             return;
-        }
-    }
-}
-
-impl Drop for RxRing {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `new`, which nothing
-        // references once the ring is dropped.
-        unsafe {
-            libc::munmap(self.base.cast(), self.len);
         }
     }
 }
