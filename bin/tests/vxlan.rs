@@ -79,6 +79,13 @@ fn host(n: usize, vtep_ns: &Netns, port: &str) -> Netns {
         "address",
         &mac_text(mac(n as u16 + 1)),
     ]);
+    address_host(&host, n);
+    host
+}
+
+/// Host `n`'s eth0: addressed 198.18.0.(n+1)/24, with room for the 50
+/// bytes of VXLAN over IPv4 in a 1500-byte underlay, and up.
+fn address_host(host: &Netns, n: usize) {
     host.ip(&["link", "set", "eth0", "mtu", "1450"]);
     host.ip(&[
         "addr",
@@ -88,7 +95,6 @@ fn host(n: usize, vtep_ns: &Netns, port: &str) -> Netns {
         "eth0",
     ]);
     host.ip(&["link", "set", "eth0", "up"]);
-    host
 }
 
 fn mac_text(mac: [u8; 6]) -> String {
@@ -192,6 +198,21 @@ impl Drop for MpbridgeAndPeer {
     }
 }
 
+/// mpbridge as VTEP A (0) with host 1 on raw port p1, and the kernel's
+/// vxlan device as VTEP B (1) with host 2, VNI 42, on one underlay:
+/// (underlay, A, B, hosts, mpbridge).
+fn mpbridge_beside_kernel(extra: &[&str]) -> (Underlay, Netns, Netns, [Netns; 2], Daemon) {
+    let underlay = Underlay::new();
+    let (a, b) = (Netns::new(), Netns::new());
+    underlay.join(&a, 0);
+    underlay.join(&b, 1);
+    let h1 = host(0, &a, "p1");
+    let h2 = host(1, &b, "p1");
+    kernel_vtep(&b, 1, 42, &[0], "p1", "0");
+    let daemon = mpbridge_vtep(&a, 0, 42, &[1], extra);
+    (underlay, a, b, [h1, h2], daemon)
+}
+
 /// What the kernel's vxlan device learned: `bridge fdb show dev DEV`.
 fn kernel_fdb(ns: &Netns, dev: &str) -> String {
     let out = Command::new("ip")
@@ -210,15 +231,7 @@ fn interoperates_with_the_kernel_vxlan_device(lock: &str) {
     if !privileged("interoperates_with_the_kernel_vxlan_device") {
         return;
     }
-    let underlay = Underlay::new();
-    let (a, b) = (Netns::new(), Netns::new());
-    underlay.join(&a, 0);
-    underlay.join(&b, 1);
-    let h1 = host(0, &a, "p1");
-    let h2 = host(1, &b, "p1");
-    kernel_vtep(&b, 1, 42, &[0], "p1", "0");
-    let _daemon = mpbridge_vtep(&a, 0, 42, &[1], &["--lock", lock]);
-    let hosts = [h1, h2];
+    let (_underlay, _a, b, hosts, _daemon) = mpbridge_beside_kernel(&["--lock", lock]);
     tcp_transfer(&hosts, 0, 1, 5001, 1);
     tcp_transfer(&hosts, 1, 0, 5002, 2);
     let learned = kernel_fdb(&b, "vx0");
@@ -593,15 +606,7 @@ fn tcp_from_taps_across_two_mpbridge_vteps() {
         ));
         vtep_ns.ip(&["link", "set", "t0", "netns", &host.name]);
         host.ip(&["link", "set", "t0", "name", "eth0"]);
-        host.ip(&["link", "set", "eth0", "mtu", "1450"]);
-        host.ip(&[
-            "addr",
-            "add",
-            &format!("198.18.0.{}/24", i + 1),
-            "dev",
-            "eth0",
-        ]);
-        host.ip(&["link", "set", "eth0", "up"]);
+        address_host(host, i);
     }
     tcp_transfer(&hosts, 0, 1, 5201, 5);
     tcp_transfer(&hosts, 1, 0, 5202, 6);
@@ -640,16 +645,8 @@ fn an_underlay_gone_costs_no_cpu() {
     if !privileged("an_underlay_gone_costs_no_cpu") {
         return;
     }
-    let underlay = Underlay::new();
-    let (a, b) = (Netns::new(), Netns::new());
-    underlay.join(&a, 0);
-    underlay.join(&b, 1);
-    let h1 = host(0, &a, "p1");
-    let h2 = host(1, &b, "p1");
-    kernel_vtep(&b, 1, 42, &[0], "p1", "0");
-    let daemon = mpbridge_vtep(&a, 0, 42, &[1], &[]);
+    let (_underlay, a, _b, hosts, daemon) = mpbridge_beside_kernel(&[]);
     let pid = daemon.child.id();
-    let hosts = [h1, h2];
     tcp_transfer(&hosts, 0, 1, 5301, 1);
     a.ip(&["link", "set", "u0", "down"]);
     // Host 1 keeps asking for host 2 (ARP) while the underlay is down.
