@@ -13,6 +13,13 @@ fn succeeded(output: &std::process::Output) -> String {
     stdout
 }
 
+/// A CSV file's header and rows, split at commas (no field holds one).
+fn table(csv: &str) -> (Vec<&str>, Vec<Vec<&str>>) {
+    let mut lines = csv.lines();
+    let header = lines.next().expect("a header").split(',').collect();
+    (header, lines.map(|l| l.split(',').collect()).collect())
+}
+
 fn mpbench(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_mpbench"))
         .args(args)
@@ -109,14 +116,12 @@ fn locks_prints_tables_and_writes_csv_json_and_plots() {
         );
     }
     let csv = std::fs::read_to_string(out.join("locks.csv")).unwrap();
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let (header, rows) = table(&csv);
     assert_eq!(
         &header[..4],
         ["workload", "stations", "strategy", "threads"]
     );
     let mops = header.iter().position(|h| *h == "mops_median").unwrap();
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     // Per workload: the floor at 1 thread, 6 strategies at 2 thread counts,
     // and for lookup 3 per-frame variants at 2 thread counts.
     assert_eq!(rows.len(), (1 + 12 + 6) + (1 + 12));
@@ -179,10 +184,8 @@ fn locks_batched_moves_reports_resident_memory() {
         );
     }
     let csv = std::fs::read_to_string(out.join("locks.csv")).unwrap();
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let (header, rows) = table(&csv);
     let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     // The floor at 1 thread, two strategies at 2 thread counts.
     assert_eq!(rows.len(), 1 + 4, "{csv}");
     for row in &rows {
@@ -311,14 +314,12 @@ fn forward_measures_mpbridge_and_its_references() {
         );
     }
     let csv = std::fs::read_to_string(out.join("forward.csv")).unwrap();
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let (header, rows) = table(&csv);
     let delivered = header.iter().position(|h| *h == "delivered_pps").unwrap();
     let cost = header
         .iter()
         .position(|h| *h == "cpu_ns_per_frame")
         .unwrap();
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     // Raw, each in two placements: kernel, relay, mpbridge x2 worker counts;
     // then direct, and on taps the loop, the relay and mpbridge x2 worker
     // counts; two sizes each.
@@ -371,10 +372,8 @@ fn forward_sweeps_offered_load_below_and_above_saturation() {
     assert!(stdout.contains("Offered-load sweep"), "{stdout}");
     assert!(out.join("forward-sweep.svg").exists());
     let csv = std::fs::read_to_string(out.join("forward.csv")).unwrap();
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let (header, rows) = table(&csv);
     let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     // relay and mpbridge, each flat out and at 25%.
     assert_eq!(rows.len(), 4, "{csv}");
     for target in ["relay", "mpbridge"] {
@@ -425,10 +424,8 @@ fn forward_tcp_measures_goodput_through_each_forwarder() {
         "{stdout}"
     );
     let csv = std::fs::read_to_string(out.join("forward-tcp.csv")).unwrap();
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let (header, rows) = table(&csv);
     let mbps = header.iter().position(|h| *h == "tcp_mbps").unwrap();
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     // The kernel bridge, mpbridge on raw ports and on taps.
     assert_eq!(rows.len(), 3, "{csv}");
     for row in &rows {
@@ -461,8 +458,7 @@ fn rtt_times_round_trips_through_each_forwarder() {
     let stdout = succeeded(&output);
     assert!(stdout.contains("median us"), "{stdout}");
     let csv = std::fs::read_to_string(out.join("rtt.csv")).unwrap();
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let (header, rows) = table(&csv);
     let column = |name: &str| header.iter().position(|h| *h == name).unwrap();
     let (target, placement, rounds, median) = (
         column("target"),
@@ -470,7 +466,6 @@ fn rtt_times_round_trips_through_each_forwarder() {
         column("rounds"),
         column("median_us"),
     );
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     let setups: Vec<(&str, &str)> = rows.iter().map(|r| (r[target], r[placement])).collect();
     // The kernel bridge once; each mpbridge setup in both placements.
     assert_eq!(
@@ -529,10 +524,8 @@ fn forward_measures_two_vteps_over_vxlan() {
         );
     }
     let csv = std::fs::read_to_string(out.join("forward.csv")).unwrap();
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let (header, rows) = table(&csv);
     let delivered = header.iter().position(|h| *h == "delivered_pps").unwrap();
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     assert_eq!(rows.len(), 4, "{csv}");
     for row in &rows {
         // 1518-byte frames cross too: the underlay has room for them.
@@ -589,10 +582,8 @@ fn rfc2889_reports_learning_rate_and_caching_capacity() {
     ]);
     succeeded(&output);
     let csv = std::fs::read_to_string(out.join("rfc2889.csv")).unwrap();
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let (header, rows) = table(&csv);
     let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     assert_eq!(rows.len(), 2, "{csv}");
     for row in rows {
         let held: u64 = row[col("held_entries")].parse().unwrap();
