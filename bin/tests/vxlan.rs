@@ -34,6 +34,15 @@ impl Underlay {
         Underlay { ns }
     }
 
+    /// An underlay and VTEPs 0 and 1 joined to it.
+    fn with_two_vteps() -> (Underlay, Netns, Netns) {
+        let underlay = Underlay::new();
+        let (a, b) = (Netns::new(), Netns::new());
+        underlay.join(&a, 0);
+        underlay.join(&b, 1);
+        (underlay, a, b)
+    }
+
     /// An underlay and `n` VTEP namespaces joined to it, VTEP 0 to n - 1.
     fn with_vteps(n: usize) -> (Underlay, Vec<Netns>) {
         let underlay = Underlay::new();
@@ -169,10 +178,7 @@ struct MpbridgeAndPeer {
 
 impl MpbridgeAndPeer {
     fn new() -> MpbridgeAndPeer {
-        let underlay = Underlay::new();
-        let (a, b) = (Netns::new(), Netns::new());
-        underlay.join(&a, 0);
-        underlay.join(&b, 1);
+        let (underlay, a, b) = Underlay::with_two_vteps();
         let host = host(0, &a, "p1");
         let (socket, ctl) = netns::ctl_socket("mpbvx");
         let daemon = mpbridge_vtep(&a, 0, 42, &[1], &[&ctl]);
@@ -202,10 +208,7 @@ impl Drop for MpbridgeAndPeer {
 /// vxlan device as VTEP B (1) with host 2, VNI 42, on one underlay:
 /// (underlay, A, B, hosts, mpbridge).
 fn mpbridge_beside_kernel(extra: &[&str]) -> (Underlay, Netns, Netns, [Netns; 2], Daemon) {
-    let underlay = Underlay::new();
-    let (a, b) = (Netns::new(), Netns::new());
-    underlay.join(&a, 0);
-    underlay.join(&b, 1);
+    let (underlay, a, b) = Underlay::with_two_vteps();
     let h1 = host(0, &a, "p1");
     let h2 = host(1, &b, "p1");
     kernel_vtep(&b, 1, 42, &[0], "p1", "0");
@@ -263,10 +266,7 @@ fn two_vnis_stay_apart() {
     if !privileged("two_vnis_stay_apart") {
         return;
     }
-    let underlay = Underlay::new();
-    let (a, b) = (Netns::new(), Netns::new());
-    underlay.join(&a, 0);
-    underlay.join(&b, 1);
+    let (_underlay, a, b) = Underlay::with_two_vteps();
     // Hosts 0 and 1 on A (VLAN 10 and 20), 2 and 3 on B (VNI 10 and 20).
     let hosts = [
         host(0, &a, "p1"),
@@ -588,10 +588,7 @@ fn tcp_from_taps_across_two_mpbridge_vteps() {
     if !privileged("tcp_from_taps_across_two_mpbridge_vteps") {
         return;
     }
-    let underlay = Underlay::new();
-    let (a, b) = (Netns::new(), Netns::new());
-    underlay.join(&a, 0);
-    underlay.join(&b, 1);
+    let (_underlay, a, b) = Underlay::with_two_vteps();
     let hosts = [Netns::new(), Netns::new()];
     let mut daemons = Vec::new();
     for (i, (vtep_ns, host)) in [(&a, &hosts[0]), (&b, &hosts[1])].into_iter().enumerate() {
