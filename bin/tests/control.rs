@@ -538,6 +538,13 @@ fn pcapng_frames(path: &Path) -> Vec<(Vec<u8>, Option<u32>)> {
 }
 
 fn capture_writes_pcapng_that_tshark_reads() {
+    if !lab::installed(
+        "capture_writes_pcapng_that_tshark_reads",
+        "tshark",
+        "tshark",
+    ) {
+        return;
+    }
     let socket = socket_path("capture");
     let ctl_arg = format!("--ctl={}", socket.display());
     let topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg]);

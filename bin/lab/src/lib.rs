@@ -13,7 +13,7 @@ mod station;
 pub mod workload;
 
 pub use netns::{ip, unique, DevCounters, Netns};
-pub use privileges::{privilege_problem, privileged, run_tests, Test};
+pub use privileges::{installed, privilege_problem, privileged, run_tests, Test};
 pub use process::{
     cpu_over, cpu_seconds, pin_to, proc_status, rss_kib, stop_child, wait_exit, Daemon, Process,
 };

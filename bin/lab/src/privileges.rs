@@ -64,6 +64,30 @@ pub fn privileged(test: &str) -> bool {
     false
 }
 
+/// Whether `program` (from Debian's `package`) can be run, for a test
+/// that needs it. When it cannot, prints why and returns false, unless
+/// MPBRIDGE_REQUIRE_PRIV=1 asks for a failure instead, as [`privileged`]
+/// does for privileges.
+pub fn installed(test: &str, program: &str, package: &str) -> bool {
+    // `--version` is not universal; starting the program at all is enough.
+    let found = Command::new(program)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok();
+    if found {
+        return true;
+    }
+    let reason = format!("{program} is not installed (Debian's {package} package)");
+    if std::env::var("MPBRIDGE_REQUIRE_PRIV").as_deref() == Ok("1") {
+        panic!("{test}: {reason}, and MPBRIDGE_REQUIRE_PRIV=1 forbids skipping");
+    }
+    eprintln!("skipped {test}: {reason}");
+    false
+}
+
 /// One test of a suite run by [`run_tests`].
 pub struct Test {
     /// Its name.
