@@ -7,12 +7,12 @@
 use std::borrow::Cow;
 use std::io::{self, BufWriter, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use bridge::capture::{CaptureHub, Captured, Direction, Filter};
+use bridge::capture::{CaptureHub, Captured, Direction, Filter, Sink};
 use bridge::{PortId, Stopper};
 use pcap_file::pcapng::blocks::enhanced_packet::{EnhancedPacketBlock, EnhancedPacketOption};
 use pcap_file::pcapng::blocks::interface_description::{
@@ -24,10 +24,14 @@ use pcap_file::pcapng::blocks::interface_statistics::{
 use pcap_file::pcapng::{Block, PcapNgReader, PcapNgWriter};
 use pcap_file::DataLink;
 
-use crate::protocol::ReplyLine;
+use crate::api::CaptureGrant;
+use crate::protocol::{CaptureStarted, ReplyLine, Response};
 
 /// Frames waiting for a slow reader before the next ones are lost.
 const BACKLOG: usize = 8192;
+/// Bytes of frames waiting for a slow reader before the next ones are
+/// lost: with [`crate::api::MAX_CAPTURES`], what captures may hold at most.
+pub const BACKLOG_BYTES: usize = 8 * 1024 * 1024;
 /// How often the lost count goes out, and a gone reader is noticed.
 const STATISTICS_EVERY: Duration = Duration::from_secs(1);
 /// pcapng's `epb_flags` direction bits.
@@ -49,16 +53,24 @@ pub struct Request {
 }
 
 /// Streams a capture to `stream` until `count` frames, the client leaves,
-/// or the bridge stops. `hubs` are the capture hubs of the workers to
-/// follow (all, or the one of `--queue`).
-pub fn stream(
-    mut stream: UnixStream,
-    hubs: Vec<Arc<CaptureHub>>,
-    request: Request,
-    stopper: Arc<Stopper>,
-) {
+/// or the bridge stops. The grant's hubs are those of the workers to follow
+/// (all, or the one of `--queue`); its place among the bridge's captures is
+/// given back when this returns.
+pub fn stream(mut stream: UnixStream, grant: CaptureGrant, stopper: Arc<Stopper>) {
+    let CaptureGrant {
+        request,
+        hubs,
+        slot: _slot,
+    } = grant;
     let (sender, frames) = mpsc::sync_channel(BACKLOG);
     let lost = Arc::new(AtomicU64::new(0));
+    let queued = Arc::new(AtomicUsize::new(0));
+    let sink = Sink {
+        sender,
+        lost: Arc::clone(&lost),
+        queued: Arc::clone(&queued),
+        max_bytes: BACKLOG_BYTES,
+    };
     let filter = Filter {
         port: request.port,
         inbound: request.inbound,
@@ -67,16 +79,23 @@ pub fn stream(
     let taps: Vec<(Arc<CaptureHub>, u64)> = hubs
         .into_iter()
         .map(|hub| {
-            let id = hub.attach(filter, sender.clone(), Arc::clone(&lost));
+            let id = hub.attach(filter, sink.clone());
             (hub, id)
         })
         .collect();
-    drop(sender);
+    drop(sink);
+    let written = |frame: &Captured| {
+        // Relaxed: the budget's count (see Sink).
+        queued.fetch_sub(frame.frame.len(), Ordering::Relaxed);
+    };
     let result = (|| -> io::Result<u64> {
         let _ = stream.set_nonblocking(false);
         stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-        let reply = serde_json::json!({ "format": "pcapng", "port": request.label });
-        let line = serde_json::to_string(&ReplyLine::ok(reply)).expect("a reply serialises");
+        let reply = Response::CaptureStarted(CaptureStarted {
+            format: "pcapng".to_owned(),
+            port: request.label.clone(),
+        });
+        let line = serde_json::to_string(&ReplyLine::of(Ok(reply))).expect("a reply serialises");
         stream.write_all(format!("{line}\n").as_bytes())?;
         let mut writer = PcapNgWriter::new(BufWriter::new(&stream)).map_err(io::Error::other)?;
         let interface = InterfaceDescriptionBlock {
@@ -95,11 +114,13 @@ pub fn stream(
         while request.count.is_none_or(|count| captured < count) && !stopper.is_stopped() {
             match frames.recv_timeout(STATISTICS_EVERY) {
                 Ok(frame) => {
+                    written(&frame);
                     write_frame(&mut writer, &frame)?;
                     captured += 1;
                     // What else waits goes in the same write.
                     while request.count.is_none_or(|count| captured < count) {
                         let Ok(frame) = frames.try_recv() else { break };
+                        written(&frame);
                         write_frame(&mut writer, &frame)?;
                         captured += 1;
                     }

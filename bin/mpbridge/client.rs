@@ -29,15 +29,20 @@ impl Failure {
 }
 
 /// Sends `request` to the bridge at `socket` (named `name`) and returns the
-/// reply's result.
-pub fn call(name: &str, socket: &Path, request: Request) -> Result<serde_json::Value, Failure> {
+/// reply's result, as the type that request is answered with.
+pub fn call<T: serde::de::DeserializeOwned>(
+    name: &str,
+    socket: &Path,
+    request: Request,
+) -> Result<T, Failure> {
     let stream = connect(name, socket)?;
     stream
         .set_read_timeout(Some(REPLY_TIMEOUT))
         .map_err(|e| Failure::new(1, format!("{}: {e}", socket.display())))?;
     let (_, reply) = exchange(&stream, socket, request)?;
     match (reply.ok, reply.result, reply.error) {
-        (true, Some(result), _) => Ok(result),
+        (true, Some(result), _) => serde_json::from_value(result)
+            .map_err(|e| Failure::new(1, format!("{}: unreadable reply: {e}", socket.display()))),
         (_, _, Some(error)) => Err(Failure::new(1, error)),
         _ => Err(Failure::new(
             1,
@@ -173,14 +178,8 @@ pub fn keywords(
     Ok((port, vlan))
 }
 
-/// Prints `fdb show`'s result.
-pub fn print_fdb(result: serde_json::Value, json: bool) -> Result<(), Failure> {
-    if json {
-        println!("{result}");
-        return Ok(());
-    }
-    let entries: Vec<FdbEntry> = serde_json::from_value(result)
-        .map_err(|e| Failure::new(1, format!("unreadable fdb: {e}")))?;
+/// Prints `fdb show`'s entries, a line each.
+pub fn print_fdb(entries: &[FdbEntry]) {
     for entry in entries {
         let dst = entry
             .dst
@@ -191,17 +190,10 @@ pub fn print_fdb(result: serde_json::Value, json: bool) -> Result<(), Failure> {
             entry.mac, entry.port, entry.vlan, entry.state, entry.age_s
         );
     }
-    Ok(())
 }
 
-/// Prints `stats`' result.
-pub fn print_stats(result: serde_json::Value, json: bool) -> Result<(), Failure> {
-    if json {
-        println!("{result}");
-        return Ok(());
-    }
-    let stats: protocol::Stats = serde_json::from_value(result)
-        .map_err(|e| Failure::new(1, format!("unreadable stats: {e}")))?;
+/// Prints `stats` as text.
+pub fn print_stats(stats: &protocol::Stats) {
     println!(
         "bridge {} lock {} workers {} up {}s",
         stats.name,
@@ -266,5 +258,4 @@ pub fn print_stats(result: serde_json::Value, json: bool) -> Result<(), Failure>
     } else {
         println!("  lock: statistics off (run with --lockstat)");
     }
-    Ok(())
 }

@@ -1,37 +1,33 @@
 //! mpbridge: a learning bridge between taps and existing interfaces, with a
 //! MAC table under the lock strategy of your choice, and the client that
-//! operates a running one through its control socket.
+//! operates a running one through its control socket. This file is the
+//! command line; `daemon` runs a bridge, `commands` are the client's.
 
+mod api;
 mod capture;
 mod client;
+mod commands;
 mod config;
 mod control;
+mod daemon;
 mod metrics;
 mod ports;
 mod protocol;
+mod system;
 mod workers;
 
-use std::fmt::Write as _;
 use std::io::{self, Write as _};
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::thread;
-use std::time::Duration;
 
-use bridge::counters::{self, PortCounters};
 use bridge::fdb::Seconds;
-use bridge::monitor::{LinkEvent, LinkMonitor};
-use bridge::port::raw::RingKind;
-use bridge::{DropReason, FdbConfig, MacTable, Mode, PortId, Stopper, WorkerConfig};
+use bridge::FdbConfig;
 use clap::{Args, Parser, Subcommand};
-use locks::{Strategy, StrategyKind};
-use ports::{open_ports, Kind, PortSpec};
+use locks::StrategyKind;
+use ports::PortSpec;
 
 /// The strategy used when `--lock` is not given: the fastest forwarding
 /// path in docs/benchmarks.md.
 const DEFAULT_LOCK: StrategyKind = StrategyKind::Epoch;
-/// Receive buffers hold a whole 64 KiB offloaded segment and its header.
-const FRAME_CAPACITY: usize = 65_536 + 64;
 
 #[derive(Parser)]
 #[command(
@@ -115,7 +111,7 @@ enum Command {
     /// A running bridge's counters: ports, workers, the table, the lock.
     Stats {
         /// JSON instead of text.
-        #[arg(long)]
+        #[arg(short = 'j', long)]
         json: bool,
     },
 }
@@ -150,6 +146,13 @@ enum PortCommand {
         /// The port, as given to --port or port add (or its interface name).
         port: String,
     },
+    /// List the ports: id, name, kind, link, and every option as --port
+    /// takes it.
+    Show {
+        /// JSON instead of text.
+        #[arg(short = 'j', long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -163,7 +166,7 @@ enum FdbCommand {
         #[arg(long, value_parser = client::parse_vlan)]
         vlan: Option<u16>,
         /// JSON instead of text.
-        #[arg(long)]
+        #[arg(short = 'j', long)]
         json: bool,
     },
     /// Add a static entry: fdb add MAC port PORT [vlan VID] [dst IP] (dst:
@@ -254,9 +257,14 @@ struct RunArgs {
     /// dropped, and no-new-privileges is set).
     #[arg(long)]
     keep_caps: bool,
-    /// The group that may use the control socket besides root.
+    /// The group that may use the control socket besides root: every
+    /// request, including opening any interface as a raw port.
     #[arg(long, value_name = "GROUP")]
     ctl_group: Option<String>,
+    /// A group that may use the control socket read-only: fdb show, port
+    /// show, stats.
+    #[arg(long, value_name = "GROUP")]
+    ctl_ro_group: Option<String>,
     /// Serve the counters for Prometheus at http://ADDR:PORT/metrics
     /// (PORT alone: 127.0.0.1:PORT; [ADDR6]:PORT for IPv6).
     #[arg(long, value_name = "ADDR:PORT", value_parser = metrics::parse_listen)]
@@ -280,6 +288,9 @@ struct RunArgs {
 enum InjectedFault {
     /// Worker 0 panics as soon as it starts.
     WorkerPanic,
+    /// Worker 0 panics when it is stopped (a lock switch, the bridge's
+    /// stop).
+    WorkerPanicOnStop,
 }
 
 #[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
@@ -294,391 +305,10 @@ enum RxRingArg {
     Block,
 }
 
-/// Tells a service manager we are ready, when one asked (sd_notify).
-fn notify_ready() {
-    use std::os::linux::net::SocketAddrExt;
-    use std::os::unix::net::{SocketAddr, UnixDatagram};
-    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
-        return;
-    };
-    let path = path.to_string_lossy().into_owned();
-    let addr = match path.strip_prefix('@') {
-        Some(name) => SocketAddr::from_abstract_name(name.as_bytes()),
-        None => SocketAddr::from_pathname(&path),
-    };
-    let sent = addr.and_then(|addr| UnixDatagram::unbound()?.send_to_addr(b"READY=1", &addr));
-    if let Err(error) = sent {
-        log::warn!("cannot notify {path}: {error}");
-    }
-}
-
 /// Writes `text` to standard error; a closed or broken stderr (a service
 /// manager's log gone, a pipe's reader gone) is not a reason to fail.
 fn say(text: &str) {
     let _ = io::stderr().write_all(text.as_bytes());
-}
-
-/// Blocks SIGINT, SIGTERM and SIGHUP in this thread and every thread it
-/// starts later, so that they arrive only through `wait_for_signal`.
-fn block_signals() -> libc::sigset_t {
-    // SAFETY: sigset_t is plain data; sigemptyset and sigaddset initialise
-    // it, and pthread_sigmask only reads it.
-    #[allow(unsafe_code)]
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGHUP);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
-}
-
-/// Waits up to `timeout` for a blocked signal in `set`; returns it, if any.
-fn wait_for_signal(set: &libc::sigset_t, timeout: Duration) -> Option<libc::c_int> {
-    let timeout = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: `set` and `timeout` are valid for the call; no siginfo wanted.
-    #[allow(unsafe_code)]
-    let signal = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &timeout) };
-    (signal > 0).then_some(signal)
-}
-
-fn report(ports: &[(PortId, PortSpec)], sets: &[Arc<[PortCounters]>], fdb: String) -> String {
-    let totals = counters::sum(sets.iter().map(|set| &set[..]));
-    let mut out = String::from("final counters:\n");
-    for (id, spec) in ports {
-        let stats = totals.get(id.index()).copied().unwrap_or_default();
-        let drops: Vec<String> = DropReason::ALL
-            .iter()
-            .map(|r| format!("{}={}", r.name(), stats.dropped(*r)))
-            .collect();
-        let _ = writeln!(
-            out,
-            "  {}: rx {} frames {} bytes, tx {} frames {} bytes, drops {}, rx_oversize {}, rx_errors {}, tx_dropped {}, tx_errors {}, moves {}",
-            spec.label(),
-            stats.rx_frames,
-            stats.rx_bytes,
-            stats.tx_frames,
-            stats.tx_bytes,
-            drops.join(" "),
-            stats.rx_oversize,
-            stats.rx_errors,
-            stats.tx_dropped,
-            stats.tx_errors,
-            stats.moves
-        );
-    }
-    out.push_str(&fdb);
-    out
-}
-
-fn run<S: Strategy>(
-    args: &RunArgs,
-    specs: &[PortSpec],
-    signals: &libc::sigset_t,
-    name: &str,
-    socket: &std::path::Path,
-    file: Option<(std::path::PathBuf, config::Config)>,
-) -> Result<(), String> {
-    let started = std::time::Instant::now();
-    let workers = usize::from(args.workers);
-    let config = FdbConfig {
-        max_entries: args.max_entries,
-        age_secs: args.age,
-    };
-    let fdb = Arc::new(MacTable::<S>::new(config));
-    // First, so that a second bridge of the same name touches no port.
-    control::ControlSocket::check_free(socket)?;
-    // Before any port is opened (an address in use touches none) and before
-    // privileges are dropped (a port below 1024 needs them).
-    let metrics = args.metrics.map(metrics::MetricsServer::bind).transpose()?;
-    let port_settings = ports::PortSettings {
-        max_entries: args.max_entries,
-        age_secs: args.age,
-        rx_ring: match args.rx_ring {
-            RxRingArg::Frame => RingKind::Frame,
-            RxRingArg::Block => RingKind::Block,
-        },
-    };
-    let port_sets = open_ports(specs, workers, port_settings)?;
-    let vxlans: std::collections::BTreeMap<_, _> = specs
-        .iter()
-        .zip(&port_sets[0])
-        .filter_map(|(spec, queue)| match queue {
-            bridge::port::LinkPort::Vxlan(port) => Some((spec.label(), Arc::clone(port.shared()))),
-            _ => None,
-        })
-        .collect();
-    let placement = place_workers(args.cpus.as_ref(), specs, workers)?;
-    let control = control::ControlSocket::bind(socket, args.ctl_group.as_deref())?;
-    if !args.keep_caps {
-        drop_privileges()?;
-    }
-    let mut monitor = LinkMonitor::new();
-    for (index, spec) in specs.iter().enumerate() {
-        if spec.kind == Kind::Raw {
-            monitor.watch(PortId(index as u16), &spec.name);
-        }
-    }
-    report_links(|port| specs[port.index()].label(), monitor.tick(&*fdb));
-    let monitor = Arc::new(std::sync::Mutex::new(monitor));
-    let stopper = Arc::new(Stopper::new().map_err(|e| format!("cannot create an eventfd: {e}"))?);
-    let worker_config = WorkerConfig {
-        frame_capacity: FRAME_CAPACITY,
-        mode: match args.mode {
-            ModeArg::Bridge => Mode::Bridge,
-            ModeArg::Relay => Mode::Relay,
-        },
-        busy_poll: args.poll,
-        lockstat: args.lockstat,
-        vlan_filtering: args.vlan_filtering,
-        ..WorkerConfig::default()
-    };
-    if args.lockstat {
-        locks::lockstat::enable(true);
-    }
-    let sets = port_sets
-        .into_iter()
-        .enumerate()
-        .map(|(id, ports)| {
-            let ports = ports.into_iter().map(Some).collect();
-            let vlans = specs.iter().map(PortSpec::vlans).collect();
-            (
-                ports,
-                bridge::worker::WorkerParts::new(id).with_vlans(vlans),
-            )
-        })
-        .collect();
-    let panic_first = args.inject_fault == Some(InjectedFault::WorkerPanic);
-    let first = workers::start(
-        Arc::clone(&fdb),
-        sets,
-        worker_config,
-        &placement.workers,
-        panic_first,
-    )?;
-    let counter_sets = first.counters.clone();
-    let started_rx = first.started;
-    let labels: Vec<String> = specs.iter().map(PortSpec::label).collect();
-    let shared = Arc::new(control::Bridge {
-        name: name.to_owned(),
-        ports: std::sync::Mutex::new(specs.iter().cloned().map(Some).collect()),
-        controls: std::sync::Mutex::new(first.controls),
-        generation: std::sync::Mutex::new(first.generation),
-        worker_config,
-        placement: placement.workers.clone(),
-        monitor: Arc::clone(&monitor),
-        relay: args.mode == ModeArg::Relay,
-        captures: first.captures,
-        config: std::sync::Mutex::new(file.clone()),
-        port_settings,
-        vxlans: std::sync::Mutex::new(vxlans),
-        keep_caps: args.keep_caps,
-        fdb: std::sync::RwLock::new(fdb.clone() as Arc<dyn bridge::fdb::Table>),
-        counters: counter_sets.clone(),
-        workers: first.totals,
-        started,
-        lockstat: args.lockstat,
-    });
-    if let Some((_, file)) = &file {
-        shared.add_statics(&file.statics)?;
-    }
-    let metrics_thread = match metrics {
-        Some(server) => {
-            let bridge = Arc::clone(&shared);
-            let stopper = Arc::clone(&stopper);
-            let addr = server.local_addr();
-            let thread = thread::Builder::new()
-                .name("metrics".to_owned())
-                .spawn(move || server.serve(|| control::stats(&bridge), || stopper.is_stopped()))
-                .map_err(|e| format!("cannot start the metrics thread: {e}"))?;
-            log::info!("metrics at http://{addr}/metrics");
-            Some(thread)
-        }
-        None => None,
-    };
-    let control_thread = {
-        let stopper = Arc::clone(&stopper);
-        let bridge = Arc::clone(&shared);
-        let path = control.path().display().to_string();
-        let thread = thread::Builder::new()
-            .name("control".to_owned())
-            .spawn(move || control::serve(control, bridge, stopper))
-            .map_err(|e| format!("cannot start the control thread: {e}"))?;
-        log::info!("control socket {path}");
-        thread
-    };
-    log::info!(
-        "ageing {} s, at most {} learned stations",
-        args.age,
-        args.max_entries
-    );
-    let mode = match args.mode {
-        ModeArg::Bridge => "",
-        ModeArg::Relay => " mode relay",
-    };
-    let poll = if args.poll { " poll" } else { "" };
-    let rx_ring = match args.rx_ring {
-        RxRingArg::Frame => "",
-        RxRingArg::Block => " rx-ring block",
-    };
-    let vlans = if args.vlan_filtering {
-        " vlan-filtering"
-    } else {
-        ""
-    };
-    // A worker that died before it started must not be announced as ready:
-    // the channel ends when every worker has sent or died.
-    let started = started_rx.iter().count();
-    let mut outcome = shared.check_workers();
-    if outcome.is_ok() && started < workers {
-        // The dead worker's thread may still be unwinding: wait for it to
-        // end so that the error can name it.
-        let deadline = std::time::Instant::now() + Duration::from_secs(2);
-        while outcome.is_ok() && std::time::Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(10));
-            outcome = shared.check_workers();
-        }
-        if outcome.is_ok() {
-            outcome = Err(format!(
-                "{} of {workers} workers did not start; stopping the bridge",
-                workers - started
-            ));
-        }
-    }
-    if outcome.is_ok() {
-        say(&format!(
-            "mpbridge: ready: ports {} lock {} workers {}{mode}{poll}{rx_ring}{vlans} cpus {}\n",
-            labels.join(","),
-            shared.fdb().kind(),
-            workers,
-            placement_text(&placement)
-        ));
-        notify_ready();
-    }
-    while outcome.is_ok() {
-        match wait_for_signal(signals, Duration::from_secs(1)) {
-            Some(libc::SIGHUP) if args.config.is_none() => {
-                log::info!("SIGHUP: the bridge runs without --config; nothing to reload");
-                continue;
-            }
-            Some(libc::SIGHUP) => {
-                match shared.reload() {
-                    Ok(changes) => log::info!("SIGHUP: reloaded: {changes}"),
-                    // A bad file keeps the running configuration.
-                    Err(error) => log::warn!("SIGHUP: {error}; nothing changed"),
-                }
-                continue;
-            }
-            Some(signal) => {
-                log::info!("signal {signal}: stopping");
-                break;
-            }
-            None => {}
-        }
-        let fdb = shared.fdb();
-        let aged = fdb.age(fdb.now());
-        if aged > 0 {
-            log::debug!("aged out {aged} stations");
-        }
-        let events = monitor
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .tick(&*fdb);
-        report_links(|port| shared.label(port), events);
-        outcome = shared.check_workers();
-    }
-    stopper.stop();
-    if control_thread.join().is_err() && outcome.is_ok() {
-        outcome = Err("the control thread panicked".to_owned());
-    }
-    if let Some(thread) = metrics_thread {
-        if thread.join().is_err() && outcome.is_ok() {
-            outcome = Err("the metrics thread panicked".to_owned());
-        }
-    }
-    // A panic was reported by check_workers (or here, if it came while
-    // stopping); its message went to stderr through the panic hook.
-    if let Err(error) = shared.stop_workers() {
-        if outcome.is_ok() {
-            outcome = Err(format!("{error} while stopping"));
-        }
-    }
-    let fdb = shared.fdb();
-    let stats = fdb.stats();
-    let fdb_line = format!(
-        "  fdb: {} entries ({} learned), learned {}, moved {}, refused {}, aged {}\n",
-        fdb.len(),
-        fdb.learned_len(),
-        stats.learned,
-        stats.moved,
-        stats.refused,
-        stats.aged
-    );
-    say(&report(&shared.live_ports(), &counter_sets, fdb_line));
-    outcome
-}
-
-/// Logs what the link monitor saw.
-fn report_links(label: impl Fn(PortId) -> String, events: Vec<LinkEvent>) {
-    for event in events {
-        match event {
-            LinkEvent::Down { port, flushed } => log::warn!(
-                "{}: link down; flushed {flushed} learned stations",
-                label(port)
-            ),
-            LinkEvent::Up { port } => log::info!("{}: link up", label(port)),
-            LinkEvent::Address { port, addr } => {
-                log::info!("{}: own address {addr}, kept for the host", label(port))
-            }
-            LinkEvent::Gone { port, flushed } => log::warn!(
-                "{}: interface deleted; the port is out of the bridge (flushed {flushed} stations)",
-                label(port)
-            ),
-        }
-    }
-}
-
-/// Drops capabilities once the ports are open: the effective set is
-/// emptied (sends and receives on open descriptors are not checked again,
-/// and closing a tap mpbridge made removes it without one), and only
-/// CAP_NET_ADMIN and CAP_NET_RAW stay permitted, which the control thread
-/// raises for as long as it opens a port added at run time. No-new-privileges
-/// is set, so that a compromised daemon cannot gain any through an exec.
-fn drop_privileges() -> Result<(), String> {
-    use caps::{CapSet, Capability};
-    let fail = |what: &str, error: caps::errors::CapsError| format!("cannot drop {what}: {error}");
-    let kept: caps::CapsHashSet = [Capability::CAP_NET_ADMIN, Capability::CAP_NET_RAW]
-        .into_iter()
-        .filter(|cap| caps::has_cap(None, CapSet::Permitted, *cap).unwrap_or(false))
-        .collect();
-    // The bounding set first: dropping from it needs CAP_SETPCAP, which the
-    // effective set loses below.
-    if caps::has_cap(None, CapSet::Effective, Capability::CAP_SETPCAP).unwrap_or(false) {
-        for cap in caps::all() {
-            if !kept.contains(&cap) {
-                caps::drop(None, CapSet::Bounding, cap).map_err(|e| fail("the bounding set", e))?;
-            }
-        }
-    }
-    caps::clear(None, CapSet::Ambient).map_err(|e| fail("ambient capabilities", e))?;
-    caps::clear(None, CapSet::Inheritable).map_err(|e| fail("inheritable capabilities", e))?;
-    caps::clear(None, CapSet::Effective).map_err(|e| fail("effective capabilities", e))?;
-    caps::set(None, CapSet::Permitted, &kept).map_err(|e| fail("permitted capabilities", e))?;
-    // SAFETY: PR_SET_NO_NEW_PRIVS takes plain integers and touches no memory.
-    #[allow(unsafe_code)]
-    let ret = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
-    if ret != 0 {
-        return Err(format!(
-            "cannot set no-new-privileges: {}",
-            io::Error::last_os_error()
-        ));
-    }
-    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -722,7 +352,7 @@ fn main() -> ExitCode {
         Command::Run(args) => args,
         other => {
             let socket = cli.socket();
-            return match operate(&cli.name, &socket, other) {
+            return match commands::operate(&cli.name, &socket, other) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(failure) => {
                     say(&format!("mpbridge: {}\n", failure.message));
@@ -786,151 +416,19 @@ fn main() -> ExitCode {
         say("mpbridge: --vlan-filtering needs --mode bridge\n");
         return ExitCode::from(2);
     }
-    let signals = block_signals();
-    match locks::with_strategy!(lock, S => run::<S>(&args, &specs, &signals, &cli.name, &socket, config))
+    let signals = match system::block_signals() {
+        Ok(signals) => signals,
+        Err(error) => {
+            say(&format!("mpbridge: {error}\n"));
+            return ExitCode::FAILURE;
+        }
+    };
+    match locks::with_strategy!(lock, S => daemon::run::<S>(&args, &specs, signals, &cli.name, &socket, config))
     {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             say(&format!("mpbridge: {error}\n"));
             ExitCode::FAILURE
-        }
-    }
-}
-
-/// Runs one client command against the bridge at `socket`.
-fn operate(name: &str, socket: &std::path::Path, command: Command) -> Result<(), client::Failure> {
-    use protocol::Request;
-    match command {
-        Command::Run(_) => unreachable!("handled by main"),
-        Command::Stats { json } => {
-            let result = client::call(name, socket, Request::Stats)?;
-            client::print_stats(result, json)
-        }
-        Command::Capture {
-            port,
-            direction,
-            count,
-            file,
-            queue,
-        } => {
-            let direction = match direction {
-                CaptureDirection::In => "in",
-                CaptureDirection::Out => "out",
-                CaptureDirection::Both => "both",
-            };
-            let request = Request::Capture {
-                port,
-                direction: direction.to_owned(),
-                count,
-                queue,
-            };
-            client::capture(name, socket, request, file.as_deref())
-        }
-        Command::Port(PortCommand::Add { port }) => {
-            PortSpec::parse(&port).map_err(|message| client::Failure { code: 2, message })?;
-            let result = client::call(name, socket, Request::PortAdd { port })?;
-            println!("added {}", result["port"].as_str().unwrap_or("?"));
-            Ok(())
-        }
-        Command::Lock(LockCommand::Set { strategy }) => {
-            strategy
-                .parse::<StrategyKind>()
-                .map_err(|e| client::Failure {
-                    code: 2,
-                    message: e.to_string(),
-                })?;
-            let result = client::call(name, socket, Request::LockSet { lock: strategy })?;
-            println!(
-                "lock {}: {} entries moved, forwarding paused {} us",
-                result["lock"].as_str().unwrap_or("?"),
-                result["entries"],
-                result["pause_us"]
-            );
-            Ok(())
-        }
-        Command::Reload => {
-            let result = client::call(name, socket, Request::Reload)?;
-            let list = |key: &str| {
-                result[key]
-                    .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|v| v.as_str())
-                            .collect::<Vec<_>>()
-                            .join(" ")
-                    })
-                    .unwrap_or_default()
-            };
-            println!(
-                "reloaded: ports added [{}], removed [{}]; static entries added {}, removed {}",
-                list("ports_added"),
-                list("ports_removed"),
-                result["static_added"],
-                result["static_removed"]
-            );
-            let restart = list("needs_restart");
-            if !restart.is_empty() {
-                println!("changed, needs a restart to apply: {restart}");
-            }
-            Ok(())
-        }
-        Command::Port(PortCommand::Del { port }) => {
-            let result = client::call(name, socket, Request::PortDel { port })?;
-            println!("removed {}", result["removed"].as_str().unwrap_or("?"));
-            Ok(())
-        }
-        Command::Fdb(FdbCommand::Show { port, vlan, json }) => {
-            let result = client::call(name, socket, Request::FdbShow { port, vlan })?;
-            client::print_fdb(result, json)
-        }
-        Command::Fdb(FdbCommand::Add { mac, mut words }) => {
-            let mac = client::check_mac(&mac)?;
-            // `dst IP` (a VXLAN port's VTEP), anywhere among the words.
-            let dst = match words.iter().position(|w| w == "dst") {
-                Some(at) if at + 1 < words.len() => {
-                    let ip = words.remove(at + 1);
-                    words.remove(at);
-                    Some(ip)
-                }
-                Some(_) => {
-                    return Err(client::Failure {
-                        code: 2,
-                        message: "'dst' needs a value".to_owned(),
-                    })
-                }
-                None => None,
-            };
-            let (port, vlan) = client::keywords(&words, &["port", "vlan"])?;
-            let port = port.ok_or_else(|| client::Failure {
-                code: 2,
-                message: "fdb add needs 'port PORT'".to_owned(),
-            })?;
-            let vlan = vlan.unwrap_or(0);
-            client::call(
-                name,
-                socket,
-                Request::FdbAdd {
-                    mac,
-                    port,
-                    vlan,
-                    dst,
-                },
-            )
-            .map(|_| ())
-        }
-        Command::Fdb(FdbCommand::Del { mac, words }) => {
-            let mac = client::check_mac(&mac)?;
-            let (_, vlan) = client::keywords(&words, &["vlan"])?;
-            let vlan = vlan.unwrap_or(0);
-            client::call(name, socket, Request::FdbDel { mac, vlan }).map(|_| ())
-        }
-        Command::Fdb(FdbCommand::Flush { words }) => {
-            let (port, _) = client::keywords(&words, &["port"])?;
-            let result = client::call(name, socket, Request::FdbFlush { port })?;
-            if let Some(flushed) = result.get("flushed") {
-                println!("flushed {flushed} entries");
-            }
-            Ok(())
         }
     }
 }
@@ -996,77 +494,4 @@ fn merge_config(
         }
     }
     Ok(Some((path, config)))
-}
-
-/// Decides the workers' CPUs (see `bridge::port::placement::place`) and
-/// warns, once per port, where receive work shares a CPU with a worker.
-fn place_workers(
-    cpus: Option<&bridge::port::placement::CpuSet>,
-    specs: &[PortSpec],
-    workers: usize,
-) -> Result<bridge::port::placement::Placement, String> {
-    use bridge::port::placement::{self, format_cpu_list, ReceiveCpus, System};
-    let allowed: placement::CpuSet = {
-        let affinity = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
-            .map_err(|e| format!("cannot read this process's CPUs: {e}"))?;
-        (0..nix::sched::CpuSet::count())
-            .filter(|cpu| affinity.is_set(*cpu).unwrap_or(false))
-            .collect()
-    };
-    let allowed = match cpus {
-        Some(cpus) => {
-            let outside: placement::CpuSet = cpus.difference(&allowed).copied().collect();
-            if !outside.is_empty() {
-                return Err(format!(
-                    "--cpus {}: CPU {} not available to this process (it may use {})",
-                    format_cpu_list(cpus),
-                    format_cpu_list(&outside),
-                    format_cpu_list(&allowed)
-                ));
-            }
-            cpus.clone()
-        }
-        None => allowed,
-    };
-    let system = System::default();
-    let ports: Vec<(String, ReceiveCpus)> = specs
-        .iter()
-        .filter(|spec| spec.kind == Kind::Raw)
-        .map(|spec| (spec.label(), system.receive_cpus(&spec.name)))
-        .collect();
-    let plan = placement::place(&allowed, cpus.is_some(), workers, &ports);
-    for (port, shared) in &plan.overlaps {
-        log::warn!(
-            "{port}: its receive work runs on CPU {}, where a worker runs too: under load \
-             the worker will livelock; steer the receive work elsewhere (rps_cpus) or pick \
-             other CPUs with --cpus",
-            format_cpu_list(shared)
-        );
-    }
-    Ok(plan)
-}
-
-/// The workers' CPUs for the ready line: `0,1` per worker, `any` unpinned.
-fn placement_text(plan: &bridge::port::placement::Placement) -> String {
-    plan.workers
-        .iter()
-        .map(|cpus| match cpus {
-            Some(cpus) => bridge::port::placement::format_cpu_list(cpus),
-            None => "any".to_owned(),
-        })
-        .collect::<Vec<_>>()
-        .join(";")
-}
-
-/// Pins the calling thread to `cpus`; a failure is logged, not fatal.
-pub(crate) fn pin_to(cpus: &bridge::port::placement::CpuSet) {
-    let mut set = nix::sched::CpuSet::new();
-    for cpu in cpus {
-        if set.set(*cpu).is_err() {
-            log::warn!("cannot pin to CPU {cpu}: beyond this system's CPU set");
-        }
-    }
-    if let Err(error) = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set) {
-        log::warn!("cannot pin a worker to CPUs {cpus:?}: {error}");
-    }
 }

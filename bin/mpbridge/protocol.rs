@@ -102,6 +102,19 @@ pub enum Request {
         /// The port, as given to `--port` (or its interface name).
         port: String,
     },
+    /// The ports with their options.
+    PortShow,
+}
+
+impl Request {
+    /// Whether the request changes the bridge, so that a read-only client
+    /// (`--ctl-ro-group`) may not send it.
+    pub fn changes(&self) -> bool {
+        !matches!(
+            self,
+            Request::FdbShow { .. } | Request::Stats | Request::PortShow
+        )
+    }
 }
 
 /// One reply line: `{"version":1,"ok":true,"result":...}` or
@@ -138,6 +151,161 @@ impl ReplyLine {
             ok: false,
             result: None,
             error: Some(message.into()),
+        }
+    }
+}
+
+/// The `result` of a successful request, one type per request: the daemon
+/// writes it, the client reads the type its request expects.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Response {
+    /// `fdb-show`.
+    Fdb(Vec<FdbEntry>),
+    /// `fdb-add`.
+    FdbAdded(FdbAdded),
+    /// `fdb-del`.
+    FdbRemoved(FdbRemoved),
+    /// `fdb-flush`.
+    Flushed(Flushed),
+    /// `stats`.
+    Stats(Box<Stats>),
+    /// `port-add`.
+    PortAdded(PortAdded),
+    /// `port-del`.
+    PortRemoved(PortRemoved),
+    /// `port-show`.
+    Ports(Vec<PortInfo>),
+    /// `reload`.
+    Reloaded(Reloaded),
+    /// `lock-set`.
+    LockSwitched(LockSwitched),
+    /// `capture`, before the pcapng stream.
+    CaptureStarted(CaptureStarted),
+}
+
+/// `fdb-add`'s result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FdbAdded {
+    /// Whether a learned entry for the station was replaced.
+    pub replaced_learned: bool,
+}
+
+/// `fdb-del`'s result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FdbRemoved {
+    /// Always true: a missing entry is an error.
+    pub removed: bool,
+}
+
+/// `fdb-flush`'s result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Flushed {
+    /// Entries removed.
+    pub flushed: usize,
+}
+
+/// `port-add`'s result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortAdded {
+    /// The port, as `--port` gives it.
+    pub port: String,
+    /// Its id.
+    pub id: usize,
+}
+
+/// `port-del`'s result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortRemoved {
+    /// The port, as `--port` gave it.
+    pub removed: String,
+    /// Its entries removed with it.
+    pub flushed: usize,
+}
+
+/// One port, as `port-show` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortInfo {
+    /// Its id.
+    pub id: usize,
+    /// As `--port` gives it ("tap:acc1").
+    pub name: String,
+    /// "tap", "raw" or "vxlan".
+    pub kind: String,
+    /// The port with every option, as `--port` and `port add` take it.
+    pub options: String,
+    /// The interface's link, as `stats` gives it.
+    pub link: String,
+}
+
+/// `reload`'s result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reloaded {
+    /// Ports added, as `--port` takes them.
+    pub ports_added: Vec<String>,
+    /// Ports removed.
+    pub ports_removed: Vec<String>,
+    /// Ports whose options changed (removed and added again).
+    pub ports_changed: Vec<String>,
+    /// Static entries added.
+    pub static_added: usize,
+    /// Static entries removed.
+    pub static_removed: usize,
+    /// Settings that changed in the file but apply only at start.
+    pub needs_restart: Vec<String>,
+}
+
+/// `lock-set`'s result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockSwitched {
+    /// The strategy now.
+    pub lock: String,
+    /// Entries moved to its table.
+    pub entries: usize,
+    /// How long forwarding paused, in microseconds.
+    pub pause_us: u64,
+}
+
+/// `capture`'s reply line, before the stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureStarted {
+    /// "pcapng".
+    pub format: String,
+    /// The port.
+    pub port: String,
+}
+
+/// Why a request was not carried out: one line for the operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError(pub String);
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<String> for ApiError {
+    fn from(message: String) -> ApiError {
+        ApiError(message)
+    }
+}
+
+impl From<&str> for ApiError {
+    fn from(message: &str) -> ApiError {
+        ApiError(message.to_owned())
+    }
+}
+
+impl ReplyLine {
+    /// The reply line for a request's outcome.
+    pub fn of(outcome: Result<Response, ApiError>) -> ReplyLine {
+        match outcome {
+            // Serialising our own types cannot fail.
+            Ok(response) => {
+                ReplyLine::ok(serde_json::to_value(response).expect("a response serialises"))
+            }
+            Err(error) => ReplyLine::error(error.0),
         }
     }
 }

@@ -26,14 +26,25 @@ pub struct Generation {
 }
 
 impl Generation {
-    /// Stops the workers and takes back what each held.
+    /// Stops the workers and takes back what each held. Every worker is
+    /// waited for, also after one that panicked, so that none is left
+    /// running unseen; the error names those that panicked (their queues
+    /// are lost with them).
     pub fn stop(&mut self) -> Result<Vec<Returned>, String> {
         self.stopper.stop();
-        self.handles
-            .drain(..)
-            .enumerate()
-            .map(|(id, handle)| handle.join().map_err(|_| format!("worker {id} panicked")))
-            .collect()
+        let mut returned = Vec::new();
+        let mut panicked = Vec::new();
+        for (id, handle) in self.handles.drain(..).enumerate() {
+            match handle.join() {
+                Ok(parts) => returned.push(parts),
+                Err(_) => panicked.push(id.to_string()),
+            }
+        }
+        match panicked.len() {
+            0 => Ok(returned),
+            1 => Err(format!("worker {} panicked", panicked[0])),
+            _ => Err(format!("workers {} panicked", panicked.join(", "))),
+        }
     }
 }
 
@@ -54,15 +65,24 @@ pub struct Started {
     pub started: mpsc::Receiver<()>,
 }
 
+/// Faults the daemon's tests inject into worker 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Injected {
+    /// It panics as soon as it starts.
+    PanicAtStart,
+    /// It panics when told to stop.
+    PanicAtStop,
+}
+
 /// Starts one worker over `table` per set of queues and parts, worker `i`
-/// pinned to `placement[i]` when given. `panic_first` makes worker 0 panic
-/// at once (the daemon's fault-injection hook).
+/// pinned to `placement[i]` when given. `inject` makes worker 0 fail (the
+/// daemon's fault-injection hook).
 pub fn start<S: Strategy>(
     table: Arc<MacTable<S>>,
     sets: Vec<Returned>,
     config: WorkerConfig,
     placement: &[Option<CpuSet>],
-    panic_first: bool,
+    inject: Option<Injected>,
 ) -> Result<Started, String> {
     let stopper = Arc::new(Stopper::new().map_err(|e| format!("cannot create an eventfd: {e}"))?);
     let (started_tx, started) = mpsc::channel::<()>();
@@ -87,19 +107,22 @@ pub fn start<S: Strategy>(
         let stopper = Arc::clone(&stopper);
         let started = started_tx.clone();
         let cpus = placement.get(id).cloned().flatten();
-        let panic_now = panic_first && id == 0;
+        let inject = inject.filter(|_| id == 0);
         let handle = thread::Builder::new()
             .name(format!("worker{id}"))
             .spawn(move || {
-                if panic_now {
+                if inject == Some(Injected::PanicAtStart) {
                     panic!("injected fault");
                 }
                 if let Some(cpus) = &cpus {
-                    crate::pin_to(cpus);
+                    crate::system::pin_to(cpus);
                 }
                 let _ = started.send(());
                 drop(started);
                 worker.run(&stopper);
+                if inject == Some(Injected::PanicAtStop) {
+                    panic!("injected fault at stop");
+                }
                 worker.into_parts()
             })
             .map_err(|e| format!("cannot start worker {id}: {e}"))?;

@@ -277,7 +277,14 @@ fn one_bridge_per_socket_and_stale_sockets_are_replaced() {
     let name = netns::unique("mpbname");
     let path = PathBuf::from(format!("/run/mpbridge/{name}.sock"));
     // A socket file nobody listens on, as a crashed bridge leaves it.
-    std::fs::create_dir_all("/run/mpbridge").unwrap();
+    if !Path::new("/run/mpbridge").exists() {
+        // As the daemon makes it.
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o750)
+            .create("/run/mpbridge")
+            .unwrap();
+    }
     drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
     let args = [
         "run", "--port", "tap:n0", "--port", "tap:n1", "--name", &name,
@@ -824,6 +831,253 @@ fn the_lock_strategy_switches_while_tcp_flows() {
     assert!(err.contains("'spinlock'"), "{err}");
 }
 
+/// `n` static entries on `port`, added over one connection.
+fn add_statics(socket: &Path, port: &str, n: u16) {
+    let mut stream = UnixStream::connect(socket).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    for i in 0..n {
+        let mac = format!("02:5a:00:00:{:02x}:{:02x}", i >> 8, i & 0xff);
+        let line = format!(
+            "{{\"version\":1,\"command\":\"fdb-add\",\"mac\":\"{mac}\",\"port\":\"{port}\"}}\n"
+        );
+        stream.write_all(line.as_bytes()).unwrap();
+        let mut reply = String::new();
+        reader.read_line(&mut reply).unwrap();
+        assert!(reply.contains(r#""ok":true"#), "{reply}");
+    }
+}
+
+fn a_client_that_pipelines_without_reading_holds_little_memory() {
+    let socket = socket_path("pipeline");
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg]);
+    let pid = topology.daemon.as_ref().unwrap().child.id();
+    // Replies of about 45 KiB each.
+    add_statics(&socket, "raw:p1", 500);
+    let show = r#"{"version":1,"command":"fdb-show"}"#.to_owned() + "\n";
+    assert!(request(&socket, &show).contains(r#""ok":true"#));
+    let rss_before = netns::rss_kib(pid);
+    // Thousands of requests, none of the replies read.
+    let mut greedy = UnixStream::connect(&socket).unwrap();
+    greedy.set_nonblocking(true).unwrap();
+    let burst = show.repeat(64 * 1024 / show.len());
+    let mut sent = 0usize;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline && sent < 16 * burst.len() {
+        match greedy.write(burst.as_bytes()) {
+            Ok(n) => sent += n,
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    assert!(sent >= 64 * 1024, "the daemon read only {sent} bytes");
+    std::thread::sleep(Duration::from_millis(500));
+    // Others are served meanwhile, and the replies waiting are bounded.
+    assert!(request(&socket, &show).contains(r#""ok":true"#));
+    let grown = netns::rss_kib(pid).saturating_sub(rss_before);
+    assert!(grown < 16 * 1024, "RSS grew by {grown} KiB");
+    // It gets its replies, in order, once it reads.
+    greedy.set_nonblocking(false).unwrap();
+    greedy
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut reader = BufReader::new(&greedy);
+    for _ in 0..20 {
+        let mut reply = String::new();
+        reader.read_line(&mut reply).unwrap();
+        assert!(
+            reply.contains(r#""ok":true"#),
+            "{}",
+            &reply[..reply.len().min(200)]
+        );
+    }
+}
+
+fn silent_clients_in_every_slot_make_room_for_a_new_one() {
+    let socket = socket_path("slots");
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg]);
+    let pid = topology.daemon.as_ref().unwrap().child.id();
+    let stats = r#"{"version":1,"command":"stats"}"#.to_owned() + "\n";
+    request(&socket, &stats);
+    std::thread::sleep(Duration::from_millis(300));
+    let fds_before = fds(pid);
+    // Every slot (64), and more, held by one process that says nothing.
+    let silent: Vec<UnixStream> = (0..80)
+        .map(|_| UnixStream::connect(&socket).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    for _ in 0..3 {
+        let reply = request(&socket, &stats);
+        assert!(reply.contains(r#""ok":true"#), "{reply}");
+    }
+    drop(silent);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while fds(pid) != fds_before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(fds(pid), fds_before, "descriptors leaked");
+}
+
+fn a_ctl_path_that_is_not_a_socket_is_refused_and_kept() {
+    let bridge = Netns::new();
+    let dir = std::env::temp_dir().join(netns::unique("mpbnotsock"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("precious");
+    std::fs::write(&path, "keep me\n").unwrap();
+    let ctl_arg = format!("--ctl={}", path.display());
+    let (status, err) = run_to_exit(
+        Some(&bridge),
+        &["run", "--port", "tap:ns0", "--port", "tap:ns1", &ctl_arg],
+        Duration::from_secs(5),
+    );
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("is not a socket"), "{err}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "keep me\n");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn captures_are_bounded_per_bridge() {
+    let socket = socket_path("captures");
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let _topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg]);
+    let capture = "{\"version\":1,\"command\":\"capture\",\"port\":\"raw:p0\"}\n";
+    let open = || {
+        let mut stream = UnixStream::connect(&socket).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        stream.write_all(capture.as_bytes()).unwrap();
+        let mut reply = String::new();
+        BufReader::new(&stream).read_line(&mut reply).unwrap();
+        (stream, reply)
+    };
+    let mut running = Vec::new();
+    for _ in 0..4 {
+        let (stream, reply) = open();
+        assert!(reply.contains(r#""ok":true"#), "{reply}");
+        running.push(stream);
+    }
+    let (_, refused) = open();
+    assert!(refused.contains(r#""ok":false"#), "{refused}");
+    assert!(refused.contains("4 captures are running"), "{refused}");
+    // One ends: its place is free again (the daemon notices within its
+    // statistics interval).
+    drop(running.pop());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (stream, reply) = open();
+        if reply.contains(r#""ok":true"#) {
+            running.push(stream);
+            break;
+        }
+        assert!(Instant::now() < deadline, "no place freed: {reply}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn a_lock_switch_that_loses_a_worker_stops_the_bridge() {
+    let socket = socket_path("lostworker");
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let mut topology = Topology::new(
+        PortKind::Raw,
+        2,
+        &[&ctl_arg, "--inject-fault", "worker-panic-on-stop"],
+    );
+    let (code, _, err) = ctl(&socket, &["lock", "set", "rcu"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("worker 0 panicked"), "{err}");
+    // The bridge never runs without its workers: it exits, non-zero.
+    let daemon = topology.daemon.as_mut().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        if let Some(status) = daemon.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "still running without workers");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!status.success(), "{status}");
+}
+
+fn port_show_lists_ports_with_their_options() {
+    let socket = socket_path("portshow");
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let _topology = Topology::with_options(
+        PortKind::Raw,
+        &["access=10", "trunk=10,20"],
+        &[&ctl_arg, "--vlan-filtering"],
+    );
+    let ports = ctl_json(&socket, &["port", "show", "-j"]);
+    let ports = ports.as_array().unwrap();
+    assert_eq!(ports.len(), 2, "{ports:?}");
+    assert_eq!(ports[0]["name"], "raw:p0");
+    assert_eq!(ports[0]["kind"], "raw");
+    assert_eq!(ports[0]["options"], "raw:p0,access=10");
+    assert_eq!(ports[1]["options"], "raw:p1,trunk=10,20");
+    assert_eq!(ports[1]["link"], "up");
+    let (code, out, _) = ctl(&socket, &["port", "show"]);
+    assert_eq!(code, 0);
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert!(out.contains("raw:p1,trunk=10,20"), "{out}");
+}
+
+fn a_read_only_group_may_show_but_not_change() {
+    let bridge = Netns::new();
+    let dir = std::env::temp_dir()
+        .join(netns::unique("mpbrogroup"))
+        .join("run");
+    let socket = dir.join("br.sock");
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let _daemon = Daemon::start(
+        &bridge,
+        &[
+            "run",
+            "--port",
+            "tap:r0",
+            "--port",
+            "tap:r1",
+            &ctl_arg,
+            "--ctl-ro-group",
+            "nogroup",
+        ],
+    );
+    let as_user = |gid: &str, args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", &format!("--regid={gid}"), "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_mpbridge"))
+            .arg("--ctl")
+            .arg(&socket)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    for args in [&["stats"][..], &["fdb", "show"], &["port", "show"]] {
+        let shown = as_user("65534", args);
+        let err = String::from_utf8_lossy(&shown.stderr);
+        assert!(shown.status.success(), "{args:?}: {err}");
+    }
+    for args in [
+        &["fdb", "flush"][..],
+        &["port", "add", "raw:lo"],
+        &["lock", "set", "rcu"],
+    ] {
+        let refused = as_user("65534", args);
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("read-only"), "{args:?}: {err}");
+    }
+    let stranger = as_user("1", &["stats"]);
+    let err = String::from_utf8_lossy(&stranger.stderr);
+    assert_eq!(stranger.status.code(), Some(1), "{err}");
+    assert!(err.contains("permission denied"), "{err}");
+    // Root may still do everything.
+    ctl_ok(&socket, &["fdb", "flush"]);
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+}
+
 lab::test_main! {
     privileged: [
         fdb_show_lists_every_station_on_its_port,
@@ -840,6 +1094,13 @@ lab::test_main! {
         the_config_file_sets_up_and_reload_applies_changes,
         the_control_group_owns_the_socket,
         the_lock_strategy_switches_while_tcp_flows,
+        a_client_that_pipelines_without_reading_holds_little_memory,
+        silent_clients_in_every_slot_make_room_for_a_new_one,
+        a_ctl_path_that_is_not_a_socket_is_refused_and_kept,
+        captures_are_bounded_per_bridge,
+        a_lock_switch_that_loses_a_worker_stops_the_bridge,
+        port_show_lists_ports_with_their_options,
+        a_read_only_group_may_show_but_not_change,
     ],
     plain: [],
 }

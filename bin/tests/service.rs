@@ -25,6 +25,23 @@ fn the_unit_grants_only_the_documented_capabilities() {
     );
     assert_eq!(setting("NoNewPrivileges"), ["yes"]);
     assert_eq!(setting("DynamicUser"), ["yes"]);
+    // VXLAN ports over IPv6 underlays need AF_INET6.
+    let families = setting("RestrictAddressFamilies");
+    assert_eq!(families.len(), 1, "{families:?}");
+    for family in ["AF_PACKET", "AF_INET", "AF_INET6", "AF_UNIX", "AF_NETLINK"] {
+        assert!(
+            families[0].split(' ').any(|f| f == family),
+            "{family} missing: {families:?}"
+        );
+    }
+    let limit: Vec<u64> = setting("LimitNOFILE")
+        .iter()
+        .map(|n| n.parse().expect("a number"))
+        .collect();
+    assert!(
+        matches!(limit[..], [n] if n >= 1024),
+        "LimitNOFILE: {limit:?}"
+    );
     let readme = include_str!("../../README.md");
     assert!(
         readme.contains("CAP_NET_RAW") && readme.contains("bin/systemd/mpbridge.service"),

@@ -2,10 +2,11 @@
 //! port, for `mpbridge capture`. One hub per worker (so that a capture can
 //! follow one queue, as a multiqueue BPF can). While nobody captures, the
 //! worker pays one relaxed load per batch; while someone does, a copy per
-//! frame into a bounded channel, and a reader too slow for the traffic
-//! loses capture frames (counted), never forwarded ones.
+//! frame into a channel bounded in frames and in bytes, and a reader too
+//! slow for the traffic loses capture frames (counted), never forwarded
+//! ones.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -55,11 +56,44 @@ pub struct Captured {
     pub frame: Vec<u8>,
 }
 
+/// Where a tap's frames go, and what bounds them.
+#[derive(Debug, Clone)]
+pub struct Sink {
+    /// The reader's channel (bounded in frames).
+    pub sender: SyncSender<Captured>,
+    /// Frames lost: no room in the channel or in the byte budget.
+    pub lost: Arc<AtomicU64>,
+    /// Bytes of frames in the channel now: the hub adds a frame's length
+    /// as it sends it, the reader takes it off as it writes it.
+    pub queued: Arc<AtomicUsize>,
+    /// The most bytes the channel may hold.
+    pub max_bytes: usize,
+}
+
+impl Sink {
+    fn offer(&self, captured: Captured) {
+        let len = captured.frame.len();
+        // Relaxed: a budget, not a handover; the channel orders the frames.
+        if self.queued.load(Ordering::Relaxed) + len > self.max_bytes {
+            self.lost.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.queued.fetch_add(len, Ordering::Relaxed);
+        match self.sender.try_send(captured) {
+            Ok(()) => {}
+            // Full, or the reader left (it detaches soon).
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.queued.fetch_sub(len, Ordering::Relaxed);
+                self.lost.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
 struct Tap {
     id: u64,
     filter: Filter,
-    sender: SyncSender<Captured>,
-    lost: Arc<AtomicU64>,
+    sink: Sink,
 }
 
 /// The taps of one worker.
@@ -91,22 +125,12 @@ impl CaptureHub {
         self.taps.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Attaches a tap that sends matching frames to `sender`, counting in
-    /// `lost` those the channel had no room for; returns its id.
-    pub fn attach(
-        &self,
-        filter: Filter,
-        sender: SyncSender<Captured>,
-        lost: Arc<AtomicU64>,
-    ) -> u64 {
+    /// Attaches a tap that sends matching frames to `sink`; returns its
+    /// id.
+    pub fn attach(&self, filter: Filter, sink: Sink) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut taps = self.taps();
-        taps.push(Tap {
-            id,
-            filter,
-            sender,
-            lost,
-        });
+        taps.push(Tap { id, filter, sink });
         self.active.store(true, Ordering::Relaxed);
         id
     }
@@ -138,13 +162,7 @@ impl CaptureHub {
                     queue,
                     frame: frame[skip.min(frame.len())..].to_vec(),
                 };
-                match tap.sender.try_send(captured) {
-                    Ok(()) => {}
-                    // Full, or the reader left (it detaches soon).
-                    Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                        tap.lost.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
+                tap.sink.offer(captured);
             }
         }
     }

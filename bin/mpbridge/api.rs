@@ -1,0 +1,1052 @@
+//! The bridge's state and its one owner. `BridgeState` holds what the
+//! control plane knows of a running bridge (ports, workers, the MAC table of
+//! the chosen strategy, the configuration file, the link monitor) in plain
+//! fields, and only the owner thread (the daemon's main thread) touches it:
+//! the control socket, `/metrics`, signals and the once-a-second tick reach
+//! it as `Event`s on one channel, so port changes, reloads, lock switches
+//! and link events happen one after another by construction.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use bridge::capture::CaptureHub;
+use bridge::counters::{self, PortCounters, WorkerCounters};
+use bridge::fdb::{FdbKey, Location, Table};
+use bridge::monitor::{LinkEvent, LinkMonitor};
+use bridge::port::placement::CpuSet;
+use bridge::port::vxlan::VxlanShared;
+use bridge::port::{netdev, LinkPort};
+use bridge::wire::{MacAddr, MacKind};
+use bridge::worker::{PortControl, MAX_PORTS};
+use bridge::{DropReason, PortId, WorkerConfig};
+
+use crate::config::{Config, StaticEntry};
+use crate::ports::{self, Kind, PortSettings, PortSpec};
+use crate::protocol::{self, ApiError, FdbEntry, Request, Response};
+use crate::workers::Generation;
+
+/// Captures running at once, per bridge: each makes every worker copy the
+/// port's frames once more, so they are few.
+pub const MAX_CAPTURES: usize = 4;
+
+/// How long a worker may take to apply a port change.
+const CHANGE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What reaches the owner thread.
+pub enum Event {
+    /// A request, and where its reply goes.
+    Call(Request, mpsc::SyncSender<Result<Response, ApiError>>),
+    /// A capture request: the reply is what the capture thread follows.
+    Capture(Request, mpsc::SyncSender<Result<CaptureGrant, ApiError>>),
+    /// A signal (SIGHUP, SIGINT, SIGTERM).
+    Signal(libc::c_int),
+}
+
+/// What a capture follows, and its place among the bridge's captures
+/// (given back when dropped).
+pub struct CaptureGrant {
+    /// The port and directions.
+    pub request: crate::capture::Request,
+    /// The workers' hubs to attach to.
+    pub hubs: Vec<Arc<CaptureHub>>,
+    /// Holds one of [`MAX_CAPTURES`] places.
+    pub slot: CaptureSlot,
+}
+
+/// One running capture's place; dropping it frees the place.
+pub struct CaptureSlot(Arc<AtomicUsize>);
+
+impl Drop for CaptureSlot {
+    fn drop(&mut self) {
+        // Relaxed: a count, read only to refuse the next capture.
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A handle for sending requests to the owner.
+#[derive(Clone)]
+pub struct Caller {
+    events: mpsc::Sender<Event>,
+}
+
+/// How long a caller waits for the owner: longer than any request takes
+/// (a port change waits at most [`CHANGE_TIMEOUT`] per worker round).
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Caller {
+    /// A caller over `events`.
+    pub fn new(events: mpsc::Sender<Event>) -> Caller {
+        Caller { events }
+    }
+
+    /// Sends `request` to the owner and waits for its answer.
+    pub fn call(&self, request: Request) -> Result<Response, ApiError> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        self.events
+            .send(Event::Call(request, reply))
+            .map_err(|_| ApiError::from("the bridge is stopping"))?;
+        answer
+            .recv_timeout(CALL_TIMEOUT)
+            .map_err(|_| ApiError::from("the bridge did not answer in time"))?
+    }
+
+    /// Asks the owner for a capture.
+    pub fn capture(&self, request: Request) -> Result<CaptureGrant, ApiError> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        self.events
+            .send(Event::Capture(request, reply))
+            .map_err(|_| ApiError::from("the bridge is stopping"))?;
+        answer
+            .recv_timeout(CALL_TIMEOUT)
+            .map_err(|_| ApiError::from("the bridge did not answer in time"))?
+    }
+
+    /// Hands a signal to the owner; false once the owner is gone.
+    pub fn signal(&self, signal: libc::c_int) -> bool {
+        self.events.send(Event::Signal(signal)).is_ok()
+    }
+}
+
+/// A running bridge, as the owner thread sees it.
+pub struct BridgeState {
+    /// The bridge's name.
+    pub name: String,
+    /// The ports, by port id; `None` where no port has the id (removed).
+    ports: Vec<Option<PortSpec>>,
+    /// Each worker's handle for adding and removing its queues.
+    controls: Vec<PortControl<LinkPort>>,
+    /// The workers running now.
+    generation: Generation,
+    /// The workers' settings, for a new generation.
+    worker_config: WorkerConfig,
+    /// Each worker's CPUs, for a new generation.
+    placement: Vec<Option<CpuSet>>,
+    /// Raw ports' links and own addresses.
+    monitor: LinkMonitor,
+    /// A relay: exactly two ports, none added or removed.
+    relay: bool,
+    /// Whether capabilities were kept (`--keep-caps`); otherwise the two
+    /// that opening a port needs are raised for as long as it takes.
+    keep_caps: bool,
+    /// The MAC table; replaced by one of another strategy by `lock set`.
+    fdb: Arc<dyn Table>,
+    /// Each worker's port counters.
+    counters: Vec<Arc<[PortCounters]>>,
+    /// Each worker's own counters.
+    workers: Vec<Arc<WorkerCounters>>,
+    /// When the bridge started.
+    started: Instant,
+    /// Whether lock statistics are counted.
+    lockstat: bool,
+    /// Each worker's capture hub.
+    captures: Vec<Arc<CaptureHub>>,
+    /// Captures running now.
+    running_captures: Arc<AtomicUsize>,
+    /// The configuration file and what of it is applied, with `--config`.
+    config: Option<(PathBuf, Config)>,
+    /// What ports are opened with.
+    port_settings: PortSettings,
+    /// The VXLAN ports' remote tables and counters, by port label.
+    vxlans: BTreeMap<String, Arc<VxlanShared>>,
+    /// Why the bridge must stop, once something left it unable to forward
+    /// (a worker lost while switching strategies, one that stopped
+    /// answering).
+    fatal: Option<String>,
+}
+
+/// What the bridge starts with.
+pub struct Parts {
+    /// The bridge's name.
+    pub name: String,
+    /// The ports, in `--port` order.
+    pub specs: Vec<PortSpec>,
+    /// The workers just started.
+    pub started: crate::workers::Started,
+    /// The MAC table they share.
+    pub fdb: Arc<dyn Table>,
+    /// The workers' settings.
+    pub worker_config: WorkerConfig,
+    /// Each worker's CPUs.
+    pub placement: Vec<Option<CpuSet>>,
+    /// The link monitor, watching the raw ports already.
+    pub monitor: LinkMonitor,
+    /// A relay.
+    pub relay: bool,
+    /// `--keep-caps`.
+    pub keep_caps: bool,
+    /// `--lockstat`.
+    pub lockstat: bool,
+    /// `--config`'s file and contents.
+    pub config: Option<(PathBuf, Config)>,
+    /// What ports are opened with.
+    pub port_settings: PortSettings,
+    /// The VXLAN ports' shared state, by label.
+    pub vxlans: BTreeMap<String, Arc<VxlanShared>>,
+}
+
+impl BridgeState {
+    /// The state of a bridge whose workers have just started.
+    pub fn new(parts: Parts) -> BridgeState {
+        let started = parts.started;
+        BridgeState {
+            name: parts.name,
+            ports: parts.specs.into_iter().map(Some).collect(),
+            controls: started.controls,
+            generation: started.generation,
+            worker_config: parts.worker_config,
+            placement: parts.placement,
+            monitor: parts.monitor,
+            relay: parts.relay,
+            keep_caps: parts.keep_caps,
+            fdb: parts.fdb,
+            counters: started.counters,
+            workers: started.totals,
+            started: Instant::now(),
+            lockstat: parts.lockstat,
+            captures: started.captures,
+            running_captures: Arc::new(AtomicUsize::new(0)),
+            config: parts.config,
+            port_settings: parts.port_settings,
+            vxlans: parts.vxlans,
+            fatal: None,
+        }
+    }
+
+    /// Answers one request.
+    pub fn handle(&mut self, request: Request) -> Result<Response, ApiError> {
+        Ok(match request {
+            Request::FdbShow { port, vlan } => {
+                let port = port.map(|p| self.port(&p)).transpose()?;
+                Response::Fdb(self.fdb_entries(port, vlan))
+            }
+            Request::FdbAdd {
+                mac,
+                port,
+                vlan,
+                dst,
+            } => Response::FdbAdded(self.fdb_add(&mac, &port, vlan, dst.as_deref())?),
+            Request::FdbDel { mac, vlan } => Response::FdbRemoved(self.fdb_del(&mac, vlan)?),
+            Request::FdbFlush { port } => {
+                let flushed = match port {
+                    Some(port) => self.fdb.flush_port(self.port(&port)?),
+                    None => self.fdb.flush(),
+                };
+                Response::Flushed(protocol::Flushed { flushed })
+            }
+            Request::Stats => Response::Stats(Box::new(self.stats())),
+            Request::PortAdd { port } => {
+                Response::PortAdded(self.add_port(&PortSpec::parse(&port)?)?)
+            }
+            Request::PortDel { port } => Response::PortRemoved(self.remove_port(&port)?),
+            Request::PortShow => Response::Ports(self.port_list()),
+            Request::Reload => Response::Reloaded(self.reload()?),
+            Request::LockSet { lock } => Response::LockSwitched(self.switch_lock(&lock)?),
+            Request::Capture { .. } => {
+                return Err(ApiError::from(
+                    "a capture is asked for on a stream of its own",
+                ))
+            }
+        })
+    }
+
+    /// The once-a-second work: ageing, the link monitor, the workers'
+    /// health. An error names why the bridge must stop.
+    pub fn tick(&mut self) -> Result<(), String> {
+        let aged = self.fdb.age(self.fdb.now());
+        if aged > 0 {
+            log::debug!("aged out {aged} stations");
+        }
+        let events = self.monitor.tick(&*self.fdb);
+        self.report_links(events);
+        self.check_workers()
+    }
+
+    /// Logs what the link monitor saw.
+    pub fn report_links(&self, events: Vec<LinkEvent>) {
+        for event in events {
+            match event {
+                LinkEvent::Down { port, flushed } => log::warn!(
+                    "{}: link down; flushed {flushed} learned stations",
+                    self.label(port)
+                ),
+                LinkEvent::Up { port } => log::info!("{}: link up", self.label(port)),
+                LinkEvent::Address { port, addr } => {
+                    log::info!("{}: own address {addr}, kept for the host", self.label(port))
+                }
+                LinkEvent::Gone { port, flushed } => log::warn!(
+                    "{}: interface deleted; the port is out of the bridge (flushed {flushed} stations)",
+                    self.label(port)
+                ),
+            }
+        }
+    }
+
+    /// An error naming why the bridge cannot go on: a worker that ended on
+    /// its own (workers run until told to stop, so one that ended
+    /// panicked, and part of the traffic would be black-holed), or a fault
+    /// recorded earlier.
+    pub fn check_workers(&self) -> Result<(), String> {
+        if let Some(fatal) = &self.fatal {
+            return Err(fatal.clone());
+        }
+        match self.generation.handles.iter().position(|h| h.is_finished()) {
+            Some(id) => Err(format!(
+                "worker {id} stopped unexpectedly (panicked); stopping the bridge"
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops the workers for good.
+    pub fn stop_workers(&mut self) -> Result<(), String> {
+        self.generation.stop().map(|_| ())
+    }
+
+    /// The MAC table now.
+    pub fn fdb(&self) -> &Arc<dyn Table> {
+        &self.fdb
+    }
+
+    /// Each worker's port counters.
+    pub fn counters(&self) -> &[Arc<[PortCounters]>] {
+        &self.counters
+    }
+
+    /// Adds the static entries of the configuration file.
+    pub fn add_statics(&mut self, statics: &[StaticEntry]) -> Result<(), String> {
+        for entry in statics {
+            let port = self.port(&entry.port).map_err(|e| e.0)?;
+            self.fdb
+                .add_static(FdbKey::new(entry.vlan, entry.mac), port);
+        }
+        Ok(())
+    }
+
+    /// Checks a capture request and picks the hubs it follows.
+    pub fn capture(&self, request: Request) -> Result<CaptureGrant, ApiError> {
+        let Request::Capture {
+            port,
+            direction,
+            count,
+            queue,
+        } = request
+        else {
+            return Err(ApiError::from("not a capture request"));
+        };
+        let id = self.port(&port)?;
+        let (inbound, outbound) = match direction.as_str() {
+            "in" => (true, false),
+            "out" => (false, true),
+            "both" => (true, true),
+            other => {
+                return Err(ApiError(format!(
+                    "invalid direction '{other}' (in, out or both)"
+                )))
+            }
+        };
+        let hubs = match queue {
+            None => self.captures.clone(),
+            Some(queue) => vec![self.captures.get(queue).cloned().ok_or_else(|| {
+                format!(
+                    "no queue {queue} (the bridge has {} workers, queues 0 to {})",
+                    self.captures.len(),
+                    self.captures.len() - 1
+                )
+            })?],
+        };
+        // Relaxed: only the owner thread takes places, so the check and the
+        // increment cannot race another taker; drops only free places.
+        if self.running_captures.load(Ordering::Relaxed) >= MAX_CAPTURES {
+            return Err(ApiError(format!(
+                "{MAX_CAPTURES} captures are running already (the most a bridge runs at once); \
+                 stop one first"
+            )));
+        }
+        self.running_captures.fetch_add(1, Ordering::Relaxed);
+        let slot = CaptureSlot(Arc::clone(&self.running_captures));
+        Ok(CaptureGrant {
+            request: crate::capture::Request {
+                port: id,
+                label: self.label(id),
+                inbound,
+                outbound,
+                count,
+            },
+            hubs,
+            slot,
+        })
+    }
+
+    fn fdb_add(
+        &mut self,
+        mac: &str,
+        port: &str,
+        vlan: u16,
+        dst: Option<&str>,
+    ) -> Result<protocol::FdbAdded, ApiError> {
+        let key = FdbKey::new(check_vlan(vlan)?, parse_station(mac)?);
+        let port = self.port(port)?;
+        if let Some(local) = self.local_port(&key) {
+            return Err(ApiError(format!(
+                "{mac} is the address of {}'s own interface",
+                self.label(local)
+            )));
+        }
+        let label = self.label(port);
+        match (dst, self.vxlans.get(&label)) {
+            (Some(dst), Some(vxlan)) => {
+                let ip: std::net::IpAddr = dst
+                    .parse()
+                    .map_err(|_| format!("invalid dst address '{dst}'"))?;
+                if ip.is_unspecified() {
+                    return Err(ApiError(format!("dst {ip}: name the VTEP's own address")));
+                }
+                ports::unscoped_unicast(ip, "dst")?;
+                if ip.is_ipv4() != vxlan.config.local.is_ipv4() {
+                    return Err(ApiError(format!("dst {ip} is not of {label}'s IP version")));
+                }
+                vxlan.remotes.add_static(key, ip);
+            }
+            (Some(_), None) => {
+                return Err(ApiError(format!(
+                    "dst is for VXLAN ports; {label} is not one"
+                )))
+            }
+            (None, _) => {}
+        }
+        let replaced_learned = self.fdb.add_static(key, port);
+        Ok(protocol::FdbAdded { replaced_learned })
+    }
+
+    fn fdb_del(&mut self, mac: &str, vlan: u16) -> Result<protocol::FdbRemoved, ApiError> {
+        let key = FdbKey::new(check_vlan(vlan)?, parse_mac(mac)?);
+        if let Some(local) = self.local_port(&key) {
+            return Err(ApiError(format!(
+                "{mac} is the address of {}'s own interface, which stays",
+                self.label(local)
+            )));
+        }
+        for vxlan in self.vxlans.values() {
+            vxlan.remotes.remove(&key);
+        }
+        if self.fdb.remove_static(key) || self.fdb.forget(key) {
+            Ok(protocol::FdbRemoved { removed: true })
+        } else {
+            Err(ApiError(format!("no entry for {mac} in vlan {vlan}")))
+        }
+    }
+
+    /// Moves the bridge to a MAC table of strategy `name` while it runs:
+    /// the workers finish their batch and stop, the table's entries (ages,
+    /// kinds) move into a table of the new strategy, and workers of that
+    /// strategy take over the same queues and counters. If the old workers
+    /// cannot all be taken back, or the new ones cannot start, the bridge
+    /// cannot forward all its traffic any more and stops (non-zero).
+    fn switch_lock(&mut self, name: &str) -> Result<protocol::LockSwitched, ApiError> {
+        let kind: locks::StrategyKind = name
+            .parse()
+            .map_err(|e: locks::UnknownStrategy| e.to_string())?;
+        if self.relay {
+            return Err(ApiError::from("a relay has no MAC table"));
+        }
+        let old = Arc::clone(&self.fdb);
+        if old.kind() == kind {
+            return Ok(protocol::LockSwitched {
+                lock: kind.name().to_owned(),
+                entries: old.len(),
+                pause_us: 0,
+            });
+        }
+        let paused = Instant::now();
+        let sets = match self.generation.stop() {
+            Ok(sets) => sets,
+            Err(error) => return Err(self.fail(format!("lock set {kind}: {error}"))),
+        };
+        let entries = old.export();
+        let totals = old.stats();
+        let started = locks::with_strategy!(kind, S => {
+            let table = Arc::new(bridge::MacTable::<S>::with_clock(old.config(), old.clock()));
+            table.import(&entries, totals);
+            crate::workers::start::<S>(Arc::clone(&table), sets, self.worker_config, &self.placement, None)
+                .map(|started| (started, table as Arc<dyn Table>))
+        });
+        let (started, table) = match started {
+            Ok(started) => started,
+            Err(error) => return Err(self.fail(format!("lock set {kind}: {error}"))),
+        };
+        let pause = paused.elapsed();
+        self.fdb = table;
+        self.generation = started.generation;
+        self.controls = started.controls;
+        for worker in &self.workers {
+            worker.reset_locks();
+        }
+        log::info!(
+            "lock {} -> {}: {} entries moved, forwarding paused {:?}",
+            old.kind(),
+            kind,
+            entries.len(),
+            pause
+        );
+        Ok(protocol::LockSwitched {
+            lock: kind.name().to_owned(),
+            entries: entries.len(),
+            pause_us: pause.as_micros() as u64,
+        })
+    }
+
+    /// Records a fault the bridge cannot carry on after; the main loop
+    /// stops the bridge on its next look. Returns the error for the reply.
+    fn fail(&mut self, message: String) -> ApiError {
+        let fatal = format!("{message}; stopping the bridge");
+        log::error!("{fatal}");
+        self.fatal = Some(fatal.clone());
+        ApiError(fatal)
+    }
+
+    /// Waits for every worker's answer to a port change; a worker that does
+    /// not answer is stuck, and the bridge cannot go on with it.
+    fn await_workers(&mut self, answers: Vec<mpsc::Receiver<()>>) -> Result<(), ApiError> {
+        for (worker, answer) in answers.into_iter().enumerate() {
+            if answer.recv_timeout(CHANGE_TIMEOUT).is_err() {
+                return Err(self.fail(format!("worker {worker} did not apply a port change")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds a port while the bridge runs: opens one queue per worker, hands
+    /// each worker its queue and waits until all use it. A port that cannot
+    /// be handed to every worker is taken back from those that had it.
+    fn add_port(&mut self, spec: &PortSpec) -> Result<protocol::PortAdded, ApiError> {
+        if self.relay {
+            return Err(ApiError::from(
+                "a relay has exactly two ports; none can be added",
+            ));
+        }
+        if spec.vlans.is_some() && !self.worker_config.vlan_filtering {
+            return Err(ApiError(format!(
+                "port {} has VLAN options: they need a bridge run with --vlan-filtering",
+                spec.describe()
+            )));
+        }
+        if self
+            .ports
+            .iter()
+            .flatten()
+            .any(|port| port.name == spec.name)
+        {
+            return Err(ApiError(format!(
+                "{} is already a port of this bridge",
+                spec.name
+            )));
+        }
+        let id = self
+            .ports
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(self.ports.len());
+        if id >= MAX_PORTS {
+            return Err(ApiError(format!("a bridge has at most {MAX_PORTS} ports")));
+        }
+        let queues = with_port_caps(self.keep_caps, || {
+            ports::open_queues(spec, self.controls.len(), self.port_settings)
+        })?;
+        let shared = match queues.first() {
+            Some(LinkPort::Vxlan(port)) => Some(Arc::clone(port.shared())),
+            _ => None,
+        };
+        let port = PortId(id as u16);
+        let mut answers = Vec::new();
+        for (control, queue) in self.controls.iter().zip(queues) {
+            match control.add_with_vlans(port, queue, spec.vlans()) {
+                Ok(answer) => answers.push(answer),
+                Err(error) => {
+                    // Those that took the port give it back.
+                    let taken = answers.len();
+                    let undone: Vec<_> = self.controls[..taken]
+                        .iter()
+                        .filter_map(|control| control.remove(port).ok())
+                        .collect();
+                    self.await_workers(answers)?;
+                    self.await_workers(undone)?;
+                    return Err(ApiError(format!(
+                        "cannot hand the port to the workers: {error}"
+                    )));
+                }
+            }
+        }
+        self.await_workers(answers)?;
+        if id == self.ports.len() {
+            self.ports.push(Some(spec.clone()));
+        } else {
+            self.ports[id] = Some(spec.clone());
+        }
+        if let Some(shared) = shared {
+            self.vxlans.insert(spec.label(), shared);
+        }
+        if spec.kind == Kind::Raw {
+            self.monitor.watch(port, &spec.name);
+            let events = self.monitor.tick(&*self.fdb);
+            self.report_links(events);
+        }
+        log::info!("{}: added as port {id}", spec.label());
+        Ok(protocol::PortAdded {
+            port: spec.label(),
+            id,
+        })
+    }
+
+    /// Removes a port while the bridge runs: every worker closes its queue
+    /// between batches, and once all have, the port's entries go.
+    fn remove_port(&mut self, name: &str) -> Result<protocol::PortRemoved, ApiError> {
+        if self.relay {
+            return Err(ApiError::from(
+                "a relay has exactly two ports; none can be removed",
+            ));
+        }
+        let port = self.port(name)?;
+        if self.ports.iter().flatten().count() <= 2 {
+            return Err(ApiError(format!(
+                "a bridge keeps at least two ports; add another before removing {name}"
+            )));
+        }
+        let answers = self
+            .controls
+            .iter()
+            .map(|control| control.remove(port))
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(|e| format!("cannot reach the workers: {e}"))?;
+        self.await_workers(answers)?;
+        let spec = self.ports[port.index()].take().expect("a live port");
+        self.monitor.unwatch(port, &*self.fdb);
+        let flushed = self.fdb.purge_port(port);
+        self.vxlans.remove(&spec.label());
+        log::info!(
+            "{}: removed (port {}), {flushed} entries flushed",
+            spec.label(),
+            port.0
+        );
+        Ok(protocol::PortRemoved {
+            removed: spec.label(),
+            flushed,
+        })
+    }
+
+    /// Reads the configuration file again and applies what changed in its
+    /// ports and static entries; a file with an error changes nothing. A
+    /// port whose options changed (VLANs, a VXLAN port's VTEPs) leaves and
+    /// comes back with them, keeping the static entries that still fit it.
+    pub fn reload(&mut self) -> Result<protocol::Reloaded, ApiError> {
+        let Some((path, old)) = self.config.clone() else {
+            return Err(ApiError::from(
+                "the bridge runs without --config: nothing to reload",
+            ));
+        };
+        let new = crate::config::load(&path)?;
+        if new.ports.len() < 2 {
+            return Err(ApiError(format!(
+                "{}: a bridge needs at least two ports (the file has {})",
+                path.display(),
+                new.ports.len()
+            )));
+        }
+        if let Some(spec) = new.ports.iter().find(|s| s.vlans.is_some()) {
+            if !self.worker_config.vlan_filtering {
+                return Err(ApiError(format!(
+                    "{}: port {} has VLAN options: they need a bridge run with --vlan-filtering",
+                    path.display(),
+                    spec.describe()
+                )));
+            }
+        }
+        let mut restart = Vec::new();
+        let settings: [(&str, bool); 6] = [
+            ("name", new.name != old.name),
+            ("lock", new.lock != old.lock),
+            ("workers", new.workers != old.workers),
+            ("age", new.age != old.age),
+            ("max_entries", new.max_entries != old.max_entries),
+            ("vlan_filtering", new.vlan_filtering != old.vlan_filtering),
+        ];
+        for (setting, changed) in settings {
+            if changed {
+                restart.push(setting.to_owned());
+            }
+        }
+        let live: Vec<PortSpec> = self.live_ports().into_iter().map(|(_, s)| s).collect();
+        let mut reply = protocol::Reloaded {
+            ports_added: Vec::new(),
+            ports_removed: Vec::new(),
+            ports_changed: Vec::new(),
+            static_added: 0,
+            static_removed: 0,
+            needs_restart: restart,
+        };
+        // Additions first, so that two ports stay throughout.
+        for spec in new
+            .ports
+            .iter()
+            .filter(|spec| !live.iter().any(|l| l.label() == spec.label()))
+        {
+            self.add_port(spec)?;
+            reply.ports_added.push(spec.describe());
+        }
+        let changed: Vec<&PortSpec> = new
+            .ports
+            .iter()
+            .filter(|spec| live.iter().any(|l| l.label() == spec.label() && l != *spec))
+            .collect();
+        let stale_statics: Vec<&StaticEntry> = old
+            .statics
+            .iter()
+            .filter(|entry| !new.statics.contains(entry))
+            .collect();
+        for entry in &stale_statics {
+            self.fdb.remove_static(FdbKey::new(entry.vlan, entry.mac));
+        }
+        reply.static_removed = stale_statics.len();
+        for spec in live
+            .iter()
+            .filter(|l| !new.ports.iter().any(|s| s.label() == l.label()))
+        {
+            self.remove_port(&spec.label())?;
+            reply.ports_removed.push(spec.label());
+        }
+        for spec in changed {
+            let statics = self.statics_of(&spec.label());
+            self.remove_port(&spec.label())?;
+            let added = self.add_port(spec)?;
+            let port = PortId(added.id as u16);
+            let vlans = spec.vlans();
+            for (key, dst) in statics {
+                let fits = !self.worker_config.vlan_filtering || vlans.is_member(key.vlan);
+                if !fits {
+                    log::info!(
+                        "{}: static entry {} vlan {} dropped: the port is no longer in that VLAN",
+                        spec.label(),
+                        key.mac,
+                        key.vlan
+                    );
+                    continue;
+                }
+                self.fdb.add_static(key, port);
+                if let (Some(dst), Some(vxlan)) = (dst, self.vxlans.get(&spec.label())) {
+                    vxlan.remotes.add_static(key, dst);
+                }
+            }
+            reply.ports_changed.push(spec.describe());
+        }
+        let fresh: Vec<StaticEntry> = new
+            .statics
+            .iter()
+            .filter(|entry| !old.statics.contains(entry))
+            .cloned()
+            .collect();
+        self.add_statics(&fresh).map_err(ApiError)?;
+        reply.static_added = fresh.len();
+        self.config = Some((path, new));
+        Ok(reply)
+    }
+
+    /// The static entries (not local ones) on port `label`, with a VXLAN
+    /// port's VTEP for each where one is set.
+    fn statics_of(&self, label: &str) -> Vec<(FdbKey, Option<std::net::IpAddr>)> {
+        let Ok(port) = self.port(label) else {
+            return Vec::new();
+        };
+        let remotes = self
+            .vxlans
+            .get(label)
+            .map(|shared| shared.remotes.entries())
+            .unwrap_or_default();
+        self.fdb
+            .snapshot(self.fdb.now())
+            .into_iter()
+            .filter(|r| r.port == port && r.is_static && !r.is_local)
+            .map(|r| {
+                let dst = remotes.iter().find(|e| e.key == r.key).map(|e| e.addr);
+                (r.key, dst)
+            })
+            .collect()
+    }
+
+    /// The port whose own address `key` is, if it is a local entry.
+    fn local_port(&self, key: &FdbKey) -> Option<PortId> {
+        [key.vlan, 0].into_iter().find_map(|vlan| {
+            match self.fdb.locate(&FdbKey::new(vlan, key.mac)) {
+                Some(Location::Local(port)) => Some(port),
+                _ => None,
+            }
+        })
+    }
+
+    /// The ports now, by id.
+    pub fn live_ports(&self) -> Vec<(PortId, PortSpec)> {
+        self.ports
+            .iter()
+            .enumerate()
+            .filter_map(|(id, spec)| Some((PortId(id as u16), spec.clone()?)))
+            .collect()
+    }
+
+    /// Port `id` as `--port` gives it, or `#id` for one since removed.
+    pub fn label(&self, id: PortId) -> String {
+        match self.ports.get(id.index()) {
+            Some(Some(spec)) => spec.label(),
+            _ => format!("#{}", id.0),
+        }
+    }
+
+    /// The port named `name`: its `--port` form or its interface name.
+    fn port(&self, name: &str) -> Result<PortId, ApiError> {
+        let live = self.live_ports();
+        let by_label = live.iter().find(|(_, spec)| spec.label() == name);
+        let by_interface = || {
+            let mut matches = live.iter().filter(|(_, spec)| spec.name == name);
+            match (matches.next(), matches.next()) {
+                (Some(found), None) => Some(found),
+                _ => None,
+            }
+        };
+        by_label
+            .or_else(by_interface)
+            .map(|(id, _)| *id)
+            .ok_or_else(|| {
+                let labels: Vec<String> = live.iter().map(|(_, spec)| spec.label()).collect();
+                ApiError(format!("no port '{name}' (ports: {})", labels.join(", ")))
+            })
+    }
+
+    fn fdb_entries(&self, port: Option<PortId>, vlan: Option<u16>) -> Vec<FdbEntry> {
+        let now = self.fdb.now();
+        // Each VXLAN port's stations and their VTEPs.
+        let vteps: BTreeMap<&String, Vec<bridge::port::vxlan::RemoteEntry>> = self
+            .vxlans
+            .iter()
+            .map(|(label, shared)| (label, shared.remotes.entries()))
+            .collect();
+        self.fdb
+            .snapshot(now)
+            .into_iter()
+            .filter(|r| port.is_none_or(|p| r.port == p) && vlan.is_none_or(|v| r.key.vlan == v))
+            .map(|r| {
+                let label = self.label(r.port);
+                FdbEntry {
+                    mac: r.key.mac.to_string(),
+                    vlan: r.key.vlan,
+                    state: match (r.is_local, r.is_static) {
+                        (true, _) => "local",
+                        (false, true) => "static",
+                        (false, false) => "learned",
+                    }
+                    .to_owned(),
+                    age_s: r.idle_secs,
+                    dst: vteps.get(&label).and_then(|entries| {
+                        entries
+                            .iter()
+                            .find(|e| e.key == r.key)
+                            .map(|e| e.addr.to_string())
+                    }),
+                    port: label,
+                }
+            })
+            .collect()
+    }
+
+    /// The link of a port, as `stats` and `port show` give it.
+    fn link(spec: &PortSpec, state: counters::PortState) -> &'static str {
+        match netdev::link_state(&spec.name) {
+            _ if state == counters::PortState::Gone => "gone",
+            // No interface of its own: its underlay is the host's.
+            _ if spec.kind == Kind::Vxlan => "up",
+            Ok(link) if link.running => "up",
+            Ok(_) => "down",
+            Err(_) if spec.kind == Kind::Raw => "gone",
+            // A tap whose kernel side moved to another namespace.
+            Err(_) => "unknown",
+        }
+    }
+
+    fn port_states(&self) -> Vec<counters::PortState> {
+        let sets: Vec<&[PortCounters]> = self.counters.iter().map(|set| &set[..]).collect();
+        counters::states(sets.iter().copied())
+    }
+
+    fn port_list(&self) -> Vec<protocol::PortInfo> {
+        let states = self.port_states();
+        self.live_ports()
+            .into_iter()
+            .map(|(id, spec)| {
+                let state = states.get(id.index()).copied().unwrap_or_default();
+                protocol::PortInfo {
+                    id: id.index(),
+                    name: spec.label(),
+                    kind: match spec.kind {
+                        Kind::Tap => "tap",
+                        Kind::Raw => "raw",
+                        Kind::Vxlan => "vxlan",
+                    }
+                    .to_owned(),
+                    options: spec.describe(),
+                    link: Self::link(&spec, state).to_owned(),
+                }
+            })
+            .collect()
+    }
+
+    /// The bridge's counters, as `stats` returns them.
+    pub fn stats(&self) -> protocol::Stats {
+        let sets: Vec<&[PortCounters]> = self.counters.iter().map(|set| &set[..]).collect();
+        let totals = counters::sum(sets.iter().copied());
+        let states = self.port_states();
+        let ports = self
+            .live_ports()
+            .into_iter()
+            .map(|(id, spec)| {
+                let index = id.index();
+                let stats = totals.get(index).copied().unwrap_or_default();
+                let state = states.get(index).copied().unwrap_or_default();
+                let drops: BTreeMap<String, u64> = DropReason::ALL
+                    .iter()
+                    .map(|reason| (reason.name().to_owned(), stats.dropped(*reason)))
+                    .collect();
+                protocol::PortStats {
+                    name: spec.label(),
+                    vlans: self
+                        .worker_config
+                        .vlan_filtering
+                        .then(|| spec.vlans().to_string()),
+                    vxlan: self.vxlans.get(&spec.label()).map(|shared| {
+                        let mut counters: BTreeMap<String, u64> = shared
+                            .counters
+                            .named()
+                            .into_iter()
+                            .map(|(name, n)| (name.to_owned(), n))
+                            .collect();
+                        counters.insert(
+                            "remotes_refused".to_owned(),
+                            shared.remotes.refused.load(Ordering::Relaxed),
+                        );
+                        counters
+                            .insert("remotes".to_owned(), shared.remotes.entries().len() as u64);
+                        counters
+                    }),
+                    link: Self::link(&spec, state).to_owned(),
+                    state: state.name().to_owned(),
+                    rx_frames: stats.rx_frames,
+                    rx_bytes: stats.rx_bytes,
+                    tx_frames: stats.tx_frames,
+                    tx_bytes: stats.tx_bytes,
+                    drops,
+                    rx_oversize: stats.rx_oversize,
+                    rx_errors: stats.rx_errors,
+                    tx_dropped: stats.tx_dropped,
+                    tx_errors: stats.tx_errors,
+                    moves: stats.moves,
+                }
+            })
+            .collect();
+        let uptime = self.started.elapsed();
+        let mut lockstat = protocol::LockStats {
+            enabled: self.lockstat,
+            acquisitions: 0,
+            contended: 0,
+            wait_ns: 0,
+        };
+        let workers = self
+            .workers
+            .iter()
+            .zip(&self.counters)
+            .enumerate()
+            .map(|(id, (worker, set))| {
+                let own = worker.snapshot();
+                lockstat.acquisitions += own.lock_acquisitions;
+                lockstat.contended += own.lock_contended;
+                lockstat.wait_ns += own.lock_wait_ns;
+                let frames = set.iter().map(|port| port.snapshot().rx_frames).sum();
+                let lifetime = uptime.as_nanos().max(1) as f64;
+                let busy = (own.busy_ns as f64 / lifetime).clamp(0.0, 1.0);
+                protocol::WorkerStats {
+                    id,
+                    frames,
+                    batches: own.batches,
+                    busy_percent: (busy * 1000.0).round() / 10.0,
+                }
+            })
+            .collect();
+        let fdb = &self.fdb;
+        let records = fdb.snapshot(fdb.now());
+        let local = records.iter().filter(|r| r.is_local).count() as u64;
+        let configured = records.iter().filter(|r| r.is_static).count() as u64;
+        let totals = fdb.stats();
+        let config = fdb.config();
+        protocol::Stats {
+            name: self.name.clone(),
+            lock: fdb.kind().name().to_owned(),
+            uptime_s: uptime.as_secs(),
+            ports,
+            workers,
+            fdb: protocol::FdbStats {
+                entries: records.len() as u64,
+                learned: fdb.learned_len() as u64,
+                r#static: configured - local,
+                local,
+                max_entries: config.max_entries as u64,
+                age_s: config.age_secs,
+                learned_total: totals.learned,
+                moves: totals.moved,
+                refused: totals.refused,
+                aged: totals.aged,
+            },
+            lockstat,
+        }
+    }
+}
+
+/// Runs `f` with CAP_NET_ADMIN and CAP_NET_RAW in this thread's effective
+/// set (they stay in its permitted set when the rest are dropped), and
+/// drops them again after.
+fn with_port_caps<T>(keep_caps: bool, f: impl FnOnce() -> T) -> T {
+    use caps::{CapSet, Capability};
+    if keep_caps {
+        return f();
+    }
+    for cap in [Capability::CAP_NET_ADMIN, Capability::CAP_NET_RAW] {
+        // Without the capability the open fails with a clear error.
+        let _ = caps::raise(None, CapSet::Effective, cap);
+    }
+    let result = f();
+    if let Err(error) = caps::clear(None, CapSet::Effective) {
+        log::warn!("cannot drop the capabilities raised to open a port: {error}");
+    }
+    result
+}
+
+fn check_vlan(vlan: u16) -> Result<u16, ApiError> {
+    if vlan <= 4094 {
+        Ok(vlan)
+    } else {
+        Err(ApiError(format!("invalid vlan {vlan} (0 to 4094)")))
+    }
+}
+
+fn parse_mac(text: &str) -> Result<MacAddr, ApiError> {
+    text.parse()
+        .map_err(|_| ApiError(format!("invalid MAC address '{text}'")))
+}
+
+/// A MAC address a station can have: unicast and not zero.
+fn parse_station(text: &str) -> Result<MacAddr, ApiError> {
+    let mac = parse_mac(text)?;
+    match mac.kind() {
+        MacKind::Unicast => Ok(mac),
+        _ => Err(ApiError(format!(
+            "'{text}' is not a station's (unicast) address"
+        ))),
+    }
+}

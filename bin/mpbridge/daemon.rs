@@ -1,0 +1,394 @@
+//! The daemon's life: open the ports, start the workers, drop privileges,
+//! start the control, metrics and signal threads, then own the bridge's
+//! state on this (the main) thread, answering their events one at a time
+//! and ticking once a second, until a signal or a fault stops it; then
+//! stop everything and report the final counters.
+
+use std::fmt::Write as _;
+use std::sync::{mpsc, Arc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use bridge::counters::{self, PortCounters};
+use bridge::monitor::LinkMonitor;
+use bridge::port::raw::RingKind;
+use bridge::{DropReason, FdbConfig, MacTable, Mode, PortId, Stopper, WorkerConfig};
+use locks::Strategy;
+use nix::sys::signal::SigSet;
+
+use crate::api::{self, BridgeState, Caller, Event};
+use crate::ports::{self, open_ports, Kind, PortSpec};
+use crate::protocol::Request;
+use crate::{control, metrics, say, system, workers, InjectedFault, ModeArg, RunArgs, RxRingArg};
+
+/// Receive buffers hold a whole 64 KiB offloaded segment and its header.
+const FRAME_CAPACITY: usize = 65_536 + 64;
+/// How often the owner ages the table, looks at links and at the workers.
+const TICK: Duration = Duration::from_secs(1);
+
+/// Runs the bridge until SIGINT or SIGTERM, or until a fault stops it.
+pub fn run<S: Strategy>(
+    args: &RunArgs,
+    specs: &[PortSpec],
+    signals: SigSet,
+    name: &str,
+    socket: &std::path::Path,
+    file: Option<(std::path::PathBuf, crate::config::Config)>,
+) -> Result<(), String> {
+    let workers = usize::from(args.workers);
+    let config = FdbConfig {
+        max_entries: args.max_entries,
+        age_secs: args.age,
+    };
+    let fdb = Arc::new(MacTable::<S>::new(config));
+    // First, so that a second bridge of the same name touches no port.
+    control::ControlSocket::check_free(socket)?;
+    let access = control::Access::new(args.ctl_group.as_deref(), args.ctl_ro_group.as_deref())?;
+    // Before any port is opened (an address in use touches none) and before
+    // privileges are dropped (a port below 1024 needs them).
+    let metrics = args.metrics.map(metrics::MetricsServer::bind).transpose()?;
+    let port_settings = ports::PortSettings {
+        max_entries: args.max_entries,
+        age_secs: args.age,
+        rx_ring: match args.rx_ring {
+            RxRingArg::Frame => RingKind::Frame,
+            RxRingArg::Block => RingKind::Block,
+        },
+    };
+    let port_sets = open_ports(specs, workers, port_settings)?;
+    let vxlans: std::collections::BTreeMap<_, _> = specs
+        .iter()
+        .zip(&port_sets[0])
+        .filter_map(|(spec, queue)| match queue {
+            bridge::port::LinkPort::Vxlan(port) => Some((spec.label(), Arc::clone(port.shared()))),
+            _ => None,
+        })
+        .collect();
+    let placement = place_workers(args.cpus.as_ref(), specs, workers)?;
+    let control = control::ControlSocket::bind(socket, &access)?;
+    if !args.keep_caps {
+        system::drop_privileges()?;
+    }
+    let mut monitor = LinkMonitor::new();
+    for (index, spec) in specs.iter().enumerate() {
+        if spec.kind == Kind::Raw {
+            monitor.watch(PortId(index as u16), &spec.name);
+        }
+    }
+    let first_events = monitor.tick(&*fdb);
+    let stopper = Arc::new(Stopper::new().map_err(|e| format!("cannot create an eventfd: {e}"))?);
+    let worker_config = WorkerConfig {
+        frame_capacity: FRAME_CAPACITY,
+        mode: match args.mode {
+            ModeArg::Bridge => Mode::Bridge,
+            ModeArg::Relay => Mode::Relay,
+        },
+        busy_poll: args.poll,
+        lockstat: args.lockstat,
+        vlan_filtering: args.vlan_filtering,
+        ..WorkerConfig::default()
+    };
+    if args.lockstat {
+        locks::lockstat::enable(true);
+    }
+    let sets = port_sets
+        .into_iter()
+        .enumerate()
+        .map(|(id, ports)| {
+            let ports = ports.into_iter().map(Some).collect();
+            let vlans = specs.iter().map(PortSpec::vlans).collect();
+            (
+                ports,
+                bridge::worker::WorkerParts::new(id).with_vlans(vlans),
+            )
+        })
+        .collect();
+    let inject = match args.inject_fault {
+        Some(InjectedFault::WorkerPanic) => Some(workers::Injected::PanicAtStart),
+        Some(InjectedFault::WorkerPanicOnStop) => Some(workers::Injected::PanicAtStop),
+        None => None,
+    };
+    let mut first = workers::start(
+        Arc::clone(&fdb),
+        sets,
+        worker_config,
+        &placement.workers,
+        inject,
+    )?;
+    let started_rx = std::mem::replace(&mut first.started, mpsc::channel().1);
+    let mut state = BridgeState::new(api::Parts {
+        name: name.to_owned(),
+        specs: specs.to_vec(),
+        started: first,
+        fdb: fdb.clone() as Arc<dyn bridge::fdb::Table>,
+        worker_config,
+        placement: placement.workers.clone(),
+        monitor,
+        relay: args.mode == ModeArg::Relay,
+        keep_caps: args.keep_caps,
+        lockstat: args.lockstat,
+        config: file.clone(),
+        port_settings,
+        vxlans,
+    });
+    state.report_links(first_events);
+    if let Some((_, file)) = &file {
+        state.add_statics(&file.statics)?;
+    }
+    let (events_tx, events) = mpsc::channel::<Event>();
+    let caller = Caller::new(events_tx);
+    let metrics_thread = match metrics {
+        Some(server) => {
+            let caller = caller.clone();
+            let stopper = Arc::clone(&stopper);
+            let addr = server.local_addr();
+            let thread = thread::Builder::new()
+                .name("metrics".to_owned())
+                .spawn(move || {
+                    let stats = || match caller.call(Request::Stats) {
+                        Ok(crate::protocol::Response::Stats(stats)) => Some(*stats),
+                        _ => None,
+                    };
+                    server.serve(stats, || stopper.is_stopped())
+                })
+                .map_err(|e| format!("cannot start the metrics thread: {e}"))?;
+            log::info!("metrics at http://{addr}/metrics");
+            Some(thread)
+        }
+        None => None,
+    };
+    let control_thread = {
+        let stopper = Arc::clone(&stopper);
+        let caller = caller.clone();
+        let path = control.path().display().to_string();
+        let thread = thread::Builder::new()
+            .name("control".to_owned())
+            .spawn(move || control::serve(control, access, caller, stopper))
+            .map_err(|e| format!("cannot start the control thread: {e}"))?;
+        log::info!("control socket {path}");
+        thread
+    };
+    system::forward_signals(signals, caller)?;
+    log::info!(
+        "ageing {} s, at most {} learned stations",
+        args.age,
+        args.max_entries
+    );
+    // A worker that died before it started must not be announced as ready:
+    // the channel ends when every worker has sent or died.
+    let started = started_rx.iter().count();
+    let mut outcome = state.check_workers();
+    if outcome.is_ok() && started < workers {
+        // The dead worker's thread may still be unwinding: wait for it to
+        // end so that the error can name it.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while outcome.is_ok() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+            outcome = state.check_workers();
+        }
+        if outcome.is_ok() {
+            outcome = Err(format!(
+                "{} of {workers} workers did not start; stopping the bridge",
+                workers - started
+            ));
+        }
+    }
+    if outcome.is_ok() {
+        say(&format!(
+            "mpbridge: ready: ports {} lock {} workers {}{} cpus {}\n",
+            specs
+                .iter()
+                .map(PortSpec::label)
+                .collect::<Vec<_>>()
+                .join(","),
+            state.fdb().kind(),
+            workers,
+            ready_flags(args),
+            placement_text(&placement)
+        ));
+        system::notify_ready();
+    }
+    if outcome.is_ok() {
+        outcome = own(&mut state, &events, args.config.is_some());
+    }
+    stopper.stop();
+    // Callers waiting on the owner get their answer: the bridge stops.
+    drop(events);
+    if control_thread.join().is_err() && outcome.is_ok() {
+        outcome = Err("the control thread panicked".to_owned());
+    }
+    if let Some(thread) = metrics_thread {
+        if thread.join().is_err() && outcome.is_ok() {
+            outcome = Err("the metrics thread panicked".to_owned());
+        }
+    }
+    // A panic was reported by check_workers (or here, if it came while
+    // stopping); its message went to stderr through the panic hook.
+    if let Err(error) = state.stop_workers() {
+        if outcome.is_ok() {
+            outcome = Err(format!("{error} while stopping"));
+        }
+    }
+    let fdb = state.fdb();
+    let stats = fdb.stats();
+    let fdb_line = format!(
+        "  fdb: {} entries ({} learned), learned {}, moved {}, refused {}, aged {}\n",
+        fdb.len(),
+        fdb.learned_len(),
+        stats.learned,
+        stats.moved,
+        stats.refused,
+        stats.aged
+    );
+    say(&report(&state.live_ports(), state.counters(), fdb_line));
+    outcome
+}
+
+/// The owner's loop: one event at a time, and the tick once a second,
+/// until SIGINT or SIGTERM (Ok) or a fault (its error).
+fn own(
+    state: &mut BridgeState,
+    events: &mpsc::Receiver<Event>,
+    reloads: bool,
+) -> Result<(), String> {
+    let mut next_tick = Instant::now() + TICK;
+    loop {
+        let wait = next_tick.saturating_duration_since(Instant::now());
+        match events.recv_timeout(wait) {
+            Ok(Event::Call(request, reply)) => {
+                // The caller may have given up waiting; nothing to do then.
+                let _ = reply.send(state.handle(request));
+            }
+            Ok(Event::Capture(request, reply)) => {
+                let _ = reply.send(state.capture(request));
+            }
+            Ok(Event::Signal(libc::SIGHUP)) if !reloads => {
+                log::info!("SIGHUP: the bridge runs without --config; nothing to reload");
+            }
+            Ok(Event::Signal(libc::SIGHUP)) => match state.reload() {
+                Ok(changes) => log::info!("SIGHUP: reloaded: {changes:?}"),
+                // A bad file keeps the running configuration.
+                Err(error) => log::warn!("SIGHUP: {error}; nothing changed"),
+            },
+            Ok(Event::Signal(signal)) => {
+                log::info!("signal {signal}: stopping");
+                return Ok(());
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            // Every caller is gone: nothing can stop the bridge but a fault.
+            Err(mpsc::RecvTimeoutError::Disconnected) => thread::sleep(wait),
+        }
+        if Instant::now() >= next_tick {
+            next_tick = Instant::now() + TICK;
+            state.tick()?;
+        }
+        state.check_workers()?;
+    }
+}
+
+/// The options the ready line names beside ports, lock and workers.
+fn ready_flags(args: &RunArgs) -> String {
+    let mut flags = String::new();
+    if args.mode == ModeArg::Relay {
+        flags.push_str(" mode relay");
+    }
+    if args.poll {
+        flags.push_str(" poll");
+    }
+    if args.rx_ring == RxRingArg::Block {
+        flags.push_str(" rx-ring block");
+    }
+    if args.vlan_filtering {
+        flags.push_str(" vlan-filtering");
+    }
+    flags
+}
+
+fn report(ports: &[(PortId, PortSpec)], sets: &[Arc<[PortCounters]>], fdb: String) -> String {
+    let totals = counters::sum(sets.iter().map(|set| &set[..]));
+    let mut out = String::from("final counters:\n");
+    for (id, spec) in ports {
+        let stats = totals.get(id.index()).copied().unwrap_or_default();
+        let drops: Vec<String> = DropReason::ALL
+            .iter()
+            .map(|r| format!("{}={}", r.name(), stats.dropped(*r)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  {}: rx {} frames {} bytes, tx {} frames {} bytes, drops {}, rx_oversize {}, rx_errors {}, tx_dropped {}, tx_errors {}, moves {}",
+            spec.label(),
+            stats.rx_frames,
+            stats.rx_bytes,
+            stats.tx_frames,
+            stats.tx_bytes,
+            drops.join(" "),
+            stats.rx_oversize,
+            stats.rx_errors,
+            stats.tx_dropped,
+            stats.tx_errors,
+            stats.moves
+        );
+    }
+    out.push_str(&fdb);
+    out
+}
+
+/// Decides the workers' CPUs (see `bridge::port::placement::place`) and
+/// warns, once per port, where receive work shares a CPU with a worker.
+fn place_workers(
+    cpus: Option<&bridge::port::placement::CpuSet>,
+    specs: &[PortSpec],
+    workers: usize,
+) -> Result<bridge::port::placement::Placement, String> {
+    use bridge::port::placement::{self, format_cpu_list, ReceiveCpus, System};
+    let allowed: placement::CpuSet = {
+        let affinity = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+            .map_err(|e| format!("cannot read this process's CPUs: {e}"))?;
+        (0..nix::sched::CpuSet::count())
+            .filter(|cpu| affinity.is_set(*cpu).unwrap_or(false))
+            .collect()
+    };
+    let allowed = match cpus {
+        Some(cpus) => {
+            let outside: placement::CpuSet = cpus.difference(&allowed).copied().collect();
+            if !outside.is_empty() {
+                return Err(format!(
+                    "--cpus {}: CPU {} not available to this process (it may use {})",
+                    format_cpu_list(cpus),
+                    format_cpu_list(&outside),
+                    format_cpu_list(&allowed)
+                ));
+            }
+            cpus.clone()
+        }
+        None => allowed,
+    };
+    let system = System::default();
+    let ports: Vec<(String, ReceiveCpus)> = specs
+        .iter()
+        .filter(|spec| spec.kind == Kind::Raw)
+        .map(|spec| (spec.label(), system.receive_cpus(&spec.name)))
+        .collect();
+    let plan = placement::place(&allowed, cpus.is_some(), workers, &ports);
+    for (port, shared) in &plan.overlaps {
+        log::warn!(
+            "{port}: its receive work runs on CPU {}, where a worker runs too: under load \
+             the worker will livelock; steer the receive work elsewhere (rps_cpus) or pick \
+             other CPUs with --cpus",
+            format_cpu_list(shared)
+        );
+    }
+    Ok(plan)
+}
+
+/// The workers' CPUs for the ready line: `0,1` per worker, `any` unpinned.
+fn placement_text(plan: &bridge::port::placement::Placement) -> String {
+    plan.workers
+        .iter()
+        .map(|cpus| match cpus {
+            Some(cpus) => bridge::port::placement::format_cpu_list(cpus),
+            None => "any".to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(";")
+}
