@@ -604,17 +604,22 @@ impl BridgeState {
     /// Removes a port while the bridge runs: every worker closes its queue
     /// between batches, and once all have, the port's entries go.
     fn remove_port(&mut self, name: &str) -> Result<protocol::PortRemoved, ApiError> {
+        if self.ports.iter().flatten().count() <= 2 && !self.relay {
+            return Err(ApiError(format!(
+                "a bridge keeps at least two ports; add another before removing {name}"
+            )));
+        }
+        self.take_port(name)
+    }
+
+    /// Removes a port, however many stay (to add it again at once).
+    fn take_port(&mut self, name: &str) -> Result<protocol::PortRemoved, ApiError> {
         if self.relay {
             return Err(ApiError::from(
                 "a relay has exactly two ports; none can be removed",
             ));
         }
         let port = self.port(name)?;
-        if self.ports.iter().flatten().count() <= 2 {
-            return Err(ApiError(format!(
-                "a bridge keeps at least two ports; add another before removing {name}"
-            )));
-        }
         let answers = self
             .controls
             .iter()
@@ -719,7 +724,7 @@ impl BridgeState {
         }
         for spec in changed {
             let statics = self.statics_of(&spec.label());
-            self.remove_port(&spec.label())?;
+            self.take_port(&spec.label())?;
             let added = self.add_port(spec)?;
             let port = PortId(added.id as u16);
             let vlans = spec.vlans();

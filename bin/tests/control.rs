@@ -1078,6 +1078,150 @@ fn a_read_only_group_may_show_but_not_change() {
     let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }
 
+fn reload_keeps_the_static_entries_of_a_changed_port_that_still_fit() {
+    let bridge = Netns::new();
+    let hosts: Vec<Netns> = (0..2).map(|_| Netns::new()).collect();
+    for (i, host) in hosts.iter().enumerate() {
+        host.add_veth(&format!("p{i}"), &bridge).expect("veth");
+        host.ip(&["link", "set", "eth0", "up"]);
+    }
+    let socket = socket_path("reloadvlan");
+    let file = socket.with_file_name("bridge.toml");
+    let (a, b, c) = (
+        mac_text(mac(0x60)),
+        mac_text(mac(0x61)),
+        mac_text(mac(0x62)),
+    );
+    let write = |trunk: &str| {
+        std::fs::write(
+            &file,
+            format!(
+                "vlan_filtering = true\nports = [\"raw:p0,access=10\", \"raw:p1,trunk={trunk}\"]\n\n\
+                 [[static]]\nmac = \"{a}\"\nport = \"raw:p1\"\nvlan = 10\n"
+            ),
+        )
+        .unwrap()
+    };
+    write("10,20");
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let config_arg = format!("--config={}", file.display());
+    let _daemon = Daemon::start(&bridge, &["run", &config_arg, &ctl_arg]);
+    ctl_ok(&socket, &["fdb", "add", &b, "port", "raw:p1", "vlan", "10"]);
+    ctl_ok(&socket, &["fdb", "add", &c, "port", "raw:p1", "vlan", "20"]);
+    // VLAN 20 leaves the trunk, 30 joins it.
+    write("10,30");
+    let (code, out, err) = ctl(&socket, &["reload"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("ports changed: raw:p1,trunk=10,30"), "{out}");
+    let entries = ctl_json(&socket, &["fdb", "show", "--port", "raw:p1", "-j"]);
+    let held: Vec<(String, u64, String)> = entries
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["state"] == "static")
+        .map(|e| {
+            (
+                e["mac"].as_str().unwrap().to_owned(),
+                e["vlan"].as_u64().unwrap(),
+                e["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    // The file's entry and the one added at run time stay (VLAN 10 is
+    // still the port's); the one in VLAN 20 goes with the VLAN.
+    let want: Vec<(String, u64, String)> = vec![
+        (a.clone(), 10, "static".to_owned()),
+        (b.clone(), 10, "static".to_owned()),
+    ];
+    let mut held_sorted = held.clone();
+    held_sorted.sort();
+    let mut want_sorted = want;
+    want_sorted.sort();
+    assert_eq!(held_sorted, want_sorted, "{entries}");
+    let ports = ctl_json(&socket, &["port", "show", "-j"]);
+    assert_eq!(ports[1]["options"], "raw:p1,trunk=10,30", "{ports}");
+}
+
+fn reloads_and_port_changes_at_once_keep_the_bridge_whole() {
+    let bridge = Netns::new();
+    let hosts: Vec<Netns> = (0..4).map(|_| Netns::new()).collect();
+    for (i, host) in hosts.iter().enumerate() {
+        host.add_veth(&format!("p{i}"), &bridge).expect("veth");
+        host.ip(&[
+            "addr",
+            "add",
+            &format!("198.18.0.{}/24", i + 1),
+            "dev",
+            "eth0",
+        ]);
+        host.ip(&["link", "set", "eth0", "up"]);
+    }
+    let socket = socket_path("race");
+    let file = socket.with_file_name("bridge.toml");
+    let write = |third: bool| {
+        let ports = if third {
+            "\"raw:p0\", \"raw:p1\", \"raw:p2\""
+        } else {
+            "\"raw:p0\", \"raw:p1\""
+        };
+        std::fs::write(&file, format!("ports = [{ports}]\n")).unwrap()
+    };
+    write(false);
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let config_arg = format!("--config={}", file.display());
+    let mut daemon = Daemon::start(&bridge, &["run", &config_arg, &ctl_arg]);
+    // Reloads that add and remove raw:p2, beside port add and del of
+    // raw:p3 and of raw:p2, 30 rounds each; any may fail (a port already
+    // there or gone), none may break the bridge.
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for round in 0..30 {
+                write(round % 2 == 0);
+                let _ = ctl(&socket, &["reload"]);
+            }
+        });
+        scope.spawn(|| {
+            for _ in 0..30 {
+                let _ = ctl(&socket, &["port", "add", "raw:p3"]);
+                let _ = ctl(&socket, &["port", "del", "raw:p2"]);
+                let _ = ctl(&socket, &["port", "del", "raw:p3"]);
+            }
+        });
+    });
+    assert!(
+        daemon.child.try_wait().unwrap().is_none(),
+        "{:?}",
+        daemon.log
+    );
+    // What `port show` lists is what `stats` counts, each once.
+    let shown = ctl_json(&socket, &["port", "show", "-j"]);
+    let mut names: Vec<String> = shown
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_owned())
+        .collect();
+    let stats = ctl_json(&socket, &["stats", "-j"]);
+    let counted: Vec<String> = stats["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, counted);
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), counted.len(), "{names:?}");
+    assert!(
+        names.len() >= 2 && names.iter().any(|n| n == "raw:p0"),
+        "{names:?}"
+    );
+    // And it still forwards between the two that always stay.
+    tcp_transfer(&hosts, 0, 1, 5211, 11);
+    let (status, log) = daemon.stop(Duration::from_secs(3));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+}
+
 lab::test_main! {
     privileged: [
         fdb_show_lists_every_station_on_its_port,
@@ -1101,6 +1245,8 @@ lab::test_main! {
         a_lock_switch_that_loses_a_worker_stops_the_bridge,
         port_show_lists_ports_with_their_options,
         a_read_only_group_may_show_but_not_change,
+        reload_keeps_the_static_entries_of_a_changed_port_that_still_fit,
+        reloads_and_port_changes_at_once_keep_the_bridge_whole,
     ],
     plain: [],
 }
