@@ -338,16 +338,7 @@ impl BridgeState {
             return Err(ApiError::from("not a capture request"));
         };
         let id = self.port(&port)?;
-        let (inbound, outbound) = match direction.as_str() {
-            "in" => (true, false),
-            "out" => (false, true),
-            "both" => (true, true),
-            other => {
-                return Err(ApiError(format!(
-                    "invalid direction '{other}' (in, out or both)"
-                )))
-            }
-        };
+        let (inbound, outbound) = direction.takes();
         let hubs = match queue {
             None => self.captures.clone(),
             Some(queue) => vec![self.captures.get(queue).cloned().ok_or_else(|| {

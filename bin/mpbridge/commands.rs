@@ -9,7 +9,7 @@ use locks::StrategyKind;
 use crate::client::{self, Failure};
 use crate::ports::PortSpec;
 use crate::protocol::{self, Request};
-use crate::{CaptureDirection, Command, FdbCommand, LockCommand, PortCommand};
+use crate::{Command, FdbCommand, LockCommand, PortCommand};
 
 /// Runs one client command against the bridge at `socket`.
 pub fn operate(name: &str, socket: &Path, command: Command) -> Result<(), Failure> {
@@ -31,14 +31,9 @@ pub fn operate(name: &str, socket: &Path, command: Command) -> Result<(), Failur
             file,
             queue,
         } => {
-            let direction = match direction {
-                CaptureDirection::In => "in",
-                CaptureDirection::Out => "out",
-                CaptureDirection::Both => "both",
-            };
             let request = Request::Capture {
                 port,
-                direction: direction.to_owned(),
+                direction,
                 count,
                 queue,
             };

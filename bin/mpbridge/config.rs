@@ -59,7 +59,7 @@ pub struct StaticEntry {
     pub mac: MacAddr,
     /// Its VLAN.
     pub vlan: u16,
-    /// Its port, as the file names it (`tap:NAME` or `raw:IFNAME`).
+    /// Its port, as the file names it (`tap:NAME`, `raw:IFNAME`, `vxlan:NAME`).
     pub port: String,
 }
 
@@ -69,7 +69,7 @@ pub struct Config {
     /// The bridge's name.
     pub name: Option<String>,
     /// The lock strategy.
-    pub lock: Option<String>,
+    pub lock: Option<locks::StrategyKind>,
     /// Forwarding threads.
     pub workers: Option<u16>,
     /// Ageing time, seconds.
@@ -104,11 +104,14 @@ pub fn load(path: &Path) -> Result<Config, String> {
     let at = |span: std::ops::Range<usize>, message: String| {
         format!("{shown}: line {}: {message}", line_of(&text, span.start))
     };
-    if let Some(lock) = &file.lock {
-        lock.get_ref()
-            .parse::<locks::StrategyKind>()
-            .map_err(|e| at(lock.span(), e.to_string()))?;
-    }
+    let lock = match &file.lock {
+        Some(lock) => Some(
+            lock.get_ref()
+                .parse::<locks::StrategyKind>()
+                .map_err(|e| at(lock.span(), e.to_string()))?,
+        ),
+        None => None,
+    };
     if let Some(workers) = &file.workers {
         if !(1..=256).contains(workers.get_ref()) {
             return Err(at(workers.span(), "workers must be 1 to 256".to_owned()));
@@ -164,7 +167,7 @@ pub fn load(path: &Path) -> Result<Config, String> {
     }
     Ok(Config {
         name: file.name.map(Spanned::into_inner),
-        lock: file.lock.map(Spanned::into_inner),
+        lock,
         workers: file.workers.map(Spanned::into_inner),
         age: file.age,
         max_entries: file.max_entries,
@@ -197,7 +200,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(config.name.as_deref(), Some("br0"));
-        assert_eq!(config.lock.as_deref(), Some("rcu"));
+        assert_eq!(config.lock, Some(locks::StrategyKind::Rcu));
         assert_eq!(
             (config.workers, config.age, config.max_entries),
             (Some(2), Some(60), Some(100))

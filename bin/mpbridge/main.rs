@@ -58,6 +58,17 @@ impl Cli {
     }
 }
 
+/// `--lock`: a strategy's name.
+fn parse_lock(text: &str) -> Result<StrategyKind, String> {
+    text.parse()
+        .map_err(|e: locks::UnknownStrategy| e.to_string())
+}
+
+/// `--port`: a port and its options.
+fn parse_port(text: &str) -> Result<PortSpec, String> {
+    PortSpec::parse(text)
+}
+
 /// A bridge name: what a file name in /run/mpbridge may safely be.
 fn bridge_name(text: &str) -> Result<String, String> {
     let ok = !text.is_empty()
@@ -96,8 +107,8 @@ enum Command {
         /// The port, as given to --port (or its interface name).
         port: String,
         /// Received frames, sent frames, or both.
-        #[arg(long, value_enum, default_value_t = CaptureDirection::Both)]
-        direction: CaptureDirection,
+        #[arg(long, value_enum, default_value_t = protocol::CaptureDirection::Both)]
+        direction: protocol::CaptureDirection,
         /// Stop after this many frames (otherwise: until interrupted).
         #[arg(long, value_name = "N")]
         count: Option<u64>,
@@ -116,13 +127,6 @@ enum Command {
     },
 }
 
-#[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
-enum CaptureDirection {
-    In,
-    Out,
-    Both,
-}
-
 #[derive(Subcommand)]
 enum LockCommand {
     /// Move the table to STRATEGY: workers finish their batch, the entries
@@ -135,10 +139,11 @@ enum LockCommand {
 
 #[derive(Subcommand)]
 enum PortCommand {
-    /// Add a port: tap:NAME or raw:IFNAME. Every worker gets a queue of it.
+    /// Add a port: tap:NAME, raw:IFNAME or vxlan:NAME,... with options as
+    /// --port takes them. Every worker gets a queue of it.
     Add {
-        /// tap:NAME or raw:IFNAME.
-        #[arg(value_name = "tap:NAME|raw:IFNAME")]
+        /// tap:NAME, raw:IFNAME or vxlan:NAME,..., with options.
+        #[arg(value_name = "tap:NAME|raw:IFNAME|vxlan:NAME,...[,OPTIONS]")]
         port: String,
     },
     /// Remove a port (at least two stay); its table entries go with it.
@@ -209,9 +214,10 @@ struct RunArgs {
     #[arg(
         long = "port",
         value_name = "tap:NAME|raw:IFNAME|vxlan:NAME,...[,OPTIONS]",
-        required_unless_present = "config"
+        required_unless_present = "config",
+        value_parser = parse_port
     )]
-    ports: Vec<String>,
+    ports: Vec<PortSpec>,
     /// 802.1Q VLAN filtering, as the Linux bridge's vlan_filtering 1: ports
     /// are members of VLANs (their --port options; without any, VLAN 1
     /// untagged), frames enter and leave only member ports, and learning
@@ -226,8 +232,8 @@ struct RunArgs {
     config: Option<std::path::PathBuf>,
     /// MAC table lock strategy [possible values: mutex, rwlock, rmlock,
     /// sharded, rcu, epoch].
-    #[arg(long, value_name = "STRATEGY", default_value_t = DEFAULT_LOCK.name().to_owned())]
-    lock: String,
+    #[arg(long, value_name = "STRATEGY", default_value_t = DEFAULT_LOCK, value_parser = parse_lock)]
+    lock: StrategyKind,
     /// Forwarding threads; each owns one queue of every port.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     workers: u16,
@@ -370,25 +376,8 @@ fn main() -> ExitCode {
         }
     };
     let socket = cli.socket();
-    let lock: StrategyKind = match args.lock.parse() {
-        Ok(lock) => lock,
-        Err(error) => {
-            say(&format!("mpbridge: {error}\n"));
-            return ExitCode::from(2);
-        }
-    };
-    let specs = match args
-        .ports
-        .iter()
-        .map(|s| PortSpec::parse(s))
-        .collect::<Result<Vec<_>, _>>()
-    {
-        Ok(specs) => specs,
-        Err(error) => {
-            say(&format!("mpbridge: {error}\n"));
-            return ExitCode::from(2);
-        }
-    };
+    let lock = args.lock;
+    let specs = args.ports.clone();
     if specs.len() < 2 {
         say(&format!(
             "mpbridge: a bridge needs at least two ports (got {})\n",
@@ -462,15 +451,15 @@ fn merge_config(
             path.display()
         ));
     }
-    args.ports = config.ports.iter().map(PortSpec::describe).collect();
+    args.ports = config.ports.clone();
     if !given("vlan_filtering") {
         if let Some(filtering) = config.vlan_filtering {
             args.vlan_filtering = filtering;
         }
     }
     if !given("lock") {
-        if let Some(lock) = &config.lock {
-            args.lock = lock.clone();
+        if let Some(lock) = config.lock {
+            args.lock = lock;
         }
     }
     if !given("workers") {

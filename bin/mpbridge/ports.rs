@@ -28,7 +28,7 @@ pub enum Kind {
 /// A port as `--port` gives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PortSpec {
-    /// Tap or raw.
+    /// Tap, raw or VXLAN.
     pub kind: Kind,
     /// The interface's name.
     pub name: String,
@@ -39,7 +39,7 @@ pub struct PortSpec {
 }
 
 impl PortSpec {
-    /// Parses `tap:NAME` or `raw:IFNAME`, then VLAN options: `access=VID`,
+    /// Parses `tap:NAME`, `raw:IFNAME` or `vxlan:NAME,...`, then VLAN options: `access=VID`,
     /// or `trunk=LIST` (numbers and ranges, `10,20,100-110`, running to the
     /// next `key=value`) with an optional `native=VID`.
     pub fn parse(spec: &str) -> Result<PortSpec, String> {

@@ -71,7 +71,7 @@ pub enum Request {
     Stats,
     /// Adds a port while the bridge runs.
     PortAdd {
-        /// `tap:NAME` or `raw:IFNAME`.
+        /// As `--port` takes it: `tap:NAME`, `raw:IFNAME` or `vxlan:NAME,...`, with options.
         port: String,
     },
     /// Streams a port's frames as pcapng after the reply line, until
@@ -80,8 +80,8 @@ pub enum Request {
         /// The port, as given to `--port` (or its interface name).
         port: String,
         /// "in", "out" or "both" (the default).
-        #[serde(default = "both")]
-        direction: String,
+        #[serde(default)]
+        direction: CaptureDirection,
         /// Stop after this many frames.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         count: Option<u64>,
@@ -445,6 +445,27 @@ pub struct LockStats {
     pub wait_ns: u64,
 }
 
-fn both() -> String {
-    "both".to_owned()
+/// Which frames of a port a capture takes: those it received, those sent
+/// out of it, or both. The command line and the protocol share it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum CaptureDirection {
+    /// Received on the port.
+    In,
+    /// Sent out of the port.
+    Out,
+    /// Both.
+    #[default]
+    Both,
+}
+
+impl CaptureDirection {
+    /// Whether it takes received frames, and sent ones.
+    pub fn takes(self) -> (bool, bool) {
+        match self {
+            CaptureDirection::In => (true, false),
+            CaptureDirection::Out => (false, true),
+            CaptureDirection::Both => (true, true),
+        }
+    }
 }

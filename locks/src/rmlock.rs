@@ -24,7 +24,7 @@ impl Strategy for Rmlock {
 }
 
 /// A read-mostly lock around a `T`.
-pub struct RmLock<T> {
+pub struct ReadMostlyLock<T> {
     /// One lock per slot. Readers hold one slot shared, writers hold all
     /// slots exclusively, so a writer excludes every reader.
     slots: Box<[CachePadded<RwLock<()>>]>,
@@ -37,13 +37,13 @@ pub struct RmLock<T> {
 // slot's read lock, a unique reference under every slot's write lock. That is
 // the contract of `RwLock<T>`, which is Sync when T is Send + Sync.
 #[allow(unsafe_code)]
-unsafe impl<T: Send + Sync> Sync for RmLock<T> {}
+unsafe impl<T: Send + Sync> Sync for ReadMostlyLock<T> {}
 
 // SAFETY: moving the lock moves the `T`; nothing in it is tied to a thread.
 #[allow(unsafe_code)]
-unsafe impl<T: Send> Send for RmLock<T> {}
+unsafe impl<T: Send> Send for ReadMostlyLock<T> {}
 
-impl<T> RmLock<T> {
+impl<T> ReadMostlyLock<T> {
     /// A lock with one slot per possible thread of this machine, rounded up
     /// to a power of two.
     pub fn new(data: T) -> Self {
@@ -55,7 +55,7 @@ impl<T> RmLock<T> {
     /// least 2). Threads beyond the slot count share slots.
     pub fn with_slots(data: T, slots: usize) -> Self {
         let slots = slots.clamp(2, 1024).next_power_of_two();
-        RmLock {
+        ReadMostlyLock {
             slots: (0..slots)
                 .map(|_| CachePadded::new(RwLock::new(())))
                 .collect(),
@@ -102,14 +102,14 @@ impl<T> RmLock<T> {
     }
 }
 
-impl<T> RmLock<T> {
+impl<T> ReadMostlyLock<T> {
     /// Every slot's write lock, if all are free now; else none of them.
     fn try_write_all(&self) -> Option<Vec<RwLockWriteGuard<'_, ()>>> {
         self.slots.iter().map(|slot| slot.try_write()).collect()
     }
 }
 
-/// Shared access to an [`RmLock`]'s data; unlocks the reader's slot on drop.
+/// Shared access to an [`ReadMostlyLock`]'s data; unlocks the reader's slot on drop.
 #[must_use = "the slot is unlocked as soon as the guard is dropped"]
 pub struct RmLockReadGuard<'a, T> {
     // Field order matters: the reference must go before the slot unlocks.
@@ -128,7 +128,7 @@ impl<T> Deref for RmLockReadGuard<'_, T> {
     }
 }
 
-/// Unique access to an [`RmLock`]'s data; unlocks every slot on drop.
+/// Unique access to an [`ReadMostlyLock`]'s data; unlocks every slot on drop.
 #[must_use = "the slots are unlocked as soon as the guard is dropped"]
 pub struct RmLockWriteGuard<'a, T> {
     // Field order matters: the reference must go before the slots unlock.
@@ -151,9 +151,9 @@ impl<T> DerefMut for RmLockWriteGuard<'_, T> {
     }
 }
 
-/// A hash map behind one [`RmLock`].
+/// A hash map behind one [`ReadMostlyLock`].
 pub struct RmlockMap<K, V> {
-    inner: RmLock<PlainMap<K, V>>,
+    inner: ReadMostlyLock<PlainMap<K, V>>,
 }
 
 impl<K: Key, V: Value> LockedMap<K, V> for RmlockMap<K, V> {
@@ -162,7 +162,7 @@ impl<K: Key, V: Value> LockedMap<K, V> for RmlockMap<K, V> {
 
     fn with_capacity(capacity: usize) -> Self {
         RmlockMap {
-            inner: RmLock::new(new_map(capacity)),
+            inner: ReadMostlyLock::new(new_map(capacity)),
         }
     }
 

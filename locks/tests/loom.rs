@@ -12,7 +12,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use locks::epoch::EpochMap;
-use locks::rmlock::RmLock;
+use locks::rmlock::ReadMostlyLock;
 use locks::{LockedMap, ReadSection, Update, Value, WriteSection};
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
@@ -26,7 +26,7 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 #[test]
 fn rmlock_writer_excludes_readers_of_every_slot() {
     model(|| {
-        let lock = Arc::new(RmLock::with_slots((0u32, 0u32), 2));
+        let lock = Arc::new(ReadMostlyLock::with_slots((0u32, 0u32), 2));
         let reader = {
             let lock = Arc::clone(&lock);
             thread::spawn(move || {
