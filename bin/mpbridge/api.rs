@@ -152,6 +152,9 @@ pub struct BridgeState {
     port_settings: PortSettings,
     /// The VXLAN ports' remote tables and counters, by port label.
     vxlans: BTreeMap<String, Arc<VxlanShared>>,
+    /// Raw ports whose interfaces were down until the bridge opened them:
+    /// put back down when they leave the bridge or the bridge stops.
+    raised: std::collections::BTreeSet<String>,
     /// Why the bridge must stop, once something left it unable to forward
     /// (a worker lost while switching strategies, one that stopped
     /// answering).
@@ -186,6 +189,8 @@ pub struct Parts {
     pub port_settings: PortSettings,
     /// The VXLAN ports' shared state, by label.
     pub vxlans: BTreeMap<String, Arc<VxlanShared>>,
+    /// Raw ports whose links opening them brought up.
+    pub raised: std::collections::BTreeSet<String>,
 }
 
 impl BridgeState {
@@ -212,6 +217,7 @@ impl BridgeState {
             config: parts.config,
             port_settings: parts.port_settings,
             vxlans: parts.vxlans,
+            raised: parts.raised,
             fatal: None,
         }
     }
@@ -304,6 +310,23 @@ impl BridgeState {
     /// Stops the workers for good.
     pub fn stop_workers(&mut self) -> Result<(), String> {
         self.generation.stop().map(|_| ())
+    }
+
+    /// Puts the links the bridge brought up back down, once their queues
+    /// are closed (the bridge stops).
+    pub fn restore_links(&mut self) {
+        for name in std::mem::take(&mut self.raised) {
+            self.put_down(&name);
+        }
+    }
+
+    /// Sets interface `name` down again: the bridge raised it.
+    fn put_down(&self, name: &str) {
+        match with_port_caps(self.keep_caps, || netdev::set_link_down(name)) {
+            Ok(_) => log::info!("{name}: link set down again, as it was before the bridge"),
+            // Deleted meanwhile, say: nothing to put back.
+            Err(error) => log::debug!("{name}: cannot set the link down again: {error}"),
+        }
     }
 
     /// The MAC table now.
@@ -551,6 +574,7 @@ impl BridgeState {
             Some(LinkPort::Vxlan(port)) => Some(Arc::clone(port.shared())),
             _ => None,
         };
+        let raised = matches!(queues.first(), Some(LinkPort::Raw(port)) if port.raised_link());
         let port = PortId(id as u16);
         let mut answers = Vec::new();
         for (control, queue) in self.controls.iter().zip(queues) {
@@ -579,6 +603,9 @@ impl BridgeState {
         }
         if let Some(shared) = shared {
             self.vxlans.insert(spec.label(), shared);
+        }
+        if raised {
+            self.raised.insert(spec.name.clone());
         }
         if spec.kind == Kind::Raw {
             self.monitor.watch(port, &spec.name);
@@ -622,6 +649,9 @@ impl BridgeState {
         self.monitor.unwatch(port, &*self.fdb);
         let flushed = self.fdb.purge_port(port);
         self.vxlans.remove(&spec.label());
+        if spec.kind == Kind::Raw && self.raised.remove(&spec.name) {
+            self.put_down(&spec.name);
+        }
         log::info!(
             "{}: removed (port {}), {flushed} entries flushed",
             spec.label(),

@@ -32,6 +32,9 @@ const BACKLOG: usize = 8192;
 /// Bytes of frames waiting for a slow reader before the next ones are
 /// lost: with [`crate::api::MAX_CAPTURES`], what captures may hold at most.
 pub const BACKLOG_BYTES: usize = 8 * 1024 * 1024;
+/// How long a reader may take nothing before its capture ends (its place
+/// is then free for another): frames meanwhile are lost, and counted.
+const STALL_LIMIT: Duration = Duration::from_secs(30);
 /// How often the lost count goes out, and a gone reader is noticed.
 const STATISTICS_EVERY: Duration = Duration::from_secs(1);
 /// pcapng's `epb_flags` direction bits.
@@ -90,7 +93,7 @@ pub fn stream(mut stream: UnixStream, grant: CaptureGrant, stopper: Arc<Stopper>
     };
     let result = (|| -> io::Result<u64> {
         let _ = stream.set_nonblocking(false);
-        stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+        stream.set_write_timeout(Some(STALL_LIMIT))?;
         let reply = Response::CaptureStarted(CaptureStarted {
             format: "pcapng".to_owned(),
             port: request.label.clone(),

@@ -66,13 +66,15 @@ fn exchange<'a>(
     })
     .expect("a request serialises");
     let mut writer = stream;
-    writer
-        .write_all(format!("{line}\n").as_bytes())
-        .map_err(io_error)?;
+    // A bridge that refuses the client says why and closes at once, maybe
+    // before the request is written: the reason is still there to read.
+    let written = writer.write_all(format!("{line}\n").as_bytes());
     let mut reader = BufReader::new(stream);
     let mut reply = String::new();
-    reader.read_line(&mut reply).map_err(io_error)?;
+    let read = reader.read_line(&mut reply);
     if reply.is_empty() {
+        written.map_err(io_error)?;
+        read.map_err(io_error)?;
         return Err(Failure::new(
             1,
             format!("{shown}: the bridge closed without a reply"),

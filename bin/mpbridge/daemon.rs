@@ -64,6 +64,14 @@ pub fn run<S: Strategy>(
             _ => None,
         })
         .collect();
+    let raised = specs
+        .iter()
+        .zip(&port_sets[0])
+        .filter_map(|(spec, queue)| match queue {
+            bridge::port::LinkPort::Raw(port) if port.raised_link() => Some(spec.name.clone()),
+            _ => None,
+        })
+        .collect();
     let placement = place_workers(args.cpus.as_ref(), specs, workers)?;
     let control = control::ControlSocket::bind(socket, &access)?;
     if !args.keep_caps {
@@ -130,6 +138,7 @@ pub fn run<S: Strategy>(
         config: file.clone(),
         port_settings,
         vxlans,
+        raised,
     });
     state.report_links(first_events);
     if let Some((_, file)) = &file {
@@ -229,6 +238,7 @@ pub fn run<S: Strategy>(
             outcome = Err(format!("{error} while stopping"));
         }
     }
+    state.restore_links();
     let fdb = state.fdb();
     let stats = fdb.stats();
     let fdb_line = format!(

@@ -617,6 +617,69 @@ fn workers_are_placed_away_from_receive_work() {
     );
 }
 
+/// The flags `ip link show` gives interface `dev` in namespace `ns`, and
+/// `PROMISC` while anything holds it promiscuous (its promiscuity count:
+/// a packet socket's membership does not show among the flags).
+fn link_flags(ns: &Netns, dev: &str) -> Vec<String> {
+    let output = std::process::Command::new("ip")
+        .args(["-n", &ns.name, "-d", "-o", "link", "show", "dev", dev])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    let start = text.find('<').expect("flags") + 1;
+    let end = text[start..].find('>').expect("flags") + start;
+    let mut flags: Vec<String> = text[start..end].split(',').map(str::to_owned).collect();
+    let count = text
+        .split_whitespace()
+        .skip_while(|word| *word != "promiscuity")
+        .nth(1)
+        .and_then(|n| n.parse::<u32>().ok())
+        .expect("a promiscuity count");
+    if count > 0 && !flags.iter().any(|f| f == "PROMISC") {
+        flags.push("PROMISC".to_owned());
+    }
+    flags
+}
+
+fn raw_ports_are_left_as_they_were_found() {
+    let bridge = Netns::new();
+    let hosts: Vec<Netns> = (0..3).map(|_| Netns::new()).collect();
+    for (i, host) in hosts.iter().enumerate() {
+        host.add_veth(&format!("p{i}"), &bridge).expect("veth");
+    }
+    // p1 was up already; p0 and p2 were down.
+    bridge.ip(&["link", "set", "p1", "up"]);
+    let (socket, ctl_arg) = netns::ctl_socket("asfound");
+    let daemon = Daemon::start(
+        &bridge,
+        &[
+            "run", "--port", "raw:p0", "--port", "raw:p1", "--port", "raw:p2", &ctl_arg,
+        ],
+    );
+    for dev in ["p0", "p1", "p2"] {
+        let flags = link_flags(&bridge, dev);
+        assert!(flags.iter().any(|f| f == "UP"), "{dev}: {flags:?}");
+        assert!(flags.iter().any(|f| f == "PROMISC"), "{dev}: {flags:?}");
+    }
+    // A port removed goes back down at once.
+    netns::ctl_ok(&socket, &["port", "del", "raw:p2"]);
+    let flags = link_flags(&bridge, "p2");
+    assert!(
+        !flags.iter().any(|f| f == "UP" || f == "PROMISC"),
+        "p2: {flags:?}"
+    );
+    let (status, log) = daemon.stop(Duration::from_secs(3));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+    let flags = link_flags(&bridge, "p0");
+    assert!(
+        !flags.iter().any(|f| f == "UP" || f == "PROMISC"),
+        "p0: {flags:?}"
+    );
+    let flags = link_flags(&bridge, "p1");
+    assert!(flags.iter().any(|f| f == "UP"), "p1: {flags:?}");
+    assert!(!flags.iter().any(|f| f == "PROMISC"), "p1: {flags:?}");
+}
+
 lab::test_main! {
     privileged: [
         workers_are_placed_away_from_receive_work,
@@ -645,6 +708,7 @@ lab::test_main! {
         relay_mode_passes_everything_to_the_other_port,
         poll_mode_forwards_too,
         block_rings_forward_too,
+        raw_ports_are_left_as_they_were_found,
     ],
     plain: [bad_input_gives_one_line_and_a_non_zero_exit],
 }

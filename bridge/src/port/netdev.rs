@@ -53,17 +53,33 @@ fn flags(socket: &OwnedFd, req: &mut libc::ifreq) -> io::Result<libc::c_short> {
     Ok(unsafe { req.ifr_ifru.ifru_flags })
 }
 
-/// Sets interface `name` administratively up.
-pub fn set_link_up(name: &str) -> io::Result<()> {
+/// Sets interface `name` administratively up; true if it was down (so
+/// that whoever raised it can put it back).
+pub fn set_link_up(name: &str) -> io::Result<bool> {
+    set_up_flag(name, true)
+}
+
+/// Sets interface `name` administratively down; true if it was up.
+pub fn set_link_down(name: &str) -> io::Result<bool> {
+    set_up_flag(name, false)
+}
+
+fn set_up_flag(name: &str, up: bool) -> io::Result<bool> {
     let socket = control_socket()?;
     let mut req = ifreq(name)?;
     let flags = flags(&socket, &mut req)?;
-    if flags & libc::IFF_UP as libc::c_short == 0 {
-        req.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
-        // SAFETY: SIOCSIFFLAGS reads the ifreq it is given.
-        fd::check(unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFFLAGS, &req) })?;
+    let is_up = flags & libc::IFF_UP as libc::c_short != 0;
+    if is_up == up {
+        return Ok(false);
     }
-    Ok(())
+    req.ifr_ifru.ifru_flags = if up {
+        flags | libc::IFF_UP as libc::c_short
+    } else {
+        flags & !(libc::IFF_UP as libc::c_short)
+    };
+    // SAFETY: SIOCSIFFLAGS reads the ifreq it is given.
+    fd::check(unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFFLAGS, &req) })?;
+    Ok(true)
 }
 
 /// Where an interface's link stands.

@@ -44,6 +44,8 @@ impl RingKind {
 pub struct RawPort {
     name: String,
     ifindex: u32,
+    /// Whether opening it brought the interface up (it was down).
+    raised: bool,
     fd: OwnedFd,
     ring: RxRing,
 }
@@ -55,10 +57,16 @@ impl RawPort {
         Self::open_with(name, queues, RingKind::default())
     }
 
+    /// Whether opening it brought its interface up: the interface was down
+    /// before, and whoever closes the port for good may put it back.
+    pub fn raised_link(&self) -> bool {
+        self.raised
+    }
+
     /// The same, with receive rings of layout `ring`.
     pub fn open_with(name: &str, queues: usize, ring: RingKind) -> io::Result<Vec<RawPort>> {
         let ifindex = netdev::if_index(name)?;
-        netdev::set_link_up(name)?;
+        let raised = netdev::set_link_up(name)?;
         // A single socket needs no fanout, and skips its per-frame flow hash.
         let mut fanout = if queues > 1 {
             Fanout::New
@@ -74,6 +82,7 @@ impl RawPort {
                 Ok(RawPort {
                     name: name.to_owned(),
                     ifindex,
+                    raised,
                     fd,
                     ring,
                 })
