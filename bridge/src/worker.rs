@@ -255,6 +255,8 @@ pub struct Worker<S: Strategy, P: Port> {
     stats: Vec<PortStats>,
     faults: Vec<Fault>,
     flaps: Vec<Flaps>,
+    /// When this worker last warned of a port's own address as a source.
+    own_source_warned: Option<Instant>,
     /// Per pollfd after the eventfd, the port it belongs to.
     polled: Vec<usize>,
     /// After a sleep in poll(2): per port, whether it polled readable. The
@@ -331,6 +333,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
                 })
                 .collect(),
             flaps: vec![Flaps::default(); n],
+            own_source_warned: None,
             polled: Vec::with_capacity(n),
             readable: None,
             drained_by_syscalls: false,
@@ -798,6 +801,16 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         if self.to_learn.is_empty() {
             return;
         }
+        // A port's own address as a source: never learned (br_fdb_update
+        // ignores it too), counted, and reported at a bounded rate.
+        let before = self.to_learn.len();
+        self.to_learn
+            .retain(|(_, _, state)| *state != SourceState::Local);
+        let own = before - self.to_learn.len();
+        if own > 0 {
+            self.fdb.refuse_own(own);
+            self.warn_own_source(ingress);
+        }
         // A full table refuses new stations without a write section;
         // moves still go through, since they take no new place.
         if self.fdb.is_full() {
@@ -853,6 +866,24 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             }
             flaps.warned_at = Some(now);
         }
+    }
+
+    /// Warns, at most once per [`LOG_INTERVAL`], of frames that came in
+    /// with a port's own address as their source.
+    fn warn_own_source(&mut self, ingress: usize) {
+        let now = Instant::now();
+        if self
+            .own_source_warned
+            .is_some_and(|at| now < at + LOG_INTERVAL)
+        {
+            return;
+        }
+        self.own_source_warned = Some(now);
+        log::warn!(
+            "{}: received frames with a port's own address as their source; not learned \
+             (a forwarding loop, or a station using the host's address?)",
+            self.port(ingress).name()
+        );
     }
 
     /// Sends the decided frames, one batch per output port.
