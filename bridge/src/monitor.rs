@@ -10,7 +10,9 @@
 //! with the host.
 //!
 //! Taps are left to the workers: mpbridge owns them, and their kernel side
-//! usually lives in another network namespace, out of this one's sight.
+//! usually lives in another network namespace, out of this one's sight;
+//! their queues tell whether the device is up, wherever it is, and the
+//! workers ask once a second (`Port::link_lost`).
 
 use crate::fdb::{FdbKey, PortId, Table};
 use crate::port::netdev::{self, LinkState};

@@ -478,6 +478,44 @@ fn ports_come_and_go<S: Strategy>() {
     );
 }
 
+/// A port whose link goes down while nothing fails on it (a tap whose
+/// device was set down: no receive or send reports it) has its stations
+/// flushed within about a second, once, and is left alone until its link
+/// is back; then it passes frames again.
+fn a_link_down_that_nothing_reports_is_flushed<S: Strategy>() {
+    let mut rig = Rig::<S>::new(2);
+    rig.send(1, &frame(MacAddr::BROADCAST, station(B), 60));
+    assert_eq!(rig.fdb.lookup(&key(B)), Some(PortId(1)));
+    rig.sent();
+    rig.peers[1].set_link(false);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while rig.fdb.lookup(&key(B)).is_some() {
+        assert!(std::time::Instant::now() < deadline, "B not flushed");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        rig.worker.poll();
+    }
+    assert_eq!(rig.stats(1).rx_errors, 1, "one fault for the event");
+    // Down: sent nothing, and flushed once however long it stays down.
+    rig.send(0, &frame(station(B), station(A), 60));
+    assert_eq!(rig.ports_that_sent(), Vec::<usize>::new());
+    rig.peers[1].inject(&frame(MacAddr::BROADCAST, station(B), 60));
+    for _ in 0..30 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        rig.worker.poll();
+    }
+    assert_eq!(rig.stats(1).rx_errors, 1);
+    assert_eq!(rig.fdb.lookup(&key(B)), None, "not read while down");
+    // Up again: within the back-off, it passes frames and learns.
+    rig.peers[1].set_link(true);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while rig.fdb.lookup(&key(B)).is_none() {
+        assert!(std::time::Instant::now() < deadline, "B not learned again");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        rig.worker.poll();
+    }
+    assert_eq!(rig.ports_that_sent(), vec![0]);
+}
+
 fn a_thousand_stations_round_trip<S: Strategy>() {
     // Enough entries to span many buckets of every strategy.
     let table = MacTable::<S>::new(FdbConfig {
@@ -525,4 +563,5 @@ for_each_strategy!(
     refusals_moves_and_local_addresses,
     own_addresses_are_never_learned_in_any_vlan,
     ports_come_and_go,
+    a_link_down_that_nothing_reports_is_flushed,
 );
