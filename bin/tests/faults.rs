@@ -145,6 +145,80 @@ fn a_tap_port_going_down_flushes_its_stations() {
     }
 }
 
+/// Removes a file (a control socket) on drop, also when a test fails.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The MAC addresses `fdb show` lists on `port`.
+fn stations_on(socket: &std::path::Path, port: &str) -> Vec<String> {
+    let entries = netns::ctl_json(socket, &["fdb", "show", "--json"]);
+    entries
+        .as_array()
+        .expect("an array")
+        .iter()
+        .filter(|entry| entry["port"] == port)
+        .map(|entry| entry["mac"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// A tap whose device goes down inside the namespace it was moved to has
+/// its stations flushed, though no frame is sent towards it (the Linux
+/// bridge flushes a port whose device goes down); once, with a log line,
+/// and at no cost while it stays down.
+fn a_tap_down_in_another_namespace_is_flushed_without_traffic() {
+    if !privileged("a_tap_down_in_another_namespace_is_flushed_without_traffic") {
+        return;
+    }
+    let (socket, ctl) = netns::ctl_socket("mpbtapdown");
+    // Declared first, dropped last: after the daemon stopped.
+    let _socket = RemoveOnDrop(socket.clone());
+    let mut topology = Topology::new(PortKind::Tap, 2, &["-v", &ctl]);
+    let pid = pid(&topology);
+    let mut st = topology.stations();
+    st[1].send(&test_frame(BROADCAST, mac(2), 1, 60));
+    assert_eq!(settle(&mut st), [1, 0]);
+    let station = "02:42:00:00:00:02".to_owned();
+    assert!(
+        stations_on(&socket, "tap:p1").contains(&station),
+        "not learned"
+    );
+
+    topology.hosts[1].ip(&["link", "set", "eth0", "down"]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stations_on(&socket, "tap:p1").contains(&station) {
+        assert!(
+            Instant::now() < deadline,
+            "station 2 still learned on tap:p1 5 s after its device went down"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let used = cpu_over(pid, Duration::from_secs(2));
+    eprintln!("CPU over 2 s: {used:.3} s");
+    assert!(used < IDLE_CPU_LIMIT, "tap down: {used:.2} s of CPU in 2 s");
+    // The other port still learns.
+    st[0].send(&test_frame(mac(2), mac(1), 2, 60));
+    settle(&mut st);
+    assert!(stations_on(&socket, "tap:p0").contains(&"02:42:00:00:00:01".to_owned()));
+
+    let (status, log) = topology.daemon.take().unwrap().stop(Duration::from_secs(3));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+    // One line for the event (and maybe one more, flushing nothing, for
+    // the tap's brief down while it moved into its namespace at set-up).
+    assert_eq!(
+        lines_with(&log, "p1: link down; flushed 1 learned stations"),
+        1,
+        "{log:?}"
+    );
+    assert!(lines_with(&log, "p1: link down") <= 2, "{log:?}");
+    let errors = port_counter(&log, "tap:p1", "rx_errors");
+    assert!((1..=2).contains(&errors), "counted per event: {log:?}");
+}
+
 fn a_frame_above_the_egress_mtu_costs_only_itself() {
     if !privileged("a_frame_above_the_egress_mtu_costs_only_itself") {
         return;
@@ -589,6 +663,7 @@ lab::test_main! {
         a_raw_port_down_then_deleted_costs_no_cpu_and_is_reported_once,
         a_raw_port_going_down_flushes_its_stations,
         a_tap_port_going_down_flushes_its_stations,
+        a_tap_down_in_another_namespace_is_flushed_without_traffic,
         a_frame_above_the_egress_mtu_costs_only_itself,
         frames_to_a_raw_ports_own_address_stay_with_the_host,
         a_vms_tap_is_bridged_on_its_host_side,

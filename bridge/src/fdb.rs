@@ -156,6 +156,9 @@ pub enum Learned {
     Static,
     /// A new station beyond the learning limit; nothing was added.
     Refused,
+    /// The address is a port's own (a local entry), which no frame's
+    /// source takes, in any VLAN; nothing was learned.
+    Local,
 }
 
 /// Running totals of the table's write path.
@@ -165,6 +168,7 @@ pub struct FdbStats {
     moved: AtomicU64,
     refused: AtomicU64,
     aged: AtomicU64,
+    own_sources: AtomicU64,
 }
 
 /// A copy of [`FdbStats`] at one moment.
@@ -178,6 +182,10 @@ pub struct FdbStatsSnapshot {
     pub refused: u64,
     /// Entries removed by ageing.
     pub aged: u64,
+    /// Sources not learned because they were a port's own address: a
+    /// frame of the host's coming back (a loop), or a station claiming
+    /// the host's address. Once per station and batch, as `refused`.
+    pub own_sources: u64,
 }
 
 /// One entry as shown to a user.
@@ -402,6 +410,9 @@ impl<R: ReadSection<FdbKey, FdbEntry>> FdbLookup for FdbReader<'_, R> {
 pub enum SourceState {
     /// Known on this port (or static): refreshed, nothing to learn.
     Known,
+    /// A port's own address, in this VLAN or (a VLAN 0 local entry) in
+    /// every VLAN: never learned.
+    Local,
     /// Known on another port: a move, for the write path.
     Moved,
     /// Not in the table: a new station, for the write path.
@@ -416,34 +427,54 @@ impl<R: ReadSection<FdbKey, FdbEntry>> FdbReader<'_, R> {
     }
 
     /// Handles a frame's source on the fast path. A known station on the
-    /// same port (or a static one) gets its last-seen time refreshed, if the
-    /// second moved, and `true` comes back. `false` means the source is new
-    /// or moved and must go through [`MacTable::learn`].
+    /// same port (or a static or local one) gets its last-seen time
+    /// refreshed, if the second moved, and `true` comes back. `false` means
+    /// the source is new or moved and must go through [`MacTable::learn`].
     #[inline]
     pub fn refresh_source(&self, key: &FdbKey, port: PortId, now: Seconds) -> bool {
-        self.source_state(key, port, now) == SourceState::Known
+        matches!(
+            self.source_state(key, port, now),
+            SourceState::Known | SourceState::Local
+        )
     }
 
     /// [`refresh_source`](Self::refresh_source), telling a move from a new
     /// station.
     #[inline]
     pub fn source_state(&self, key: &FdbKey, port: PortId, now: Seconds) -> SourceState {
+        let state = self.section.get_with(key, |entry| {
+            if entry.is_local {
+                return SourceState::Local;
+            }
+            if entry.is_static {
+                return SourceState::Known;
+            }
+            if entry.port != port {
+                return SourceState::Moved;
+            }
+            // Only a changed second is written, so a busy station dirties
+            // the entry's cache line once a second, not once a frame.
+            if entry.last_seen.load(Ordering::Relaxed) != now {
+                entry.last_seen.store(now, Ordering::Relaxed);
+            }
+            SourceState::Known
+        });
+        match state {
+            Some(state) => state,
+            // A new station in a VLAN: the host's addresses (local at VLAN
+            // 0) are local in every VLAN. One more lookup, for new stations
+            // only: a learned one is found above.
+            None if key.vlan != 0 && self.is_local(&FdbKey::new(0, key.mac)) => SourceState::Local,
+            None => SourceState::Unknown,
+        }
+    }
+
+    /// Whether `key` is a local entry.
+    #[inline]
+    fn is_local(&self, key: &FdbKey) -> bool {
         self.section
-            .get_with(key, |entry| {
-                if entry.is_static {
-                    return SourceState::Known;
-                }
-                if entry.port != port {
-                    return SourceState::Moved;
-                }
-                // Only a changed second is written, so a busy station dirties
-                // the entry's cache line once a second, not once a frame.
-                if entry.last_seen.load(Ordering::Relaxed) != now {
-                    entry.last_seen.store(now, Ordering::Relaxed);
-                }
-                SourceState::Known
-            })
-            .unwrap_or(SourceState::Unknown)
+            .get_with(key, |entry| entry.is_local)
+            .unwrap_or(false)
     }
 }
 
@@ -510,6 +541,9 @@ impl<S: Strategy> MacTable<S> {
         self.stats.moved.store(totals.moved, Ordering::Relaxed);
         self.stats.refused.store(totals.refused, Ordering::Relaxed);
         self.stats.aged.store(totals.aged, Ordering::Relaxed);
+        self.stats
+            .own_sources
+            .store(totals.own_sources, Ordering::Relaxed);
     }
 
     /// The table's settings.
@@ -544,6 +578,7 @@ impl<S: Strategy> MacTable<S> {
             moved: self.stats.moved.load(Ordering::Relaxed),
             refused: self.stats.refused.load(Ordering::Relaxed),
             aged: self.stats.aged.load(Ordering::Relaxed),
+            own_sources: self.stats.own_sources.load(Ordering::Relaxed),
         }
     }
 
@@ -609,6 +644,16 @@ impl<S: Strategy> MacTable<S> {
         }
     }
 
+    /// Counts `stations` sources not learned because they were a port's
+    /// own address, as a caller that saw [`SourceState::Local`] does.
+    pub fn refuse_own(&self, stations: usize) {
+        if stations > 0 {
+            self.stats
+                .own_sources
+                .fetch_add(stations as u64, Ordering::Relaxed);
+        }
+    }
+
     /// Learns one source; says what happened and, for a move, where from.
     fn learn_in(
         &self,
@@ -617,7 +662,14 @@ impl<S: Strategy> MacTable<S> {
         port: PortId,
         now: Seconds,
     ) -> (Learned, Option<PortId>) {
+        // The host's addresses are local in every VLAN (see `source_state`).
+        let host = key.vlan != 0
+            && w.update(FdbKey::new(0, key.mac), |old| {
+                (Update::Keep, old.is_some_and(|e| e.is_local))
+            });
         let (outcome, from) = w.update(key, |old| match old {
+            _ if host => (Update::Keep, (Learned::Local, None)),
+            Some(entry) if entry.is_local => (Update::Keep, (Learned::Local, None)),
             None if self.reserve() => (
                 Update::Put(FdbEntry::learned(port, now)),
                 (Learned::New, None),
@@ -639,6 +691,7 @@ impl<S: Strategy> MacTable<S> {
             Learned::New => &self.stats.learned,
             Learned::Moved => &self.stats.moved,
             Learned::Refused => &self.stats.refused,
+            Learned::Local => &self.stats.own_sources,
             Learned::Refreshed | Learned::Static => return (outcome, from),
         };
         counter.fetch_add(1, Ordering::Relaxed);
@@ -668,10 +721,22 @@ impl<S: Strategy> MacTable<S> {
 
     /// Adds the address of port `port`'s own interface as a local entry:
     /// frames to it belong to the host and are never forwarded, and no
-    /// frame's source moves it. Returns `true` when it replaced a learned
-    /// entry.
+    /// frame's source moves it or is learned with it. At VLAN 0 it is the
+    /// host's in every VLAN, as a Linux bridge keeps a local entry in each
+    /// VLAN of the port: stations learned with the address in any VLAN
+    /// before it became the port's are forgotten. Returns `true` when it
+    /// replaced or removed a learned entry.
     pub fn add_local(&self, key: FdbKey, port: PortId) -> bool {
-        self.add_configured(key, port, true)
+        let replaced = self.add_configured(key, port, true);
+        if key.vlan != 0 {
+            return replaced;
+        }
+        // Rare (an interface's address is set or changed): a scan is fine.
+        let removed = self
+            .map
+            .write(|w| w.retain(|other, entry| entry.is_static || other.mac != key.mac));
+        self.release(removed);
+        replaced || removed > 0
     }
 
     fn add_configured(&self, key: FdbKey, port: PortId, is_local: bool) -> bool {

@@ -4,10 +4,15 @@
 //! frames to them flood until the stations are seen again; the interface's
 //! own address, and any address it takes while running, is kept as a local
 //! entry, so that frames to the host are never forwarded to other ports; an
-//! interface deleted is reported once.
+//! interface deleted is reported once. The entry is at VLAN 0, which the
+//! table and the forwarding decision take as the host's in every VLAN: no
+//! frame's source learns it in any VLAN, and frames to it in any VLAN stay
+//! with the host.
 //!
 //! Taps are left to the workers: mpbridge owns them, and their kernel side
-//! usually lives in another network namespace, out of this one's sight.
+//! usually lives in another network namespace, out of this one's sight;
+//! their queues tell whether the device is up, wherever it is, and the
+//! workers ask once a second (`Port::link_lost`).
 
 use crate::fdb::{FdbKey, PortId, Table};
 use crate::port::netdev::{self, LinkState};

@@ -41,6 +41,10 @@ const FLAP_MOVES_PER_SEC: u32 = 20;
 /// A busy-polling worker looks for port errors once per this many idle
 /// rounds (the sleeping one sees them in `poll(2)`).
 const BUSY_POLL_ERROR_CHECK: u32 = 1024;
+/// How often a worker asks its ports whether their link went down with
+/// nothing failing (see [`Port::link_lost`]): as often as the link monitor
+/// looks at raw ports.
+const LINK_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The most ports a bridge has at once; port ids run from 0 below it.
 pub const MAX_PORTS: usize = 256;
@@ -255,6 +259,10 @@ pub struct Worker<S: Strategy, P: Port> {
     stats: Vec<PortStats>,
     faults: Vec<Fault>,
     flaps: Vec<Flaps>,
+    /// When this worker last warned of a port's own address as a source.
+    own_source_warned: Option<Instant>,
+    /// When the ports' links are to be looked at next.
+    next_link_check: Instant,
     /// Per pollfd after the eventfd, the port it belongs to.
     polled: Vec<usize>,
     /// After a sleep in poll(2): per port, whether it polled readable. The
@@ -331,6 +339,8 @@ impl<S: Strategy, P: Port> Worker<S, P> {
                 })
                 .collect(),
             flaps: vec![Flaps::default(); n],
+            own_source_warned: None,
+            next_link_check: Instant::now() + LINK_CHECK_INTERVAL,
             polled: Vec::with_capacity(n),
             readable: None,
             drained_by_syscalls: false,
@@ -471,7 +481,11 @@ impl<S: Strategy, P: Port> Worker<S, P> {
     pub fn poll(&mut self) -> usize {
         let mut received = 0;
         let mut batches = 0;
-        let mut now = None;
+        let now = Instant::now();
+        if now >= self.next_link_check {
+            self.next_link_check = now + LINK_CHECK_INTERVAL;
+            self.check_links();
+        }
         let readable = self.readable.take();
         let mut drained_by_syscalls = true;
         for ingress in 0..self.ports.len() {
@@ -486,7 +500,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
                 }
                 Health::Gone | Health::Vacant => continue,
                 Health::Backoff(until) => {
-                    if *now.get_or_insert_with(Instant::now) < until {
+                    if now < until {
                         continue;
                     }
                     if !self.retry(ingress) {
@@ -529,6 +543,42 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             }
         }
         received
+    }
+
+    /// Asks the ports passing frames whether their link went down with
+    /// nothing failing (a tap whose device was set down, see
+    /// [`Port::link_lost`]). Such a port is faulted as a failed receive
+    /// faults it, once per event: counted, its learned stations flushed
+    /// (as the Linux bridge flushes a port whose device goes down), one
+    /// line logged, and left alone until its link is back, which costs a
+    /// look per back-off and nothing else.
+    fn check_links(&mut self) {
+        for index in 0..self.ports.len() {
+            let health = self.faults[index].health;
+            if !matches!(health, Health::Up | Health::Retrying) {
+                continue;
+            }
+            let Some(port) = self.ports[index].as_ref() else {
+                continue;
+            };
+            if !port.link_lost() {
+                continue;
+            }
+            let name = port.name().to_owned();
+            self.faults[index].back_off();
+            self.counters[index].set_state(PortState::Faulted);
+            // Retrying: the same event, and no frame came in since it
+            // began, so there is nothing learned to flush.
+            if health == Health::Retrying {
+                continue;
+            }
+            self.stats[index].rx_errors += 1;
+            let flushed = self.fdb.flush_port(PortId(index as u16));
+            log::warn!(
+                "{name}: link down; flushed {flushed} learned stations; \
+                 retrying until it passes frames again"
+            );
+        }
     }
 
     /// A port's back-off ended: clears an error left from the fault (so
@@ -798,6 +848,16 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         if self.to_learn.is_empty() {
             return;
         }
+        // A port's own address as a source: never learned (br_fdb_update
+        // ignores it too), counted, and reported at a bounded rate.
+        let before = self.to_learn.len();
+        self.to_learn
+            .retain(|(_, _, state)| *state != SourceState::Local);
+        let own = before - self.to_learn.len();
+        if own > 0 {
+            self.fdb.refuse_own(own);
+            self.warn_own_source(ingress);
+        }
         // A full table refuses new stations without a write section;
         // moves still go through, since they take no new place.
         if self.fdb.is_full() {
@@ -853,6 +913,24 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             }
             flaps.warned_at = Some(now);
         }
+    }
+
+    /// Warns, at most once per [`LOG_INTERVAL`], of frames that came in
+    /// with a port's own address as their source.
+    fn warn_own_source(&mut self, ingress: usize) {
+        let now = Instant::now();
+        if self
+            .own_source_warned
+            .is_some_and(|at| now < at + LOG_INTERVAL)
+        {
+            return;
+        }
+        self.own_source_warned = Some(now);
+        log::warn!(
+            "{}: received frames with a port's own address as their source; not learned \
+             (a forwarding loop, or a station using the host's address?)",
+            self.port(ingress).name()
+        );
     }
 
     /// Sends the decided frames, one batch per output port.

@@ -5,6 +5,7 @@ mod common;
 
 use bridge::decision::DropReason;
 use bridge::fdb::{FdbKey, FdbRecord, Learned, PortId};
+use bridge::vlan::PortVlans;
 use bridge::wire::MacAddr;
 use bridge::{FdbConfig, MacTable, WorkerConfig};
 use common::{frame, station, tagged, Rig};
@@ -15,6 +16,10 @@ const B: u32 = 2;
 
 fn key(n: u32) -> FdbKey {
     FdbKey::new(0, station(n))
+}
+
+fn key_of(mac: MacAddr) -> FdbKey {
+    FdbKey::new(0, mac)
 }
 
 fn runts_are_dropped<S: Strategy>() {
@@ -387,6 +392,62 @@ fn refusals_moves_and_local_addresses<S: Strategy>() {
     assert_eq!(rig.fdb.lookup(&key(9)), Some(PortId(0)));
 }
 
+/// A port's own address (the host's, a local entry at VLAN 0) is local in
+/// every VLAN: a frame from a guest that claims it as its source is never
+/// learned, in its VLAN or any, and frames to it in a VLAN stay with the
+/// host (br_fdb_update never lets learning take a local entry).
+fn own_addresses_are_never_learned_in_any_vlan<S: Strategy>() {
+    let host = station(0x77);
+    let config = WorkerConfig {
+        vlan_filtering: true,
+        ..WorkerConfig::default()
+    };
+    let mut rig = Rig::<S>::with(3, FdbConfig::default(), config);
+    for port in 0..3 {
+        rig.worker.set_vlans(PortId(port), PortVlans::access(10));
+    }
+    rig.fdb.add_local(key_of(host), PortId(0));
+    // A guest sends with the host's address as its source, untagged on
+    // its access port: flooded like any frame, but not learned.
+    rig.send(1, &frame(MacAddr::BROADCAST, host, 60));
+    assert_eq!(rig.ports_that_sent(), vec![0, 2]);
+    assert_eq!(rig.fdb.lookup(&FdbKey::new(10, host)), None);
+    assert_eq!(rig.fdb.learned_len(), 0);
+    assert_eq!(rig.fdb.stats().own_sources, 1, "counted once");
+    // Frames to the host in the VLAN go nowhere, batch after batch.
+    for _ in 0..2 {
+        rig.send(2, &frame(host, station(B), 60));
+        assert_eq!(rig.ports_that_sent(), Vec::<usize>::new());
+    }
+    assert_eq!(rig.stats(2).dropped(DropReason::Local), 2);
+
+    // Without VLAN filtering a tagged frame is learned in its tag's VLAN:
+    // not with the host's address either.
+    let mut rig = Rig::<S>::new(3);
+    rig.fdb.add_local(key_of(host), PortId(0));
+    rig.send(1, &tagged(MacAddr::BROADCAST, host, 20, 64));
+    assert_eq!(rig.fdb.lookup(&FdbKey::new(20, host)), None);
+    rig.sent();
+    rig.send(2, &tagged(host, station(B), 20, 64));
+    assert_eq!(rig.ports_that_sent(), Vec::<usize>::new());
+    // The write path refuses it too, whoever calls it.
+    assert_eq!(
+        rig.fdb.learn(FdbKey::new(30, host), PortId(1), 0),
+        Learned::Local
+    );
+    assert_eq!(rig.fdb.learn(key_of(host), PortId(1), 0), Learned::Local);
+    assert_eq!(rig.fdb.lookup(&FdbKey::new(30, host)), None);
+    assert_eq!(rig.fdb.lookup(&key_of(host)), Some(PortId(0)));
+    assert_eq!(rig.fdb.stats().own_sources, 3);
+    // An address learned in a VLAN before it became a port's own is
+    // forgotten when it does.
+    let other = station(0x78);
+    rig.fdb.learn(FdbKey::new(40, other), PortId(1), 0);
+    rig.fdb.add_local(key_of(other), PortId(0));
+    assert_eq!(rig.fdb.lookup(&FdbKey::new(40, other)), None);
+    assert_eq!(rig.fdb.learned_len(), 1, "only station B is learned");
+}
+
 /// A port added while running floods and learns at once; a removed one
 /// gets nothing more, and its worker let go of its queue.
 fn ports_come_and_go<S: Strategy>() {
@@ -415,6 +476,44 @@ fn ports_come_and_go<S: Strategy>() {
         vec![1],
         "its stations are unknown again"
     );
+}
+
+/// A port whose link goes down while nothing fails on it (a tap whose
+/// device was set down: no receive or send reports it) has its stations
+/// flushed within about a second, once, and is left alone until its link
+/// is back; then it passes frames again.
+fn a_link_down_that_nothing_reports_is_flushed<S: Strategy>() {
+    let mut rig = Rig::<S>::new(2);
+    rig.send(1, &frame(MacAddr::BROADCAST, station(B), 60));
+    assert_eq!(rig.fdb.lookup(&key(B)), Some(PortId(1)));
+    rig.sent();
+    rig.peers[1].set_link(false);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while rig.fdb.lookup(&key(B)).is_some() {
+        assert!(std::time::Instant::now() < deadline, "B not flushed");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        rig.worker.poll();
+    }
+    assert_eq!(rig.stats(1).rx_errors, 1, "one fault for the event");
+    // Down: sent nothing, and flushed once however long it stays down.
+    rig.send(0, &frame(station(B), station(A), 60));
+    assert_eq!(rig.ports_that_sent(), Vec::<usize>::new());
+    rig.peers[1].inject(&frame(MacAddr::BROADCAST, station(B), 60));
+    for _ in 0..30 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        rig.worker.poll();
+    }
+    assert_eq!(rig.stats(1).rx_errors, 1);
+    assert_eq!(rig.fdb.lookup(&key(B)), None, "not read while down");
+    // Up again: within the back-off, it passes frames and learns.
+    rig.peers[1].set_link(true);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while rig.fdb.lookup(&key(B)).is_none() {
+        assert!(std::time::Instant::now() < deadline, "B not learned again");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        rig.worker.poll();
+    }
+    assert_eq!(rig.ports_that_sent(), vec![0]);
 }
 
 fn a_thousand_stations_round_trip<S: Strategy>() {
@@ -462,5 +561,7 @@ for_each_strategy!(
     snapshots_list_every_entry,
     a_thousand_stations_round_trip,
     refusals_moves_and_local_addresses,
+    own_addresses_are_never_learned_in_any_vlan,
     ports_come_and_go,
+    a_link_down_that_nothing_reports_is_flushed,
 );

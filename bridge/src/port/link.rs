@@ -72,6 +72,14 @@ impl Port for LinkPort {
         }
     }
 
+    fn link_lost(&self) -> bool {
+        match self {
+            LinkPort::Tap(port) => port.link_lost(),
+            LinkPort::Raw(port) => port.link_lost(),
+            LinkPort::Vxlan(port) => port.link_lost(),
+        }
+    }
+
     fn empty_read_is_syscall(&self) -> bool {
         match self {
             LinkPort::Tap(port) => port.empty_read_is_syscall(),

@@ -16,6 +16,8 @@ struct Queues {
     /// The most frames `from_bridge` holds; the bridge's sends beyond it are
     /// dropped, as a full transmit ring drops them.
     limit: usize,
+    /// The link is down (see [`MemoryPeer::set_link`]).
+    down: bool,
 }
 
 impl Queues {
@@ -107,6 +109,14 @@ impl Port for MemoryPort {
         }
         report
     }
+
+    fn link_ready(&self) -> bool {
+        !lock(&self.queues).down
+    }
+
+    fn link_lost(&self) -> bool {
+        lock(&self.queues).down
+    }
 }
 
 impl MemoryPeer {
@@ -124,6 +134,13 @@ impl MemoryPeer {
             let buffer = queues.buffer(frame);
             queues.to_bridge.push_back(buffer);
         }
+    }
+
+    /// Takes the link down or brings it up, as `ip link set DEV down` does
+    /// to a tap's device: nothing fails, the port just stops passing
+    /// frames.
+    pub fn set_link(&self, up: bool) {
+        lock(&self.queues).down = !up;
     }
 
     /// Frames injected but not yet received by the bridge.

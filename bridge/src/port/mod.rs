@@ -361,6 +361,15 @@ pub trait Port: Send {
         true
     }
 
+    /// Whether the port's link went down with nothing failing on the
+    /// port: asked about once a second of ports passing frames. A tap
+    /// whose device was set down (in whatever namespace it lives) fails no
+    /// receive, and no send that is not tried; a raw port's link is the
+    /// link monitor's to watch.
+    fn link_lost(&self) -> bool {
+        false
+    }
+
     /// Whether finding the port's queue empty costs a system call (a read
     /// that fails with EAGAIN) rather than a look at shared memory. When
     /// every port is so and a round drained them all, the worker sleeps in

@@ -7,6 +7,10 @@
 //! (GSO TCPv4 or TCPv6) is cut into frames of at most `gso_size` payload
 //! bytes with their IP lengths, IPv4 ids, TCP sequence numbers, flags and
 //! checksums set, as the kernel's `tcp_gso_segment` does.
+//!
+//! The header comes from a guest or a peer: a `gso_size` of 1 would cut a
+//! 64 KiB frame into 65,000 segments. Segment sizes below [`MIN_GSO_SIZE`]
+//! are refused before any segment is made.
 
 use super::vnet::{VnetHeader, VNET_HDR_F_NEEDS_CSUM, VNET_HDR_GSO_NONE};
 
@@ -17,6 +21,17 @@ const VNET_HDR_LEN: usize = 10;
 const GSO_TCPV4: u8 = 1;
 const GSO_TCPV6: u8 = 4;
 const GSO_ECN: u8 = 0x80;
+
+/// The smallest segment size (TCP payload bytes) a frame is cut into:
+/// Linux's TCP never sends with an MSS below `net.ipv4.tcp_min_snd_mss`
+/// (default 48, `TCP_MIN_SND_MSS`), the floor it set against peers that
+/// make a host cut its data into tiny segments to burn its CPU and memory
+/// (CVE-2019-11479). A `gso_size` of 0 names no size at all: the virtio
+/// specification requires one with a GSO type, and Linux taps used to
+/// refuse it (EINVAL, `rx_frame_errors`). A frame whose payload fits one
+/// segment is no GSO frame whatever its size says, as `virtio_net_hdr_to_skb`
+/// treats it ("too small packets are not really GSO ones").
+pub const MIN_GSO_SIZE: usize = 48;
 
 const TCP_FIN: u8 = 0x01;
 const TCP_PSH: u8 = 0x08;
@@ -31,6 +46,10 @@ pub enum SegmentError {
     /// A segmentation type other than TCP (UDP fragmentation, USO).
     #[error("segmentation offload of type {0} is not supported")]
     Unsupported(u8),
+    /// A segment size of 0, or below [`MIN_GSO_SIZE`] for a frame that
+    /// needs cutting.
+    #[error("segment size {0} is below the minimum of {MIN_GSO_SIZE}")]
+    SegmentSize(u16),
 }
 
 /// Calls `emit` with each whole frame `frame` stands for, given its
@@ -277,10 +296,13 @@ fn tcp_checksum_acceptable(frame: &[u8]) -> bool {
 
 impl TcpRun {
     /// A run that `frame` (whole, its checksums complete) starts, if later
-    /// segments may join it: a pure ACK segment carrying data.
+    /// segments may join it: a pure ACK segment carrying at least
+    /// [`MIN_GSO_SIZE`] bytes of data.
     pub fn start(frame: &[u8]) -> Option<TcpRun> {
         let (thl, len, flags) = run_layout(frame)?;
-        if len == 0 || flags & !TCP_PSH != TCP_ACK || !tcp_checksum_acceptable(frame) {
+        // The run leaves with its first segment's size as its gso_size:
+        // one too small to be cut again is not started.
+        if len < MIN_GSO_SIZE || flags & !TCP_PSH != TCP_ACK || !tcp_checksum_acceptable(frame) {
             return None;
         }
         Some(TcpRun {
@@ -391,10 +413,10 @@ fn segment_tcp(
     mut emit: impl FnMut(&[u8]),
 ) -> Result<(), SegmentError> {
     let Layout { l3, l4, payload } = layout(frame, v4)?;
-    if mss == 0 {
-        return Err(SegmentError::Malformed);
-    }
     let data = &frame[payload..];
+    if mss == 0 || (mss < MIN_GSO_SIZE && data.len() > mss) {
+        return Err(SegmentError::SegmentSize(mss as u16));
+    }
     let seq = u32::from_be_bytes(frame[l4 + 4..l4 + 8].try_into().expect("4 bytes"));
     let ip_id = if v4 {
         u16::from_be_bytes([frame[l3 + 4], frame[l3 + 5]])
@@ -519,6 +541,15 @@ mod tests {
         f[47] = flags;
         f.extend_from_slice(payload);
         f
+    }
+
+    /// Fills in the IPv4 header and TCP checksums of `f`.
+    fn complete_tcp(f: &mut [u8]) {
+        let ip_sum = !fold(sum16(&f[14..34], 0));
+        f[24..26].copy_from_slice(&ip_sum.to_be_bytes());
+        let tcp_len = f.len() - 34;
+        let sum = !fold(sum16(&f[34..], sum16(&f[26..34], 6 + tcp_len as u32)));
+        f[50..52].copy_from_slice(&sum.to_be_bytes());
     }
 
     /// Whether the IPv4 header and TCP checksums of `f` verify.
@@ -719,6 +750,49 @@ mod tests {
             joined.extend_from_slice(&seg[54..]);
         }
         assert_eq!(joined, payload);
+    }
+
+    /// A segment size of 0, or one too small (a guest's header asking
+    /// for 1-byte segments of a 64 KiB frame), is refused before a single
+    /// segment is made; a frame that fits one segment is no GSO frame and
+    /// passes whole, as in Linux.
+    #[test]
+    fn a_tiny_segment_size_is_refused_before_any_segment() {
+        let payload = vec![0x5au8; 3000];
+        let f = tcp4(&payload, 0x10);
+        let mut scratch = Vec::new();
+        for gso_size in [0, 1, 8, 47] {
+            let mut made = 0;
+            let result = make_whole(
+                &vnet(1, GSO_TCPV4, gso_size, 34, 16),
+                &f,
+                &mut scratch,
+                |_| made += 1,
+            );
+            assert_eq!(result, Err(SegmentError::SegmentSize(gso_size)));
+            assert_eq!(made, 0, "gso_size {gso_size}");
+        }
+        let mut made = 0;
+        make_whole(&vnet(1, GSO_TCPV4, 48, 34, 16), &f, &mut scratch, |_| {
+            made += 1
+        })
+        .unwrap();
+        assert_eq!(made, 3000usize.div_ceil(48));
+        let small = tcp4(b"x", 0x18);
+        let mut out = Vec::new();
+        make_whole(&vnet(1, GSO_TCPV4, 1, 34, 16), &small, &mut scratch, |w| {
+            out.push(w.to_vec())
+        })
+        .unwrap();
+        assert_eq!(out.len(), 1);
+        assert!(checksums_verify(&out[0]));
+        // Nor does a receive join segments into a frame of such a size.
+        let mut short = tcp4(&[7u8; 20], 0x10);
+        complete_tcp(&mut short);
+        assert!(TcpRun::start(&short).is_none());
+        let mut long = tcp4(&[7u8; 48], 0x10);
+        complete_tcp(&mut long);
+        assert!(TcpRun::start(&long).is_some());
     }
 
     #[test]

@@ -181,4 +181,15 @@ impl Port for TapPort {
     fn take_error(&mut self) -> Option<io::Error> {
         sys::check_attached(&self.fd).err()
     }
+
+    fn link_ready(&self) -> bool {
+        sys::device_up(&self.fd)
+    }
+
+    /// The tap's device was set down, here or in the namespace it was
+    /// moved to: no receive fails (nothing arrives), and a send fails only
+    /// if one is tried, so the worker asks.
+    fn link_lost(&self) -> bool {
+        !sys::device_up(&self.fd)
+    }
 }

@@ -54,6 +54,29 @@ pub fn check_attached(queue: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether the tap's device is up (IFF_UP), wherever it lives now, from
+/// its queue alone: the tun driver makes a queue writable only while its
+/// device is up (`tun_sock_writeable`, Linux 4.15 on; a write to a down
+/// one fails with EIO). Asking the device's namespace instead would need
+/// CAP_NET_ADMIN there (TUNGETDEVNETNS), which the workers no longer hold.
+/// On an older kernel the queue is always writable, and a tap's link is
+/// seen down only when a send to it fails.
+pub fn device_up(queue: &OwnedFd) -> bool {
+    let mut fds = [libc::pollfd {
+        fd: queue.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    }];
+    // SAFETY: poll reads and writes the one pollfd it is given, and with a
+    // zero timeout does not wait.
+    let ready = unsafe { libc::poll(fds.as_mut_ptr(), 1, 0) };
+    // A failed poll says nothing of the link, and a queue whose tap was
+    // deleted (POLLERR) is for `check_attached` to report as gone: both
+    // are taken as up here, so that neither shows as a link down.
+    let errors = libc::POLLERR | libc::POLLHUP | libc::POLLNVAL;
+    ready < 0 || fds[0].revents & (libc::POLLOUT | errors) != 0
+}
+
 /// The tun flags of existing tap `name` (IFF_MULTI_QUEUE and friends), as
 /// the driver shows them in sysfs.
 pub fn device_flags(name: &str) -> io::Result<i32> {

@@ -20,7 +20,9 @@
 //!   (split horizon: a full mesh needs no loop prevention).
 //! - The far end gets the inner frame only, not the virtio-net header: a
 //!   frame with a partial checksum gets it filled in, and an offloaded TCP
-//!   segment is cut to its MSS before encapsulation (`wire::segment`).
+//!   segment is cut to its MSS before encapsulation (`wire::segment`),
+//!   never below `wire::segment::MIN_GSO_SIZE`, and a send makes at most
+//!   [`WHOLE_MAX`] bytes of whole frames at a time.
 //!   A datagram too big for the underlay is refused (EMSGSIZE: the socket
 //!   sets don't-fragment) and counted, never sent in fragments.
 
@@ -63,6 +65,14 @@ const SEND_PORTS: usize = 8;
 /// Datagrams set aside for another VNI's port, at most, per endpoint and
 /// VNI; beyond it they are dropped and counted.
 const PENDING_MAX: usize = 1024;
+/// The most bytes of whole frames (segments, completed checksums) a send
+/// makes before it sends them: a batch of offloaded frames is cut and sent
+/// in rounds, so that what a batch holds in memory is bounded whatever its
+/// size and its frames' segment sizes (64 frames of 64 KiB cut at 48 bytes
+/// would be 8 MiB). 64 full TSO frames cut at a 1448-byte MSS take one
+/// round or two. A round may pass the cap by the frame that crosses it, a
+/// few hundred KiB at most.
+pub const WHOLE_MAX: usize = 4 << 20;
 
 /// A VXLAN port's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,6 +111,9 @@ pub struct VxlanCounters {
     /// Frames whose offloads could not be completed (malformed, or a
     /// segmentation type other than TCP).
     pub offload_errors: AtomicU64,
+    /// Offloaded frames not sent: their segment size was 0 or below
+    /// `wire::segment::MIN_GSO_SIZE`.
+    pub small_gso: AtomicU64,
 }
 
 impl VxlanCounters {
@@ -117,6 +130,7 @@ impl VxlanCounters {
             ("pending_full", get(&self.pending_full)),
             ("no_remote", get(&self.no_remote)),
             ("offload_errors", get(&self.offload_errors)),
+            ("small_gso", get(&self.small_gso)),
         ]
     }
 
@@ -231,12 +245,9 @@ pub struct VxlanPort {
     endpoint: SharedEndpoint,
     fd: RawFd,
     header: [u8; vxlan::HEADER_LEN],
-    /// Segments and checksummed copies, one at a time.
-    scratch: Vec<u8>,
-    /// The batch's whole frames, packed; `spans` says where each is and
-    /// which frame offered it came from.
-    whole: Vec<u8>,
-    spans: Vec<(usize, usize, usize)>,
+    /// The whole frames of the frames offered, one round of a send at a
+    /// time.
+    wholes: Wholes,
     keys: Vec<FdbKey>,
     found: Vec<Option<IpAddr>>,
     lanes: Vec<usize>,
@@ -281,9 +292,7 @@ impl VxlanPort {
                     shared: Arc::clone(&shared),
                     endpoint,
                     fd,
-                    scratch: Vec::new(),
-                    whole: Vec::new(),
-                    spans: Vec::new(),
+                    wholes: Wholes::default(),
                     keys: Vec::new(),
                     found: Vec::new(),
                     lanes: Vec::new(),
@@ -503,43 +512,132 @@ impl Port for VxlanPort {
         Ok(report)
     }
 
-    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = &'a [u8]>) -> SendReport {
+    fn send_batch<'a>(&mut self, mut frames: impl Iterator<Item = &'a [u8]>) -> SendReport {
         let mut report = SendReport::default();
-        let shared = &*self.shared;
-        // Whole frames, packed in `whole`: (start, len, index of the frame
-        // offered).
-        self.whole.clear();
+        loop {
+            let filled = self
+                .wholes
+                .fill(&mut frames, &self.shared.counters, &self.name);
+            report.refused += filled.refused;
+            if filled.taken == 0 || !self.send_wholes(filled.taken, &mut report) || !filled.more {
+                return report;
+            }
+        }
+    }
+
+    fn take_error(&mut self) -> Option<io::Error> {
+        let endpoint = self.endpoint.lock().unwrap_or_else(PoisonError::into_inner);
+        std::iter::once(&endpoint.socket)
+            .chain(&endpoint.senders)
+            .find_map(|socket| fd::take_socket_error(socket.as_fd()))
+    }
+
+    fn pending(&self) -> bool {
+        // Held elsewhere only for moments (a port of this endpoint added
+        // or removed): waiting beats sleeping in poll(2) on frames.
+        let endpoint = self.endpoint.lock().unwrap_or_else(PoisonError::into_inner);
+        !endpoint.unread.is_empty()
+            || endpoint
+                .pending
+                .get(&self.shared.config.vni)
+                .is_some_and(|q| !q.is_empty())
+    }
+}
+
+/// What [`Wholes::fill`] did with the frames it took.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Filled {
+    /// Frames taken from the iterator (refused ones included).
+    taken: usize,
+    /// Frames refused (their offloads cannot be completed).
+    refused: usize,
+    /// Whether it stopped at [`WHOLE_MAX`], frames perhaps left.
+    more: bool,
+}
+
+/// The whole frames of the frames offered to one send: packed in `bytes`,
+/// `spans` saying where each is and which frame offered it came from, and
+/// per frame offered its Ethernet length.
+#[derive(Debug, Default)]
+struct Wholes {
+    /// Segments and checksummed copies, one at a time.
+    scratch: Vec<u8>,
+    bytes: Vec<u8>,
+    spans: Vec<(usize, usize, usize)>,
+    lens: Vec<usize>,
+}
+
+impl Wholes {
+    /// Starts again and makes frames from `frames` whole, segments and
+    /// completed checksums included, until they hold [`WHOLE_MAX`] bytes.
+    fn fill<'a>(
+        &mut self,
+        frames: &mut impl Iterator<Item = &'a [u8]>,
+        counters: &VxlanCounters,
+        name: &str,
+    ) -> Filled {
+        self.bytes.clear();
         self.spans.clear();
-        let mut offered = 0usize;
-        let mut lens = Vec::new();
-        for (index, buffer) in frames.enumerate() {
-            offered += 1;
-            lens.push(buffer.len().saturating_sub(VNET_HDR_LEN));
+        self.lens.clear();
+        let mut filled = Filled::default();
+        for buffer in frames.by_ref() {
+            let index = filled.taken;
+            filled.taken += 1;
+            self.lens.push(buffer.len().saturating_sub(VNET_HDR_LEN));
             if buffer.len() < VNET_HDR_LEN {
-                report.refused += 1;
+                filled.refused += 1;
                 continue;
             }
             let (vnet, frame) = buffer.split_at(VNET_HDR_LEN);
-            let (whole, spans) = (&mut self.whole, &mut self.spans);
+            let (bytes, spans) = (&mut self.bytes, &mut self.spans);
             let made = make_whole(vnet, frame, &mut self.scratch, |part| {
-                spans.push((whole.len(), part.len(), index));
-                whole.extend_from_slice(part);
+                spans.push((bytes.len(), part.len(), index));
+                bytes.extend_from_slice(part);
             });
-            if let Err(error) = made {
-                VxlanCounters::bump(&shared.counters.offload_errors);
-                log::debug!("{}: {error}", self.name);
-                if matches!(
-                    error,
-                    SegmentError::Malformed | SegmentError::Unsupported(_)
-                ) {
-                    report.refused += 1;
+            match made {
+                Ok(()) => {}
+                Err(error @ SegmentError::SegmentSize(_)) => {
+                    VxlanCounters::bump(&counters.small_gso);
+                    log::debug!("{name}: {error}");
+                    filled.refused += 1;
+                }
+                Err(error) => {
+                    VxlanCounters::bump(&counters.offload_errors);
+                    log::debug!("{name}: {error}");
+                    if matches!(
+                        error,
+                        SegmentError::Malformed | SegmentError::Unsupported(_)
+                    ) {
+                        filled.refused += 1;
+                    }
                 }
             }
+            if self.bytes.len() >= WHOLE_MAX {
+                filled.more = true;
+                break;
+            }
         }
+        filled
+    }
+
+    /// Whole frame `i`.
+    fn frame(&self, i: usize) -> &[u8] {
+        let (start, len, _) = self.spans[i];
+        &self.bytes[start..start + len]
+    }
+}
+
+impl VxlanPort {
+    /// Sends the whole frames of the `offered` frames that
+    /// [`Wholes::fill`] took, filing their outcomes in `report`. Returns
+    /// false when a fault of the port ended the send.
+    fn send_wholes(&mut self, offered: usize, report: &mut SendReport) -> bool {
+        let shared = &*self.shared;
+        let wholes = &self.wholes;
         // One read lock for the batch's destinations.
         self.keys.clear();
-        for &(start, len, _) in &self.spans {
-            let frame = &self.whole[start..start + len];
+        for i in 0..wholes.spans.len() {
+            let frame = wholes.frame(i);
             let key = EthernetFrame::new_checked(frame)
                 .ok()
                 .filter(|eth| eth.dst_addr().kind() == MacKind::Unicast)
@@ -559,8 +657,8 @@ impl Port for VxlanPort {
         // The socket (outer source port) of each whole frame: by its
         // flow, the same for every part of one segmented frame.
         self.lanes.clear();
-        for &(start, len, _) in &self.spans {
-            let frame = &self.whole[start..start + len];
+        for i in 0..wholes.spans.len() {
+            let frame = wholes.frame(i);
             self.lanes.push(flow_hash(frame) as usize % SEND_PORTS);
         }
         // Runs of consecutive whole frames with one destination (a known
@@ -569,10 +667,10 @@ impl Port for VxlanPort {
         let mut runs = Vec::new();
         let mut unicast_addrs = Vec::new();
         let mut i = 0;
-        while i < self.spans.len() {
+        while i < wholes.spans.len() {
             let (to, lane) = (self.found[i], self.lanes[i]);
             let end = i
-                + (i..self.spans.len())
+                + (i..wholes.spans.len())
                     .take_while(|&j| self.found[j] == to && self.lanes[j] == lane)
                     .count();
             if let Some(ip) = to {
@@ -585,11 +683,7 @@ impl Port for VxlanPort {
         // GSO send can carry (equal lengths but the last), so that a burst
         // of small frames to one VTEP is one datagram train, not one send
         // per frame.
-        let frames: Vec<&[u8]> = self
-            .spans
-            .iter()
-            .map(|&(start, len, _)| &self.whole[start..start + len])
-            .collect();
+        let frames: Vec<&[u8]> = (0..wholes.spans.len()).map(|i| wholes.frame(i)).collect();
         let mut messages: Vec<Vec<sys::Outgoing<'_>>> =
             (0..SEND_PORTS).map(|_| Vec::new()).collect();
         let mut unicast = unicast_addrs.iter();
@@ -605,7 +699,7 @@ impl Port for VxlanPort {
             let targets: &[SockAddr] = if known {
                 std::slice::from_ref(unicast.next().expect("one per unicast run"))
             } else if flood.is_empty() {
-                for &(_, _, owner) in &self.spans[start..end] {
+                for &(_, _, owner) in &wholes.spans[start..end] {
                     no_remote[owner] = true;
                 }
                 &[]
@@ -642,7 +736,7 @@ impl Port for VxlanPort {
                 continue;
             }
             let trains = sys::send_all(sender, &self.header, &frames, messages, |j, result| {
-                let slot = &mut outcome[self.spans[j].2];
+                let slot = &mut outcome[wholes.spans[j].2];
                 if !matches!(slot, Some(Err(_))) {
                     *slot = Some(result);
                 }
@@ -665,28 +759,105 @@ impl Port for VxlanPort {
                 // Otherwise refused above (offloads), already counted.
                 continue;
             };
-            if !report.record(result.map(|()| lens[index])) {
-                return report;
+            if !report.record(result.map(|()| wholes.lens[index])) {
+                return false;
             }
         }
-        report
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A virtio-net header and an Ethernet, IPv4 and TCP frame with
+    /// `payload` bytes of data, offloaded as GSO TCPv4 at `gso_size`.
+    fn offloaded(payload: usize, gso_size: u16) -> Vec<u8> {
+        let mut buffer = vec![0u8; VNET_HDR_LEN];
+        buffer[0] = 1; // NEEDS_CSUM
+        buffer[1] = 1; // GSO_TCPV4
+        buffer[2..4].copy_from_slice(&54u16.to_ne_bytes());
+        buffer[4..6].copy_from_slice(&gso_size.to_ne_bytes());
+        buffer[6..8].copy_from_slice(&34u16.to_ne_bytes());
+        buffer[8..10].copy_from_slice(&16u16.to_ne_bytes());
+        let mut frame = vec![0u8; 54];
+        frame[..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+        frame[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+        frame[12..14].copy_from_slice(&[0x08, 0x00]);
+        frame[14] = 0x45;
+        let total = (40 + payload) as u16;
+        frame[16..18].copy_from_slice(&total.to_be_bytes());
+        frame[22] = 64;
+        frame[23] = 6;
+        frame[26..30].copy_from_slice(&[198, 18, 0, 1]);
+        frame[30..34].copy_from_slice(&[198, 18, 0, 2]);
+        frame[46] = 5 << 4;
+        frame[47] = 0x10;
+        buffer.extend_from_slice(&frame);
+        buffer.resize(VNET_HDR_LEN + 54 + payload, 0x5a);
+        buffer
     }
 
-    fn take_error(&mut self) -> Option<io::Error> {
-        let endpoint = self.endpoint.lock().unwrap_or_else(PoisonError::into_inner);
-        std::iter::once(&endpoint.socket)
-            .chain(&endpoint.senders)
-            .find_map(|socket| fd::take_socket_error(socket.as_fd()))
+    /// A batch of large offloaded frames at the smallest segment size a
+    /// header may ask for is cut in rounds: one round's whole frames stay
+    /// within the cap (plus the one frame that crossed it), and every
+    /// segment of every frame is still made.
+    #[test]
+    fn one_round_of_a_send_holds_bounded_memory() {
+        const LIMIT: usize = WHOLE_MAX + (256 << 10);
+        let frame = offloaded(60_000, 48);
+        let batch: Vec<Vec<u8>> = (0..64).map(|_| frame.clone()).collect();
+        let mut wholes = Wholes::default();
+        let counters = VxlanCounters::default();
+        let mut frames = batch.iter().map(Vec::as_slice);
+        let (mut rounds, mut taken, mut segments) = (0, 0, 0);
+        loop {
+            let filled = wholes.fill(&mut frames, &counters, "test");
+            assert!(
+                wholes.bytes.len() <= LIMIT,
+                "{} bytes in one round",
+                wholes.bytes.len()
+            );
+            rounds += 1;
+            taken += filled.taken;
+            segments += wholes.spans.len();
+            if !filled.more {
+                break;
+            }
+        }
+        assert_eq!(taken, 64);
+        assert_eq!(segments, 64 * 60_000usize.div_ceil(48));
+        assert!(rounds > 1);
+        assert_eq!(counters.offload_errors.load(Ordering::Relaxed), 0);
     }
 
-    fn pending(&self) -> bool {
-        // Held elsewhere only for moments (a port of this endpoint added
-        // or removed): waiting beats sleeping in poll(2) on frames.
-        let endpoint = self.endpoint.lock().unwrap_or_else(PoisonError::into_inner);
-        !endpoint.unread.is_empty()
-            || endpoint
-                .pending
-                .get(&self.shared.config.vni)
-                .is_some_and(|q| !q.is_empty())
+    /// A frame asking for segments below the minimum is refused and
+    /// counted without a byte made; the frames around it pass.
+    #[test]
+    fn tiny_segment_sizes_are_refused_and_counted() {
+        let batch = [
+            offloaded(1000, 1448),
+            offloaded(60_000, 1),
+            offloaded(60_000, 0),
+            offloaded(1000, 1448),
+        ];
+        let mut wholes = Wholes::default();
+        let counters = VxlanCounters::default();
+        let mut frames = batch.iter().map(Vec::as_slice);
+        let filled = wholes.fill(&mut frames, &counters, "test");
+        assert_eq!(
+            filled,
+            Filled {
+                taken: 4,
+                refused: 2,
+                more: false
+            }
+        );
+        let owners: Vec<usize> = wholes.spans.iter().map(|&(_, _, i)| i).collect();
+        assert_eq!(owners, [0, 3]);
+        assert_eq!(wholes.bytes.len(), 2 * (54 + 1000));
+        assert_eq!(counters.small_gso.load(Ordering::Relaxed), 2);
+        assert_eq!(counters.offload_errors.load(Ordering::Relaxed), 0);
     }
 }

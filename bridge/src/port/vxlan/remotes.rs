@@ -7,14 +7,22 @@
 //! station is new, moves to another VTEP, or its entry's second changes:
 //! the read-mostly pattern of the MAC table. A reader-writer lock guards it;
 //! the lookups of one send batch take it once.
+//!
+//! A full table refuses a new station in constant time, without the write
+//! lock: every datagram from a new inner source asks, and a peer can send
+//! as many as it likes. Stations that aged out make room again through a
+//! sweep of the table, at most once per [`SWEEP_INTERVAL`].
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{PoisonError, RwLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{PoisonError, RwLock, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use crate::fdb::FdbKey;
+
+/// How often a full table may be swept for stations that aged out.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Where a station behind the port was heard from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,8 +56,18 @@ pub struct RemoteTable {
     flood: Vec<IpAddr>,
     max_entries: usize,
     age: Duration,
+    /// The entries' count, kept beside the map (written under the write
+    /// lock) so that a full table is told without any lock.
+    len: AtomicUsize,
+    /// What the sweep clock counts from.
+    epoch: Instant,
+    /// When, in milliseconds from `epoch`, a full table may be swept next.
+    sweep_at: AtomicU64,
     /// New stations not learned because the table was full.
     pub refused: AtomicU64,
+    /// Write sections taken, to tell what a refusal costs.
+    #[cfg(test)]
+    writes: AtomicU64,
 }
 
 impl RemoteTable {
@@ -61,8 +79,19 @@ impl RemoteTable {
             flood,
             max_entries,
             age,
+            len: AtomicUsize::new(0),
+            epoch: Instant::now(),
+            sweep_at: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            #[cfg(test)]
+            writes: AtomicU64::new(0),
         }
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, HashMap<FdbKey, Remote>> {
+        #[cfg(test)]
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.entries.write().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The listed remotes.
@@ -95,20 +124,49 @@ impl RemoteTable {
         }));
     }
 
+    /// Whether the table holds as many entries as it may (relaxed: a
+    /// writer that finds room re-checks under the write lock).
+    fn is_full(&self) -> bool {
+        self.max_entries != 0 && self.len.load(Ordering::Relaxed) >= self.max_entries
+    }
+
+    /// `now` on the sweep clock.
+    fn millis(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.epoch).as_millis() as u64
+    }
+
+    /// Refuses a new station: one count.
+    fn refuse(&self) {
+        // Relaxed: a statistic.
+        self.refused.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Learns that `key` was heard from `addr`. A write lock is taken only
-    /// when the entry is new, moved, or last refreshed a second ago or more.
+    /// when the entry is new, moved, or last refreshed a second ago or more;
+    /// a new station in a full table is refused without it, but for one
+    /// sweep per [`SWEEP_INTERVAL`].
     pub fn learn(&self, key: FdbKey, addr: IpAddr, now: Instant) {
         {
             let entries = self.entries.read().unwrap_or_else(PoisonError::into_inner);
-            if let Some(r) = entries.get(&key) {
-                if r.fixed
-                    || (r.addr == addr && now.duration_since(r.seen) < Duration::from_secs(1))
+            match entries.get(&key) {
+                Some(r)
+                    if r.fixed
+                        || (r.addr == addr
+                            && now.duration_since(r.seen) < Duration::from_secs(1)) =>
                 {
+                    return
+                }
+                Some(_) => {}
+                None if self.is_full()
+                    && self.millis(now) < self.sweep_at.load(Ordering::Relaxed) =>
+                {
+                    self.refuse();
                     return;
                 }
+                None => {}
             }
         }
-        let mut entries = self.entries.write().unwrap_or_else(PoisonError::into_inner);
+        let mut entries = self.write();
         if let Some(r) = entries.get_mut(&key) {
             if !r.fixed {
                 r.addr = addr;
@@ -117,12 +175,19 @@ impl RemoteTable {
             return;
         }
         if self.max_entries != 0 && entries.len() >= self.max_entries {
-            // Make room from stations that aged out before refusing.
-            let age = self.age;
-            entries.retain(|_, r| r.fixed || now.duration_since(r.seen) < age);
+            // Make room from stations that aged out before refusing, at
+            // most once per interval: the refusals until then take no
+            // write lock.
+            let at = self.millis(now);
+            if at >= self.sweep_at.load(Ordering::Relaxed) {
+                let interval = SWEEP_INTERVAL.as_millis() as u64;
+                self.sweep_at.store(at + interval, Ordering::Relaxed);
+                let age = self.age;
+                entries.retain(|_, r| r.fixed || now.duration_since(r.seen) < age);
+                self.len.store(entries.len(), Ordering::Relaxed);
+            }
             if entries.len() >= self.max_entries {
-                // Relaxed: a statistic.
-                self.refused.fetch_add(1, Ordering::Relaxed);
+                self.refuse();
                 return;
             }
         }
@@ -134,30 +199,29 @@ impl RemoteTable {
                 fixed: false,
             },
         );
+        self.len.store(entries.len(), Ordering::Relaxed);
     }
 
     /// Adds (or replaces) a static entry.
     pub fn add_static(&self, key: FdbKey, addr: IpAddr) {
-        self.entries
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(
-                key,
-                Remote {
-                    addr,
-                    seen: Instant::now(),
-                    fixed: true,
-                },
-            );
+        let mut entries = self.write();
+        entries.insert(
+            key,
+            Remote {
+                addr,
+                seen: Instant::now(),
+                fixed: true,
+            },
+        );
+        self.len.store(entries.len(), Ordering::Relaxed);
     }
 
     /// Removes an entry; returns whether there was one.
     pub fn remove(&self, key: &FdbKey) -> bool {
-        self.entries
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(key)
-            .is_some()
+        let mut entries = self.write();
+        let removed = entries.remove(key).is_some();
+        self.len.store(entries.len(), Ordering::Relaxed);
+        removed
     }
 
     /// Every live entry.
@@ -186,6 +250,11 @@ mod tests {
 
     fn key(n: u8) -> FdbKey {
         FdbKey::new(0, MacAddr([2, 0, 0, 0, 0, n]))
+    }
+
+    fn station(n: u16) -> FdbKey {
+        let [a, b] = n.to_be_bytes();
+        FdbKey::new(0, MacAddr([2, 0, 0, 1, a, b]))
     }
 
     fn ip(n: u8) -> IpAddr {
@@ -229,5 +298,39 @@ mod tests {
         assert!(table.remove(&key(9)));
         table.learn(key(2), ip(1), now);
         assert_eq!(table.entries().len(), 2);
+    }
+
+    /// A full table under a flood of new inner sources: each refusal is an
+    /// atomic load and a count, never the write lock or a scan of the
+    /// table; stations that aged out still make room, found by a sweep at
+    /// most once a second.
+    #[test]
+    fn a_full_table_refuses_in_constant_time() {
+        let age = Duration::from_secs(300);
+        let table = RemoteTable::new(vec![ip(1)], 64, age);
+        let start = Instant::now();
+        for n in 0..64 {
+            table.learn(station(n), ip(1), start);
+        }
+        let writes = table.writes.load(Ordering::Relaxed);
+        // Within one second: at most one sweep for all of them.
+        for n in 0..10_000 {
+            let now = start + Duration::from_micros(n.into());
+            table.learn(station(1000 + n), ip(2), now);
+        }
+        assert_eq!(table.refused.load(Ordering::Relaxed), 10_000);
+        let taken = table.writes.load(Ordering::Relaxed) - writes;
+        assert!(taken <= 1, "{taken} write sections for 10000 refusals");
+        // Known stations still move and refresh in a full table.
+        table.learn(station(3), ip(3), start + Duration::from_secs(2));
+        let mut out = Vec::new();
+        table.lookup_all(&[station(3)], &mut out);
+        assert_eq!(out, [Some(ip(3))]);
+        // Once the others aged out, a new station takes the place of one.
+        let later = start + age + Duration::from_secs(1);
+        table.learn(station(60_000), ip(4), later);
+        table.lookup_all(&[station(60_000)], &mut out);
+        assert_eq!(out, [Some(ip(4))]);
+        assert_eq!(table.refused.load(Ordering::Relaxed), 10_000);
     }
 }
