@@ -44,6 +44,8 @@ pub enum Event {
     Capture(Request, mpsc::SyncSender<Result<CaptureGrant, ApiError>>),
     /// A signal (SIGHUP, SIGINT, SIGTERM).
     Signal(libc::c_int),
+    /// What rtnetlink said of interfaces.
+    Links(bridge::monitor::Received),
 }
 
 /// What a capture follows, and its place among the bridge's captures
@@ -109,6 +111,11 @@ impl Caller {
     pub fn signal(&self, signal: libc::c_int) -> bool {
         self.events.send(Event::Signal(signal)).is_ok()
     }
+
+    /// Hands link news to the owner; false once the owner is gone.
+    pub fn links(&self, news: bridge::monitor::Received) -> bool {
+        self.events.send(Event::Links(news)).is_ok()
+    }
 }
 
 /// A running bridge, as the owner thread sees it.
@@ -152,6 +159,9 @@ pub struct BridgeState {
     port_settings: PortSettings,
     /// The VXLAN ports' remote tables and counters, by port label.
     vxlans: BTreeMap<String, Arc<VxlanShared>>,
+    /// Whether rtnetlink tells the monitor of link changes; without it the
+    /// monitor looks at every link once a second.
+    link_events: bool,
     /// Raw ports whose interfaces were down until the bridge opened them:
     /// put back down when they leave the bridge or the bridge stops.
     raised: std::collections::BTreeSet<String>,
@@ -191,6 +201,8 @@ pub struct Parts {
     pub vxlans: BTreeMap<String, Arc<VxlanShared>>,
     /// Raw ports whose links opening them brought up.
     pub raised: std::collections::BTreeSet<String>,
+    /// Whether rtnetlink link news will come.
+    pub link_events: bool,
 }
 
 impl BridgeState {
@@ -218,6 +230,7 @@ impl BridgeState {
             port_settings: parts.port_settings,
             vxlans: parts.vxlans,
             raised: parts.raised,
+            link_events: parts.link_events,
             fatal: None,
         }
     }
@@ -266,9 +279,24 @@ impl BridgeState {
         if aged > 0 {
             log::debug!("aged out {aged} stations");
         }
-        let events = self.monitor.tick(&*self.fdb);
-        self.report_links(events);
+        if !self.link_events {
+            let events = self.monitor.tick(&*self.fdb);
+            self.report_links(events);
+        }
         self.check_workers()
+    }
+
+    /// Applies link news from rtnetlink; after an overrun, looks at every
+    /// watched link again.
+    pub fn links(&mut self, news: bridge::monitor::Received) {
+        let events = match news {
+            bridge::monitor::Received::Updates(updates) => self.monitor.apply(&updates, &*self.fdb),
+            bridge::monitor::Received::Overrun => {
+                log::info!("link news overran; looking at every link again");
+                self.monitor.tick(&*self.fdb)
+            }
+        };
+        self.report_links(events);
     }
 
     /// Logs what the link monitor saw.
@@ -1028,6 +1056,7 @@ impl BridgeState {
                 moves: totals.moved,
                 refused: totals.refused,
                 aged: totals.aged,
+                own_sources: totals.own_sources,
             },
             lockstat,
         }

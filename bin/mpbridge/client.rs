@@ -239,7 +239,7 @@ pub fn print_stats(stats: &protocol::Stats) {
     let fdb = &stats.fdb;
     println!(
         "  fdb: {} entries ({} learned, {} static, {} local; limit {}, ageing {}s), \
-         learned {}, moved {}, refused {}, aged {}",
+         learned {}, moved {}, refused {}, aged {}, own sources {}",
         fdb.entries,
         fdb.learned,
         fdb.r#static,
@@ -249,7 +249,8 @@ pub fn print_stats(stats: &protocol::Stats) {
         fdb.learned_total,
         fdb.moves,
         fdb.refused,
-        fdb.aged
+        fdb.aged,
+        fdb.own_sources
     );
     let lock = &stats.lockstat;
     if lock.enabled {

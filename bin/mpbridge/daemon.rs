@@ -83,6 +83,14 @@ pub fn run<S: Strategy>(
             monitor.watch(PortId(index as u16), &spec.name);
         }
     }
+    // Opened before the first look, so that no change falls between them.
+    let link_news = match bridge::monitor::LinkEvents::open(Duration::from_millis(500)) {
+        Ok(news) => Some(news),
+        Err(error) => {
+            log::warn!("no rtnetlink link news ({error}): looking at links once a second");
+            None
+        }
+    };
     let first_events = monitor.tick(&*fdb);
     let stopper = Arc::new(Stopper::new().map_err(|e| format!("cannot create an eventfd: {e}"))?);
     let worker_config = WorkerConfig {
@@ -139,6 +147,7 @@ pub fn run<S: Strategy>(
         port_settings,
         vxlans,
         raised,
+        link_events: link_news.is_some(),
     });
     state.report_links(first_events);
     if let Some((_, file)) = &file {
@@ -177,7 +186,10 @@ pub fn run<S: Strategy>(
         log::info!("control socket {path}");
         thread
     };
-    system::forward_signals(signals, caller)?;
+    system::forward_signals(signals, caller.clone())?;
+    let links_thread = link_news
+        .map(|news| forward_links(news, caller, Arc::clone(&stopper)))
+        .transpose()?;
     log::info!(
         "ageing {} s, at most {} learned stations",
         args.age,
@@ -231,6 +243,11 @@ pub fn run<S: Strategy>(
             outcome = Err("the metrics thread panicked".to_owned());
         }
     }
+    if let Some(thread) = links_thread {
+        if thread.join().is_err() && outcome.is_ok() {
+            outcome = Err("the link news thread panicked".to_owned());
+        }
+    }
     // A panic was reported by check_workers (or here, if it came while
     // stopping); its message went to stderr through the panic hook.
     if let Err(error) = state.stop_workers() {
@@ -272,6 +289,7 @@ fn own(
             Ok(Event::Capture(request, reply)) => {
                 let _ = reply.send(state.capture(request));
             }
+            Ok(Event::Links(news)) => state.links(news),
             Ok(Event::Signal(libc::SIGHUP)) if !reloads => {
                 log::info!("SIGHUP: the bridge runs without --config; nothing to reload");
             }
@@ -294,6 +312,35 @@ fn own(
         }
         state.check_workers()?;
     }
+}
+
+/// Starts the thread that waits for rtnetlink's link news and hands it to
+/// the owner, until the bridge stops.
+fn forward_links(
+    mut news: bridge::monitor::LinkEvents,
+    caller: Caller,
+    stopper: Arc<Stopper>,
+) -> Result<thread::JoinHandle<()>, String> {
+    use bridge::monitor::Received;
+    thread::Builder::new()
+        .name("links".to_owned())
+        .spawn(move || {
+            while !stopper.is_stopped() {
+                match news.recv() {
+                    Ok(Received::Updates(updates)) if updates.is_empty() => {}
+                    Ok(received) => {
+                        if !caller.links(received) {
+                            return;
+                        }
+                    }
+                    Err(error) => {
+                        log::warn!("link news: {error}");
+                        thread::sleep(Duration::from_millis(500));
+                    }
+                }
+            }
+        })
+        .map_err(|e| format!("cannot start the link news thread: {e}"))
 }
 
 /// The options the ready line names beside ports, lock and workers.

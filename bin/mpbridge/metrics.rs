@@ -313,7 +313,7 @@ pub fn render(stats: &Stats) -> String {
     for (name, help, value) in fdb_gauges {
         out.family(name, Kind::Gauge, help, one(Value::Int(value)));
     }
-    let fdb_counters: [(&str, &str, u64); 4] = [
+    let fdb_counters: [(&str, &str, u64); 5] = [
         (
             "fdb_learned_total",
             "Stations learned since start.",
@@ -326,6 +326,11 @@ pub fn render(stats: &Stats) -> String {
             fdb.refused,
         ),
         ("fdb_aged_total", "Entries aged out since start.", fdb.aged),
+        (
+            "fdb_own_sources_total",
+            "Frames whose source was one of the bridge's own addresses, not learned (each once per batch).",
+            fdb.own_sources,
+        ),
     ];
     for (name, help, value) in fdb_counters {
         out.family(name, Kind::Counter, help, one(Value::Int(value)));
@@ -743,6 +748,7 @@ mod tests {
                 moves: 7,
                 refused: 2,
                 aged: 31,
+                own_sources: 4,
             },
             lockstat: LockStats {
                 enabled: true,
@@ -779,6 +785,7 @@ mod tests {
             "mpbridge_fdb_local_entries",
             "mpbridge_fdb_max_entries",
             "mpbridge_fdb_moves_total",
+            "mpbridge_fdb_own_sources_total",
             "mpbridge_fdb_refused_total",
             "mpbridge_fdb_static_entries",
             "mpbridge_info",
@@ -859,6 +866,7 @@ mod tests {
             ("fdb_moves_total", fdb.moves),
             ("fdb_refused_total", fdb.refused),
             ("fdb_aged_total", fdb.aged),
+            ("fdb_own_sources_total", fdb.own_sources),
             ("uptime_seconds", stats.uptime_s),
             ("lockstat_enabled", 1),
         ];

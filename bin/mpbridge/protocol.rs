@@ -372,7 +372,8 @@ pub struct PortStats {
     pub vlans: Option<String>,
     /// A VXLAN port's own counters: datagrams dropped by reason (`short`,
     /// `flags`, `reserved`, `unknown_vni`, `unlisted_source`, `truncated`,
-    /// `pending_full`), frames not sent (`no_remote`, `offload_errors`),
+    /// `pending_full`), frames not sent (`no_remote`, `offload_errors`,
+    /// `small_gso`: a GSO size under 48 bytes),
     /// stations its remote table refused (`remotes_refused`) and holds
     /// (`remotes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -430,6 +431,9 @@ pub struct FdbStats {
     pub refused: u64,
     /// Entries aged out since start.
     pub aged: u64,
+    /// Frames whose source was one of the bridge's own (local) addresses,
+    /// never learned, since start (once per station and batch).
+    pub own_sources: u64,
 }
 
 /// Lock statistics, as lockstat(1) gives them.

@@ -658,6 +658,70 @@ flap_storm_tests! {
     flap_storm_epoch: "epoch";
 }
 
+/// Sets process `pid`'s soft limit on open descriptors (the hard one
+/// stays: raising it back would need CAP_SYS_RESOURCE).
+fn limit_descriptors(pid: u32, limit: usize) {
+    let status = Command::new("prlimit")
+        .args(["--pid", &pid.to_string(), &format!("--nofile={limit}:")])
+        .status()
+        .expect("prlimit (util-linux)");
+    assert!(status.success());
+}
+
+fn descriptors_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+fn running_out_of_descriptors_is_not_an_interface_deleted() {
+    if !privileged("running_out_of_descriptors_is_not_an_interface_deleted") {
+        return;
+    }
+    let (socket, ctl) = netns::ctl_socket("mpbemfile");
+    let mut topology = Topology::new(PortKind::Raw, 2, &[&ctl, "-v"]);
+    tcp_transfer(&topology.hosts, 0, 1, 5121, 21);
+    let pid = pid(&topology);
+    let locals = |socket: &std::path::Path| {
+        let entries = netns::ctl_json(socket, &["fdb", "show", "--json"]);
+        entries
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["state"] == "local")
+            .count()
+    };
+    assert_eq!(locals(&socket), 2);
+    // A few descriptors more than the daemon holds now, taken by clients;
+    // more clients wait in the listen backlog.
+    limit_descriptors(pid, descriptors_of(pid) + 3);
+    let clients: Vec<std::os::unix::net::UnixStream> = (0..16)
+        .map(|_| std::os::unix::net::UnixStream::connect(&socket).unwrap())
+        .collect();
+    // Link-monitor ticks while no descriptor is to be had, and a control
+    // thread that must not spin on clients it cannot accept.
+    std::thread::sleep(Duration::from_millis(500));
+    let used = cpu_over(pid, Duration::from_secs(2));
+    drop(clients);
+    limit_descriptors(pid, 1024);
+    assert!(used < 0.1, "{used} s of CPU while out of descriptors");
+    std::thread::sleep(Duration::from_millis(1500));
+    // Both raw ports are still the bridge's, with their own addresses kept.
+    assert_eq!(locals(&socket), 2);
+    let stats = netns::ctl_json(&socket, &["stats", "--json"]);
+    for port in ["raw:p0", "raw:p1"] {
+        assert_eq!(
+            netns::port_stats(&stats, port)["state"],
+            "forwarding",
+            "{stats}"
+        );
+    }
+    tcp_transfer(&topology.hosts, 1, 0, 5122, 22);
+    let (_, log) = topology.daemon.take().unwrap().stop(Duration::from_secs(3));
+    assert_eq!(lines_with(&log, "interface deleted"), 0, "{log:?}");
+    assert!(lines_with(&log, "not accepting") >= 1, "{log:?}");
+}
+
 lab::test_main! {
     privileged: [
         a_raw_port_down_then_deleted_costs_no_cpu_and_is_reported_once,
@@ -673,6 +737,7 @@ lab::test_main! {
         sighup_is_ignored,
         a_closed_stderr_is_no_crash,
         the_running_daemon_holds_no_effective_capability,
+        running_out_of_descriptors_is_not_an_interface_deleted,
         flap_storm_mutex,
         flap_storm_rwlock,
         flap_storm_rmlock,

@@ -260,6 +260,7 @@ fn scrape_equals_stats_on_an_idle_bridge() {
         ("fdb_moves_total", "moves"),
         ("fdb_refused_total", "refused"),
         ("fdb_aged_total", "aged"),
+        ("fdb_own_sources_total", "own_sources"),
     ] {
         assert_eq!(get(metric, &[]), int(&fdb[field]), "{metric}");
     }

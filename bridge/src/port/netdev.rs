@@ -40,6 +40,23 @@ pub fn if_index(name: &str) -> io::Result<u32> {
     }
 }
 
+/// Whether interface `name` is still the one of index `ifindex`: false
+/// when it is gone (or another interface took the name), an error when
+/// the kernel could not be asked (out of descriptors, say), which says
+/// nothing about the interface.
+pub fn is_still(name: &str, ifindex: u32) -> io::Result<bool> {
+    match if_index(name) {
+        Ok(index) => Ok(index == ifindex),
+        Err(error) if is_no_device(&error) => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
+/// Whether a failed look at an interface means that it does not exist.
+pub fn is_no_device(error: &io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::ENODEV | libc::ENXIO))
+}
+
 /// A datagram socket for interface ioctls.
 fn control_socket() -> io::Result<OwnedFd> {
     // SAFETY: constant arguments; the result is checked at once.

@@ -148,8 +148,10 @@ impl Port for RawPort {
             .ring
             .take_error()
             .or_else(|| fd::take_socket_error(self.fd.as_fd()))?;
+        // Gone only when the kernel says so: a look that fails for want of
+        // descriptors leaves it a link down, retried.
         if error.raw_os_error() == Some(libc::ENETDOWN)
-            && netdev::if_index(&self.name).ok() != Some(self.ifindex)
+            && matches!(netdev::is_still(&self.name, self.ifindex), Ok(false))
         {
             return Some(io::Error::from_raw_os_error(libc::ENODEV));
         }
@@ -157,7 +159,7 @@ impl Port for RawPort {
     }
 
     fn link_ready(&self) -> bool {
-        netdev::if_index(&self.name).ok() == Some(self.ifindex)
+        matches!(netdev::is_still(&self.name, self.ifindex), Ok(true))
             && netdev::link_state(&self.name).is_ok_and(|state| state.running)
     }
 }

@@ -1,0 +1,227 @@
+//! The link monitor: the daemon's main thread looks at a raw port's
+//! interface when rtnetlink says it changed (`rtnetlink.rs`; or once a
+//! second where no rtnetlink socket could be had). A link that went down has its learned stations
+//! flushed (the Linux bridge does this when a port is disabled), so that
+//! frames to them flood until the stations are seen again; the interface's
+//! own address, and any address it takes while running, is kept as a local
+//! entry, so that frames to the host are never forwarded to other ports; an
+//! interface deleted is reported once. The entry is at VLAN 0, which the
+//! table and the forwarding decision take as the host's in every VLAN: no
+//! frame's source learns it in any VLAN, and frames to it in any VLAN stay
+//! with the host.
+//!
+//! Taps are left to the workers: mpbridge owns them, and their kernel side
+//! usually lives in another network namespace, out of this one's sight;
+//! their queues tell whether the device is up, wherever it is, and the
+//! workers ask once a second (`Port::link_lost`).
+
+mod rtnetlink;
+
+pub use rtnetlink::{LinkEvents, LinkState as LinkUpdateState, LinkUpdate, Received};
+
+use crate::fdb::{FdbKey, PortId, Table};
+use crate::port::netdev::{self, LinkState};
+use crate::wire::MacAddr;
+
+/// What the monitor saw change on one tick.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkEvent {
+    /// The link stopped passing frames; this many stations were flushed.
+    Down {
+        /// The port.
+        port: PortId,
+        /// Learned stations removed.
+        flushed: usize,
+    },
+    /// The link passes frames again.
+    Up {
+        /// The port.
+        port: PortId,
+    },
+    /// The interface's address is now this (a local entry).
+    Address {
+        /// The port.
+        port: PortId,
+        /// The new address.
+        addr: MacAddr,
+    },
+    /// The interface is gone; this many stations were flushed.
+    Gone {
+        /// The port.
+        port: PortId,
+        /// Learned stations removed.
+        flushed: usize,
+    },
+}
+
+#[derive(Debug)]
+struct Watched {
+    port: PortId,
+    name: String,
+    ifindex: Option<u32>,
+    running: Option<bool>,
+    local: Option<MacAddr>,
+    gone: bool,
+}
+
+/// Watches the interfaces of raw ports.
+#[derive(Debug, Default)]
+pub struct LinkMonitor {
+    watched: Vec<Watched>,
+}
+
+impl LinkMonitor {
+    /// A monitor of nothing yet.
+    pub fn new() -> LinkMonitor {
+        LinkMonitor::default()
+    }
+
+    /// Watches interface `name`, bridged as `port`.
+    pub fn watch(&mut self, port: PortId, name: &str) {
+        self.watched.push(Watched {
+            port,
+            name: name.to_owned(),
+            ifindex: netdev::if_index(name).ok(),
+            running: None,
+            local: None,
+            gone: false,
+        });
+    }
+
+    /// Stops watching port `port` (it left the bridge) and removes its
+    /// interface's address from `fdb`.
+    pub fn unwatch(&mut self, port: PortId, fdb: &dyn Table) {
+        self.watched.retain(|watched| {
+            if watched.port != port {
+                return true;
+            }
+            if let Some(addr) = watched.local {
+                fdb.remove_static(FdbKey::new(0, addr));
+            }
+            false
+        });
+    }
+
+    /// Looks at every watched interface once (interface ioctls), updates
+    /// `fdb`, and returns what changed: the monitor's view when it starts,
+    /// and again whenever link events may have been missed.
+    pub fn tick(&mut self, fdb: &dyn Table) -> Vec<LinkEvent> {
+        let mut events = Vec::new();
+        for watched in &mut self.watched {
+            if watched.gone {
+                continue;
+            }
+            if let Some(seen) = watched.look() {
+                watched.observe(seen, fdb, &mut events);
+            }
+        }
+        events
+    }
+
+    /// Applies link updates from rtnetlink (`LinkEvents`). A message may
+    /// have waited in the socket since before the monitor's last look, so
+    /// it only says which interface changed: that one is looked at again
+    /// now, and the message's own state is taken only where the look
+    /// cannot be made (out of descriptors, say). A deletion is final.
+    pub fn apply(&mut self, updates: &[LinkUpdate], fdb: &dyn Table) -> Vec<LinkEvent> {
+        let mut events = Vec::new();
+        // One look per interface, after its last message.
+        let last = |index: usize| {
+            !updates[index + 1..]
+                .iter()
+                .any(|later| later.ifindex == updates[index].ifindex)
+        };
+        for (_, update) in updates.iter().enumerate().filter(|(i, _)| last(*i)) {
+            for watched in &mut self.watched {
+                if watched.gone || watched.ifindex != Some(update.ifindex) {
+                    continue;
+                }
+                let seen = match update.state {
+                    None => Seen::Gone,
+                    Some(state) => watched.look().unwrap_or(Seen::Link {
+                        running: state.running,
+                        addr: state.addr,
+                    }),
+                };
+                watched.observe(seen, fdb, &mut events);
+            }
+        }
+        events
+    }
+}
+
+/// What one look at a watched interface found.
+#[derive(Debug, Clone, Copy)]
+enum Seen {
+    /// No such interface any more.
+    Gone,
+    /// Its link, and its address where known.
+    Link {
+        running: bool,
+        addr: Option<MacAddr>,
+    },
+}
+
+impl Watched {
+    /// Looks at the interface now (interface ioctls); `None` when the look
+    /// could not be made. Only the kernel saying there is no such device
+    /// means gone: running out of descriptors or memory (the look needs a
+    /// socket) is no news.
+    fn look(&self) -> Option<Seen> {
+        let still = match self.ifindex {
+            Some(ifindex) => netdev::is_still(&self.name, ifindex).ok()?,
+            // It had no index when it began to be watched.
+            None => false,
+        };
+        if !still {
+            return Some(Seen::Gone);
+        }
+        let LinkState { running, .. } = netdev::link_state(&self.name).ok()?;
+        let addr = netdev::hw_addr(&self.name).ok();
+        Some(Seen::Link { running, addr })
+    }
+
+    /// Updates the watched interface and `fdb` for what was seen; records
+    /// what changed in `events`.
+    fn observe(&mut self, seen: Seen, fdb: &dyn Table, events: &mut Vec<LinkEvent>) {
+        let (running, addr) = match seen {
+            Seen::Gone => {
+                self.gone = true;
+                if let Some(addr) = self.local.take() {
+                    fdb.remove_static(FdbKey::new(0, addr));
+                }
+                let flushed = fdb.flush_port(self.port);
+                events.push(LinkEvent::Gone {
+                    port: self.port,
+                    flushed,
+                });
+                return;
+            }
+            Seen::Link { running, addr } => (running, addr),
+        };
+        match (self.running, running) {
+            (Some(true), false) => {
+                let flushed = fdb.flush_port(self.port);
+                events.push(LinkEvent::Down {
+                    port: self.port,
+                    flushed,
+                });
+            }
+            (Some(false), true) => events.push(LinkEvent::Up { port: self.port }),
+            _ => {}
+        }
+        self.running = Some(running);
+        if let Some(addr) = addr {
+            if self.local != Some(addr) && addr.is_valid_source() {
+                if let Some(old) = self.local.replace(addr) {
+                    fdb.remove_static(FdbKey::new(0, old));
+                }
+                fdb.add_local(FdbKey::new(0, addr), self.port);
+                events.push(LinkEvent::Address {
+                    port: self.port,
+                    addr,
+                });
+            }
+        }
+    }
+}

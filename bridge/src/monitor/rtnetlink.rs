@@ -1,0 +1,250 @@
+//! Link changes as the kernel announces them: an rtnetlink socket in the
+//! `RTMGRP_LINK` group gets an `RTM_NEWLINK` for every change of an
+//! interface's flags or address and an `RTM_DELLINK` when it goes, so the
+//! monitor hears of a link going down, or of an interface deleted, at once
+//! and without asking. The socket is opened once, at start, so that running
+//! out of descriptors later cannot blind it (rust-netlink's `netlink-sys`
+//! for the socket, `netlink-packet-route` for the messages).
+
+use std::io;
+use std::time::Duration;
+
+use netlink_packet_core::{NetlinkBuffer, NetlinkMessage, NetlinkPayload};
+use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
+use netlink_packet_route::RouteNetlinkMessage;
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+
+use crate::wire::MacAddr;
+
+/// One interface's news.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkUpdate {
+    /// The interface's index.
+    pub ifindex: u32,
+    /// Its state now; `None`: it was deleted.
+    pub state: Option<LinkState>,
+}
+
+/// An interface's state as an `RTM_NEWLINK` gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkState {
+    /// Up with carrier: frames pass (`IFF_RUNNING`).
+    pub running: bool,
+    /// Its hardware address, when the message carries a 6-byte one.
+    pub addr: Option<MacAddr>,
+}
+
+/// The rtnetlink socket for link news.
+pub struct LinkEvents {
+    socket: Socket,
+    buffer: Vec<u8>,
+}
+
+impl std::fmt::Debug for LinkEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinkEvents").finish_non_exhaustive()
+    }
+}
+
+/// What one wait for link news brought.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Received {
+    /// These updates (none when the wait timed out).
+    Updates(Vec<LinkUpdate>),
+    /// The kernel dropped news for want of room (`ENOBUFS`): whoever keeps
+    /// a view of the links must look at them all again.
+    Overrun,
+}
+
+/// How long news is gathered after its first message.
+pub const SETTLE: Duration = Duration::from_millis(20);
+
+/// Room for a burst of messages in one datagram.
+const BUFFER: usize = 64 * 1024;
+
+impl LinkEvents {
+    /// Joins `RTMGRP_LINK` in this network namespace; `timeout` bounds each
+    /// wait, so that the waiting thread can look at its stop flag.
+    pub fn open(timeout: Duration) -> io::Result<LinkEvents> {
+        let mut socket = Socket::new(NETLINK_ROUTE)?;
+        socket.bind(&SocketAddr::new(0, libc::RTMGRP_LINK as u32))?;
+        socket2::SockRef::from(&socket).set_read_timeout(Some(timeout))?;
+        Ok(LinkEvents {
+            socket,
+            buffer: Vec::with_capacity(BUFFER),
+        })
+    }
+
+    /// Waits (at most the timeout) for link news; once some comes, takes
+    /// what follows within [`SETTLE`] too, so that one change's messages
+    /// (a deleted link's last `RTM_NEWLINK` and its `RTM_DELLINK`) arrive
+    /// together.
+    pub fn recv(&mut self) -> io::Result<Received> {
+        self.buffer.clear();
+        match self.socket.recv(&mut self.buffer, 0) {
+            Ok(_) => {
+                let mut updates = parse(&self.buffer);
+                std::thread::sleep(SETTLE);
+                loop {
+                    self.buffer.clear();
+                    match self.socket.recv(&mut self.buffer, libc::MSG_DONTWAIT) {
+                        Ok(_) => updates.extend(parse(&self.buffer)),
+                        Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                            return Ok(Received::Overrun)
+                        }
+                        Err(_) => break,
+                    }
+                }
+                Ok(Received::Updates(updates))
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Ok(Received::Updates(Vec::new()))
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(Received::Updates(Vec::new())),
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => Ok(Received::Overrun),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The link updates in one datagram of rtnetlink messages; what is not a
+/// link message, or not well formed, is passed over.
+pub fn parse(datagram: &[u8]) -> Vec<LinkUpdate> {
+    let mut updates = Vec::new();
+    let mut rest = datagram;
+    while !rest.is_empty() {
+        let Ok(header) = NetlinkBuffer::new_checked(rest) else {
+            break;
+        };
+        let len = header.length() as usize;
+        // NLMSG_ALIGN: messages in a datagram start on 4-byte boundaries.
+        let step = (len + 3) & !3;
+        if let Ok(message) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&rest[..len]) {
+            if let NetlinkPayload::InnerMessage(inner) = message.payload {
+                match inner {
+                    RouteNetlinkMessage::NewLink(link) => updates.push(new_link(&link)),
+                    RouteNetlinkMessage::DelLink(link) => updates.push(LinkUpdate {
+                        ifindex: link.header.index,
+                        state: None,
+                    }),
+                    _ => {}
+                }
+            }
+        }
+        if step == 0 || step > rest.len() {
+            break;
+        }
+        rest = &rest[step..];
+    }
+    updates
+}
+
+fn new_link(link: &LinkMessage) -> LinkUpdate {
+    let addr = link
+        .attributes
+        .iter()
+        .find_map(|attribute| match attribute {
+            LinkAttribute::Address(bytes) if bytes.len() == 6 => {
+                Some(MacAddr(std::array::from_fn(|i| bytes[i])))
+            }
+            _ => None,
+        });
+    LinkUpdate {
+        ifindex: link.header.index,
+        state: Some(LinkState {
+            running: link.header.flags.contains(LinkFlags::Running),
+            addr,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload};
+
+    fn emitted(message: RouteNetlinkMessage) -> Vec<u8> {
+        let mut message =
+            NetlinkMessage::new(NetlinkHeader::default(), NetlinkPayload::from(message));
+        message.finalize();
+        let mut bytes = vec![0; message.buffer_len()];
+        message.serialize(&mut bytes);
+        bytes
+    }
+
+    fn link(index: u32, flags: LinkFlags, addr: Option<[u8; 6]>) -> LinkMessage {
+        let mut link = LinkMessage::default();
+        link.header.index = index;
+        link.header.flags = flags;
+        if let Some(addr) = addr {
+            link.attributes.push(LinkAttribute::Address(addr.to_vec()));
+        }
+        link.attributes.push(LinkAttribute::IfName("p0".to_owned()));
+        link
+    }
+
+    #[test]
+    fn new_and_deleted_links_are_read() {
+        let mac = [0x02, 0, 0, 0, 0, 7];
+        let mut datagram = emitted(RouteNetlinkMessage::NewLink(link(
+            7,
+            LinkFlags::Up | LinkFlags::Running,
+            Some(mac),
+        )));
+        datagram.extend(emitted(RouteNetlinkMessage::NewLink(link(
+            8,
+            LinkFlags::Up,
+            None,
+        ))));
+        datagram.extend(emitted(RouteNetlinkMessage::DelLink(link(
+            9,
+            LinkFlags::empty(),
+            None,
+        ))));
+        assert_eq!(
+            parse(&datagram),
+            [
+                LinkUpdate {
+                    ifindex: 7,
+                    state: Some(LinkState {
+                        running: true,
+                        addr: Some(MacAddr(mac)),
+                    }),
+                },
+                LinkUpdate {
+                    ifindex: 8,
+                    state: Some(LinkState {
+                        running: false,
+                        addr: None,
+                    }),
+                },
+                LinkUpdate {
+                    ifindex: 9,
+                    state: None,
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn damaged_datagrams_yield_what_is_whole() {
+        let whole = emitted(RouteNetlinkMessage::NewLink(link(
+            3,
+            LinkFlags::Running,
+            None,
+        )));
+        for cut in 0..whole.len() {
+            let updates = parse(&whole[..cut]);
+            assert!(updates.is_empty(), "cut at {cut}: {updates:?}");
+        }
+        let mut garbage = whole.clone();
+        garbage.extend([0xff; 40]);
+        assert_eq!(parse(&garbage).len(), 1);
+        assert!(parse(&[0u8; 64]).is_empty());
+    }
+}
