@@ -1012,6 +1012,75 @@ fn received_from(socket: &std::net::UdpSocket) -> Vec<(std::net::SocketAddr, Vec
     out
 }
 
+/// Waits (at most 10 s) until no IPv6 address of `dev` in `ns` is
+/// tentative: duplicate address detection has finished.
+fn wait_for_dad(ns: &Netns, dev: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = Command::new("ip")
+            .args([
+                "-n",
+                &ns.name,
+                "-6",
+                "addr",
+                "show",
+                "dev",
+                dev,
+                "tentative",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "ip addr show");
+        if out.stdout.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{dev} still tentative after 10 s: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A local IPv6 address still tentative (its link has no carrier, so
+/// duplicate address detection cannot finish) is refused with that reason,
+/// not as an address the host lacks; once detection has finished, the
+/// port opens.
+fn a_tentative_ipv6_address_is_refused_with_the_reason() {
+    let test = "a_tentative_ipv6_address_is_refused_with_the_reason";
+    if !privileged(test) || !ipv6_available(test) {
+        return;
+    }
+    let ns = Netns::new();
+    // A veth whose peer stays down: no carrier, no detection.
+    ns.ip(&["link", "add", "u0", "type", "veth", "peer", "name", "u1"]);
+    ns.sysctl("net/ipv6/conf/u0/disable_ipv6", "0")
+        .expect("cannot turn IPv6 on for u0");
+    ns.ip(&["addr", "add", "2001:2::1/64", "dev", "u0"]);
+    ns.ip(&["link", "set", "u0", "up"]);
+    let args = [
+        "run",
+        "--port=tap:t0",
+        "--port=vxlan:vx0,vni=42,local=2001:2::1",
+    ];
+    let (status, stderr) = netns::run_to_exit(Some(&ns), &args, Duration::from_secs(10));
+    assert!(
+        !status.success(),
+        "started on a tentative address: {stderr}"
+    );
+    assert!(
+        stderr.contains("2001:2::1 is not usable: IPv6 duplicate address detection"),
+        "{stderr}"
+    );
+    // The peer up: detection runs (a second) and the address is usable.
+    ns.ip(&["link", "set", "u1", "up"]);
+    wait_for_dad(&ns, "u0");
+    let daemon = Daemon::start(&ns, &args);
+    let (status, _) = daemon.stop(Duration::from_secs(5));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+}
+
 lab::test_main! {
     privileged: [
         kernel_vxlan_interop_mutex,
@@ -1036,6 +1105,7 @@ lab::test_main! {
         an_underlay_gone_costs_no_cpu,
         datagram_trains_both_ways,
         flows_spread_over_outer_source_ports,
+        a_tentative_ipv6_address_is_refused_with_the_reason,
     ],
     plain: [],
 }
