@@ -309,7 +309,8 @@ pub fn open_queues(
     Ok(match spec.kind {
         Kind::Vxlan => {
             let config = spec.vxlan.clone().expect("a vxlan port has its settings");
-            let local = config.local;
+            // An address that cannot be bound comes with the reason (none
+            // of this host's, or IPv6 still tentative).
             VxlanPort::open(
                 &spec.name,
                 config,
@@ -317,13 +318,7 @@ pub fn open_queues(
                 settings.max_entries,
                 Duration::from_secs(u64::from(settings.age_secs)),
             )
-            .map_err(|e| match e.raw_os_error() {
-                Some(libc::EADDRNOTAVAIL) => format!(
-                    "cannot open port {}: {local} is not an address of this host",
-                    spec.label()
-                ),
-                _ => format!("cannot open port {}: {e}", spec.label()),
-            })?
+            .map_err(|e| format!("cannot open port {}: {e}", spec.label()))?
             .into_iter()
             .map(LinkPort::Vxlan)
             .collect()

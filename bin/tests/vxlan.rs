@@ -1,8 +1,8 @@
 //! VXLAN ports against the Linux kernel's vxlan device: namespaces as
-//! hosts and VTEPs, veths as the underlay (198.18.1.0/24) and as the
-//! hosts' links (198.18.0.0/24), the interfaces' default offloads on.
-//! Needs root; skips with a reason otherwise (fails under
-//! MPBRIDGE_REQUIRE_PRIV=1).
+//! hosts and VTEPs, veths as the underlay (198.18.1.0/24, or 2001:2::/64
+//! with IPv6 on the underlay's links only) and as the hosts' links
+//! (198.18.0.0/24), the interfaces' default offloads on. Needs root; skips
+//! with a reason otherwise (fails under MPBRIDGE_REQUIRE_PRIV=1).
 
 mod netns;
 
@@ -11,41 +11,96 @@ use std::process::Command;
 use std::time::Duration;
 
 use netns::{
-    ctl_json, mac, privileged, settle_counts, tcp_transfer, test_frame, Daemon, Netns, Station,
-    BROADCAST,
+    ctl_json, mac, privileged, settle_counts, tcp_transfer, test_frame, Daemon, Netns, PortKind,
+    Station, BROADCAST,
 };
 
-/// The underlay address of VTEP `i`.
+/// The IP version of an underlay: its VTEPs' addresses, and the room
+/// VXLAN takes from its 1500-byte MTU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family {
+    /// VTEPs at 198.18.1.0/24.
+    V4,
+    /// VTEPs at 2001:2::/64, IPv6 on the underlay's links only.
+    V6,
+}
+
+impl Family {
+    /// The underlay address of VTEP `i`.
+    fn vtep(self, i: usize) -> String {
+        match self {
+            Family::V4 => format!("198.18.1.{}", i + 1),
+            Family::V6 => format!("2001:2::{}", i + 1),
+        }
+    }
+
+    /// The underlay's prefix length.
+    fn prefix(self) -> u8 {
+        match self {
+            Family::V4 => 24,
+            Family::V6 => 64,
+        }
+    }
+
+    /// The MTU of the hosts behind the VTEPs: the underlay's 1500 bytes
+    /// less VXLAN's overhead (outer IP header 20 or 40 bytes, UDP 8, VXLAN
+    /// 8, inner Ethernet 14).
+    fn host_mtu(self) -> u16 {
+        match self {
+            Family::V4 => 1450,
+            Family::V6 => 1430,
+        }
+    }
+}
+
+/// The IPv4 underlay address of VTEP `i`.
 fn vtep(i: usize) -> String {
-    format!("198.18.1.{}", i + 1)
+    Family::V4.vtep(i)
+}
+
+/// Whether this kernel has IPv6, for a test over an IPv6 underlay. When it
+/// has not, prints why and returns false, unless MPBRIDGE_REQUIRE_PRIV=1
+/// asks for a failure instead.
+fn ipv6_available(test: &str) -> bool {
+    if std::path::Path::new("/proc/sys/net/ipv6").exists() {
+        return true;
+    }
+    let reason = "this kernel has no IPv6";
+    if std::env::var("MPBRIDGE_REQUIRE_PRIV").as_deref() == Ok("1") {
+        panic!("{test}: {reason}, and MPBRIDGE_REQUIRE_PRIV=1 forbids skipping");
+    }
+    eprintln!("skipped {test}: {reason}");
+    false
 }
 
 /// An underlay: a namespace with a kernel bridge that VTEP namespaces
-/// join, each through a veth `u0` addressed `vtep(i)/24`.
+/// join, each through a veth `u0` addressed `family.vtep(i)`.
 struct Underlay {
     ns: Netns,
+    family: Family,
 }
 
 impl Underlay {
-    fn new() -> Underlay {
+    fn new(family: Family) -> Underlay {
         let ns = Netns::new();
         ns.ip(&["link", "add", "br0", "type", "bridge"]);
         ns.ip(&["link", "set", "br0", "up"]);
-        Underlay { ns }
+        Underlay { ns, family }
     }
 
-    /// An underlay and VTEPs 0 and 1 joined to it.
-    fn with_two_vteps() -> (Underlay, Netns, Netns) {
-        let underlay = Underlay::new();
+    /// An underlay of `family` and VTEPs 0 and 1 joined to it.
+    fn with_two_vteps(family: Family) -> (Underlay, Netns, Netns) {
+        let underlay = Underlay::new(family);
         let (a, b) = (Netns::new(), Netns::new());
         underlay.join(&a, 0);
         underlay.join(&b, 1);
         (underlay, a, b)
     }
 
-    /// An underlay and `n` VTEP namespaces joined to it, VTEP 0 to n - 1.
+    /// An IPv4 underlay and `n` VTEP namespaces joined to it, VTEP 0 to
+    /// n - 1.
     fn with_vteps(n: usize) -> (Underlay, Vec<Netns>) {
-        let underlay = Underlay::new();
+        let underlay = Underlay::new(Family::V4);
         let vteps: Vec<Netns> = (0..n).map(|_| Netns::new()).collect();
         for (i, ns) in vteps.iter().enumerate() {
             underlay.join(ns, i);
@@ -71,16 +126,35 @@ impl Underlay {
         ]);
         self.ns.ip(&["link", "set", &port, "master", "br0"]);
         self.ns.ip(&["link", "set", &port, "up"]);
-        vtep_ns.ip(&["addr", "add", &format!("{}/24", vtep(i)), "dev", "u0"]);
+        let address = format!("{}/{}", self.family.vtep(i), self.family.prefix());
+        if self.family == Family::V6 {
+            // IPv6 on this link alone: the hosts' links stay free of it.
+            vtep_ns
+                .sysctl("net/ipv6/conf/u0/disable_ipv6", "0")
+                .expect("cannot turn IPv6 on for the underlay");
+            // No duplicate address detection: the address is usable (a
+            // socket may bind it) at once.
+            vtep_ns.ip(&["addr", "add", &address, "dev", "u0", "nodad"]);
+        } else {
+            vtep_ns.ip(&["addr", "add", &address, "dev", "u0"]);
+        }
         vtep_ns.ip(&["link", "set", "u0", "up"]);
     }
 }
 
-/// A host behind a VTEP: eth0 addressed 198.18.0.(n+1)/24 with room for
-/// the 50 bytes of VXLAN over IPv4 in a 1500-byte underlay.
-fn host(n: usize, vtep_ns: &Netns, port: &str) -> Netns {
+/// A host behind a VTEP on an underlay of `family`, linked to `port` in
+/// `vtep_ns` by a veth (see `address_host`).
+fn host(n: usize, vtep_ns: &Netns, port: &str, family: Family) -> Netns {
     let host = Netns::new();
     host.add_veth(port, vtep_ns).expect("host veth");
+    address_host(&host, n, family);
+    host
+}
+
+/// Host `n`'s eth0: hardware address `mac(n + 1)`, addressed
+/// 198.18.0.(n+1)/24, with room for VXLAN's overhead on an underlay of
+/// `family` (`Family::host_mtu`), and up.
+fn address_host(host: &Netns, n: usize, family: Family) {
     host.ip(&[
         "link",
         "set",
@@ -88,14 +162,7 @@ fn host(n: usize, vtep_ns: &Netns, port: &str) -> Netns {
         "address",
         &mac_text(mac(n as u16 + 1)),
     ]);
-    address_host(&host, n);
-    host
-}
-
-/// Host `n`'s eth0: addressed 198.18.0.(n+1)/24, with room for the 50
-/// bytes of VXLAN over IPv4 in a 1500-byte underlay, and up.
-fn address_host(host: &Netns, n: usize) {
-    host.ip(&["link", "set", "eth0", "mtu", "1450"]);
+    host.ip(&["link", "set", "eth0", "mtu", &family.host_mtu().to_string()]);
     host.ip(&[
         "addr",
         "add",
@@ -114,9 +181,17 @@ fn mac_text(mac: [u8; 6]) -> String {
 }
 
 /// The Linux side: vxlan device `vx0` of `vni` in bridge `br0` with the
-/// host port `port`; floods go to `remotes` (head-end replication through
-/// all-zero fdb entries).
-fn kernel_vtep(ns: &Netns, i: usize, vni: u32, remotes: &[usize], port: &str, suffix: &str) {
+/// host port `port`, VTEP `i` on an underlay of `family`; floods go to
+/// `remotes` (head-end replication through all-zero fdb entries).
+fn kernel_vtep(
+    ns: &Netns,
+    family: Family,
+    i: usize,
+    vni: u32,
+    remotes: &[usize],
+    port: &str,
+    suffix: &str,
+) {
     let (vx, br) = (format!("vx{suffix}"), format!("br{suffix}"));
     ns.ip(&[
         "link",
@@ -129,14 +204,14 @@ fn kernel_vtep(ns: &Netns, i: usize, vni: u32, remotes: &[usize], port: &str, su
         "dstport",
         "4789",
         "local",
-        &vtep(i),
+        &family.vtep(i),
         "dev",
         "u0",
     ]);
     for &r in remotes {
         let status = Command::new("ip")
             .args(["netns", "exec", &ns.name, "bridge", "fdb", "append"])
-            .args(["00:00:00:00:00:00", "dev", &vx, "dst", &vtep(r)])
+            .args(["00:00:00:00:00:00", "dev", &vx, "dst", &family.vtep(r)])
             .status()
             .unwrap();
         assert!(status.success(), "bridge fdb append");
@@ -149,14 +224,24 @@ fn kernel_vtep(ns: &Netns, i: usize, vni: u32, remotes: &[usize], port: &str, su
     }
 }
 
-/// An mpbridge VTEP: `vxlan:vx0` of `vni` towards `remotes`, bridged with
-/// raw port `p1`.
-fn mpbridge_vtep(ns: &Netns, i: usize, vni: u32, remotes: &[usize], extra: &[&str]) -> Daemon {
-    let mut vxlan = format!("--port=vxlan:vx0,vni={vni},local={}", vtep(i));
+/// An mpbridge VTEP: `vxlan:vx0` of `vni`, VTEP `i` on an underlay of
+/// `family`, towards `remotes`, bridged with port `host_port` (`raw:p1`,
+/// `tap:p1`).
+fn mpbridge_vtep(
+    ns: &Netns,
+    family: Family,
+    i: usize,
+    vni: u32,
+    remotes: &[usize],
+    host_port: &str,
+    extra: &[&str],
+) -> Daemon {
+    let mut vxlan = format!("--port=vxlan:vx0,vni={vni},local={}", family.vtep(i));
     for &r in remotes {
-        vxlan += &format!(",remote={}", vtep(r));
+        vxlan += &format!(",remote={}", family.vtep(r));
     }
-    let mut args = vec!["run", "--port=raw:p1", &vxlan];
+    let host_port = format!("--port={host_port}");
+    let mut args = vec!["run", &host_port, &vxlan];
     args.extend_from_slice(extra);
     Daemon::start(ns, &args)
 }
@@ -178,10 +263,10 @@ struct MpbridgeAndPeer {
 
 impl MpbridgeAndPeer {
     fn new() -> MpbridgeAndPeer {
-        let (underlay, a, b) = Underlay::with_two_vteps();
-        let host = host(0, &a, "p1");
+        let (underlay, a, b) = Underlay::with_two_vteps(Family::V4);
+        let host = host(0, &a, "p1", Family::V4);
         let (socket, ctl) = netns::ctl_socket("mpbvx");
-        let daemon = mpbridge_vtep(&a, 0, 42, &[1], &[&ctl]);
+        let daemon = mpbridge_vtep(&a, Family::V4, 0, 42, &[1], "raw:p1", &[&ctl]);
         MpbridgeAndPeer {
             _daemon: daemon,
             socket,
@@ -204,15 +289,33 @@ impl Drop for MpbridgeAndPeer {
     }
 }
 
-/// mpbridge as VTEP A (0) with host 1 on raw port p1, and the kernel's
-/// vxlan device as VTEP B (1) with host 2, VNI 42, on one underlay:
-/// (underlay, A, B, hosts, mpbridge).
-fn mpbridge_beside_kernel(extra: &[&str]) -> (Underlay, Netns, Netns, [Netns; 2], Daemon) {
-    let (underlay, a, b) = Underlay::with_two_vteps();
-    let h1 = host(0, &a, "p1");
-    let h2 = host(1, &b, "p1");
-    kernel_vtep(&b, 1, 42, &[0], "p1", "0");
-    let daemon = mpbridge_vtep(&a, 0, 42, &[1], extra);
+/// mpbridge as VTEP A (0) with host 1 on port p1 of `kind` (a veth opened
+/// raw, or a tap mpbridge makes), and the kernel's vxlan device as VTEP B
+/// (1) with host 2, VNI 42, on one underlay of `family`: (underlay, A, B,
+/// hosts, mpbridge), mpbridge last so that it stops first, before its
+/// tap's namespace goes.
+fn mpbridge_beside_kernel(
+    family: Family,
+    kind: PortKind,
+    extra: &[&str],
+) -> (Underlay, Netns, Netns, [Netns; 2], Daemon) {
+    let (underlay, a, b) = Underlay::with_two_vteps(family);
+    let h2 = host(1, &b, "p1", family);
+    kernel_vtep(&b, family, 1, 42, &[0], "p1", "0");
+    let (h1, daemon) = match kind {
+        PortKind::Raw => {
+            let h1 = host(0, &a, "p1", family);
+            (h1, mpbridge_vtep(&a, family, 0, 42, &[1], "raw:p1", extra))
+        }
+        PortKind::Tap => {
+            let daemon = mpbridge_vtep(&a, family, 0, 42, &[1], "tap:p1", extra);
+            let h1 = Netns::new();
+            a.ip(&["link", "set", "p1", "netns", &h1.name]);
+            h1.ip(&["link", "set", "p1", "name", "eth0"]);
+            address_host(&h1, 0, family);
+            (h1, daemon)
+        }
+    };
     (underlay, a, b, [h1, h2], daemon)
 }
 
@@ -227,37 +330,94 @@ fn kernel_fdb(ns: &Netns, dev: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// mpbridge on VTEP A, the kernel's vxlan device on VTEP B: ARP and 8 MiB
-/// of TCP each way between their hosts, byte for byte, with default
-/// offloads; the kernel learns host 1 at A's address.
-fn interoperates_with_the_kernel_vxlan_device(lock: &str) {
-    if !privileged("interoperates_with_the_kernel_vxlan_device") {
+/// What `host` knows of host `n`'s address: `ip neigh show 198.18.0.(n+1)`.
+fn neighbour(host: &Netns, n: usize) -> String {
+    let out = Command::new("ip")
+        .args(["-n", &host.name, "neigh", "show"])
+        .arg(format!("198.18.0.{}", n + 1))
+        .args(["dev", "eth0"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A file removed on drop, also when a test fails: a control socket that
+/// a daemon killed rather than stopped left behind.
+struct RemovedOnDrop(PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// mpbridge on VTEP A (host 1 on a port of `kind`), the kernel's vxlan
+/// device on VTEP B, over an underlay of `family`: ARP and 8 MiB of TCP
+/// each way between their hosts, byte for byte, with default offloads; the
+/// kernel learns host 1 at A's address, and mpbridge host 2 at B's.
+fn interoperates_with_the_kernel_vxlan_device(family: Family, kind: PortKind, lock: &str) {
+    let test = format!("interoperates_with_the_kernel_vxlan_device ({family:?}, {kind:?}, {lock})");
+    if !privileged(&test) || (family == Family::V6 && !ipv6_available(&test)) {
         return;
     }
-    let (_underlay, _a, b, hosts, _daemon) = mpbridge_beside_kernel(&["--lock", lock]);
+    let (socket, ctl) = netns::ctl_socket("mpbvx");
+    let _socket = RemovedOnDrop(socket.clone());
+    let (_underlay, _a, b, hosts, _daemon) =
+        mpbridge_beside_kernel(family, kind, &["--lock", lock, &ctl]);
     tcp_transfer(&hosts, 0, 1, 5001, 1);
     tcp_transfer(&hosts, 1, 0, 5002, 2);
+    for (from, to) in [(0, 1), (1, 0)] {
+        let resolved = neighbour(&hosts[from], to);
+        assert!(
+            resolved.contains(&mac_text(mac(to as u16 + 1))),
+            "host {} did not resolve host {} by ARP: {resolved}",
+            from + 1,
+            to + 1
+        );
+    }
     let learned = kernel_fdb(&b, "vx0");
-    let expected = format!("{} dst {}", mac_text(mac(1)), vtep(0));
+    let expected = format!("{} dst {}", mac_text(mac(1)), family.vtep(0));
     assert!(
         learned.contains(&expected),
         "the kernel did not learn host 1 at A: {learned}"
     );
+    let shown = ctl_json(&socket, &["fdb", "show", "--json"]);
+    let host2 = shown
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["mac"] == mac_text(mac(2)).as_str())
+        .unwrap_or_else(|| panic!("mpbridge did not learn host 2: {shown}"))
+        .clone();
+    assert_eq!(host2["port"], "vxlan:vx0", "{host2}");
+    assert_eq!(host2["dst"], family.vtep(1), "host 2 not at B: {host2}");
 }
 
 macro_rules! interop_tests {
-    ($($name:ident: $lock:literal;)*) => {
-        $( fn $name() { interoperates_with_the_kernel_vxlan_device($lock); } )*
+    ($($name:ident: $family:ident, $kind:ident, $lock:literal;)*) => {
+        $(
+            fn $name() {
+                interoperates_with_the_kernel_vxlan_device(Family::$family, PortKind::$kind, $lock);
+            }
+        )*
     };
 }
 
+// Over IPv4 host 1 is on a veth; over IPv6 on a tap, whose 64 KiB TCP
+// segments the port cuts before it sends them over the IPv6 socket.
 interop_tests! {
-    kernel_vxlan_interop_mutex: "mutex";
-    kernel_vxlan_interop_rwlock: "rwlock";
-    kernel_vxlan_interop_rmlock: "rmlock";
-    kernel_vxlan_interop_sharded: "sharded";
-    kernel_vxlan_interop_rcu: "rcu";
-    kernel_vxlan_interop_epoch: "epoch";
+    kernel_vxlan_interop_mutex: V4, Raw, "mutex";
+    kernel_vxlan_interop_rwlock: V4, Raw, "rwlock";
+    kernel_vxlan_interop_rmlock: V4, Raw, "rmlock";
+    kernel_vxlan_interop_sharded: V4, Raw, "sharded";
+    kernel_vxlan_interop_rcu: V4, Raw, "rcu";
+    kernel_vxlan_interop_epoch: V4, Raw, "epoch";
+    kernel_vxlan_ipv6_interop_mutex: V6, Tap, "mutex";
+    kernel_vxlan_ipv6_interop_rwlock: V6, Tap, "rwlock";
+    kernel_vxlan_ipv6_interop_rmlock: V6, Tap, "rmlock";
+    kernel_vxlan_ipv6_interop_sharded: V6, Tap, "sharded";
+    kernel_vxlan_ipv6_interop_rcu: V6, Tap, "rcu";
+    kernel_vxlan_ipv6_interop_epoch: V6, Tap, "epoch";
 }
 
 /// Two VNIs between one pair of VTEPs (one UDP socket on each side) stay
@@ -266,16 +426,16 @@ fn two_vnis_stay_apart() {
     if !privileged("two_vnis_stay_apart") {
         return;
     }
-    let (_underlay, a, b) = Underlay::with_two_vteps();
+    let (_underlay, a, b) = Underlay::with_two_vteps(Family::V4);
     // Hosts 0 and 1 on A (VLAN 10 and 20), 2 and 3 on B (VNI 10 and 20).
     let hosts = [
-        host(0, &a, "p1"),
-        host(1, &a, "p2"),
-        host(2, &b, "q1"),
-        host(3, &b, "q2"),
+        host(0, &a, "p1", Family::V4),
+        host(1, &a, "p2", Family::V4),
+        host(2, &b, "q1", Family::V4),
+        host(3, &b, "q2", Family::V4),
     ];
-    kernel_vtep(&b, 1, 10, &[0], "q1", "10");
-    kernel_vtep(&b, 1, 20, &[0], "q2", "20");
+    kernel_vtep(&b, Family::V4, 1, 10, &[0], "q1", "10");
+    kernel_vtep(&b, Family::V4, 1, 20, &[0], "q2", "20");
     let _daemon = Daemon::start(
         &a,
         &[
@@ -358,12 +518,23 @@ fn a_full_mesh_of_four_vteps() {
     let hosts: Vec<Netns> = vteps
         .iter()
         .enumerate()
-        .map(|(i, ns)| host(i, ns, "p1"))
+        .map(|(i, ns)| host(i, ns, "p1", Family::V4))
         .collect();
     let others = |i: usize| (0..4).filter(|&j| j != i).collect::<Vec<_>>();
-    kernel_vtep(&vteps[3], 3, 7, &others(3), "p1", "0");
+    kernel_vtep(&vteps[3], Family::V4, 3, 7, &others(3), "p1", "0");
     let mut daemons: Vec<Option<Daemon>> = (0..3)
-        .map(|i| Some(mpbridge_vtep(&vteps[i], i, 7, &others(i), &[])))
+        .map(|i| {
+            let remotes = others(i);
+            Some(mpbridge_vtep(
+                &vteps[i],
+                Family::V4,
+                i,
+                7,
+                &remotes,
+                "raw:p1",
+                &[],
+            ))
+        })
         .collect();
     let mut st: Vec<Station> = hosts.iter().map(|h| Station::on(h)).collect();
     settle_counts(&mut st);
@@ -444,9 +615,17 @@ fn static_remotes_and_the_learning_limit() {
         return;
     }
     let (_underlay, vteps) = Underlay::with_vteps(3);
-    let h1 = host(0, &vteps[0], "p1");
+    let h1 = host(0, &vteps[0], "p1", Family::V4);
     let (socket, ctl) = netns::ctl_socket("mpbvx");
-    let _daemon = mpbridge_vtep(&vteps[0], 0, 42, &[1], &[&ctl, "--max-entries", "8"]);
+    let _daemon = mpbridge_vtep(
+        &vteps[0],
+        Family::V4,
+        0,
+        42,
+        &[1],
+        "raw:p1",
+        &[&ctl, "--max-entries", "8"],
+    );
     let (b, c) = (listener(&vteps[1], 1), listener(&vteps[2], 2));
     let far = [0x02, 0x42, 0, 0, 0x0c, 0x0c];
     netns::ctl_ok(
@@ -549,7 +728,7 @@ fn learning_off_hears_listed_vteps_only() {
         return;
     }
     let (_underlay, vteps) = Underlay::with_vteps(3);
-    let h1 = host(0, &vteps[0], "p1");
+    let h1 = host(0, &vteps[0], "p1", Family::V4);
     let (socket, ctl) = netns::ctl_socket("mpbvx");
     let vxlan = format!(
         "--port=vxlan:vx0,vni=42,local={},remote={},learning=off",
@@ -588,7 +767,7 @@ fn tcp_from_taps_across_two_mpbridge_vteps() {
     if !privileged("tcp_from_taps_across_two_mpbridge_vteps") {
         return;
     }
-    let (_underlay, a, b) = Underlay::with_two_vteps();
+    let (_underlay, a, b) = Underlay::with_two_vteps(Family::V4);
     let hosts = [Netns::new(), Netns::new()];
     let mut daemons = Vec::new();
     for (i, (vtep_ns, host)) in [(&a, &hosts[0]), (&b, &hosts[1])].into_iter().enumerate() {
@@ -603,7 +782,7 @@ fn tcp_from_taps_across_two_mpbridge_vteps() {
         ));
         vtep_ns.ip(&["link", "set", "t0", "netns", &host.name]);
         host.ip(&["link", "set", "t0", "name", "eth0"]);
-        address_host(host, i);
+        address_host(host, i, Family::V4);
     }
     tcp_transfer(&hosts, 0, 1, 5201, 5);
     tcp_transfer(&hosts, 1, 0, 5202, 6);
@@ -642,7 +821,7 @@ fn an_underlay_gone_costs_no_cpu() {
     if !privileged("an_underlay_gone_costs_no_cpu") {
         return;
     }
-    let (_underlay, a, _b, hosts, daemon) = mpbridge_beside_kernel(&[]);
+    let (_underlay, a, _b, hosts, daemon) = mpbridge_beside_kernel(Family::V4, PortKind::Raw, &[]);
     let pid = daemon.child.id();
     tcp_transfer(&hosts, 0, 1, 5301, 1);
     a.ip(&["link", "set", "u0", "down"]);
@@ -785,10 +964,10 @@ fn flows_spread_over_outer_source_ports() {
         return;
     }
     let (_underlay, vteps) = Underlay::with_vteps(3);
-    let behind_mpbridge = host(0, &vteps[0], "p1");
-    let behind_kernel = host(2, &vteps[2], "p1");
-    let _daemon = mpbridge_vtep(&vteps[0], 0, 42, &[1], &[]);
-    kernel_vtep(&vteps[2], 2, 42, &[1], "p1", "0");
+    let behind_mpbridge = host(0, &vteps[0], "p1", Family::V4);
+    let behind_kernel = host(2, &vteps[2], "p1", Family::V4);
+    let _daemon = mpbridge_vtep(&vteps[0], Family::V4, 0, 42, &[1], "raw:p1", &[]);
+    kernel_vtep(&vteps[2], Family::V4, 2, 42, &[1], "p1", "0");
     let peer = listener(&vteps[1], 1);
     set_int_option(&peer, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 8 << 20);
     let frames: Vec<Vec<u8>> = (0..32).map(udp_flow_frame).collect();
@@ -833,6 +1012,75 @@ fn received_from(socket: &std::net::UdpSocket) -> Vec<(std::net::SocketAddr, Vec
     out
 }
 
+/// Waits (at most 10 s) until no IPv6 address of `dev` in `ns` is
+/// tentative: duplicate address detection has finished.
+fn wait_for_dad(ns: &Netns, dev: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = Command::new("ip")
+            .args([
+                "-n",
+                &ns.name,
+                "-6",
+                "addr",
+                "show",
+                "dev",
+                dev,
+                "tentative",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "ip addr show");
+        if out.stdout.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{dev} still tentative after 10 s: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A local IPv6 address still tentative (its link has no carrier, so
+/// duplicate address detection cannot finish) is refused with that reason,
+/// not as an address the host lacks; once detection has finished, the
+/// port opens.
+fn a_tentative_ipv6_address_is_refused_with_the_reason() {
+    let test = "a_tentative_ipv6_address_is_refused_with_the_reason";
+    if !privileged(test) || !ipv6_available(test) {
+        return;
+    }
+    let ns = Netns::new();
+    // A veth whose peer stays down: no carrier, no detection.
+    ns.ip(&["link", "add", "u0", "type", "veth", "peer", "name", "u1"]);
+    ns.sysctl("net/ipv6/conf/u0/disable_ipv6", "0")
+        .expect("cannot turn IPv6 on for u0");
+    ns.ip(&["addr", "add", "2001:2::1/64", "dev", "u0"]);
+    ns.ip(&["link", "set", "u0", "up"]);
+    let args = [
+        "run",
+        "--port=tap:t0",
+        "--port=vxlan:vx0,vni=42,local=2001:2::1",
+    ];
+    let (status, stderr) = netns::run_to_exit(Some(&ns), &args, Duration::from_secs(10));
+    assert!(
+        !status.success(),
+        "started on a tentative address: {stderr}"
+    );
+    assert!(
+        stderr.contains("2001:2::1 is not usable: IPv6 duplicate address detection"),
+        "{stderr}"
+    );
+    // The peer up: detection runs (a second) and the address is usable.
+    ns.ip(&["link", "set", "u1", "up"]);
+    wait_for_dad(&ns, "u0");
+    let daemon = Daemon::start(&ns, &args);
+    let (status, _) = daemon.stop(Duration::from_secs(5));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+}
+
 lab::test_main! {
     privileged: [
         kernel_vxlan_interop_mutex,
@@ -841,6 +1089,12 @@ lab::test_main! {
         kernel_vxlan_interop_sharded,
         kernel_vxlan_interop_rcu,
         kernel_vxlan_interop_epoch,
+        kernel_vxlan_ipv6_interop_mutex,
+        kernel_vxlan_ipv6_interop_rwlock,
+        kernel_vxlan_ipv6_interop_rmlock,
+        kernel_vxlan_ipv6_interop_sharded,
+        kernel_vxlan_ipv6_interop_rcu,
+        kernel_vxlan_ipv6_interop_epoch,
         two_vnis_stay_apart,
         bad_datagrams_are_counted_and_dropped,
         a_full_mesh_of_four_vteps,
@@ -851,6 +1105,7 @@ lab::test_main! {
         an_underlay_gone_costs_no_cpu,
         datagram_trains_both_ways,
         flows_spread_over_outer_source_ports,
+        a_tentative_ipv6_address_is_refused_with_the_reason,
     ],
     plain: [],
 }

@@ -209,9 +209,10 @@ fn endpoint(local: SocketAddr, queue: usize, vni: Vni) -> io::Result<SharedEndpo
         None => {
             let senders = (0..SEND_PORTS)
                 .map(|_| sys::open_sender(local.ip()))
-                .collect::<io::Result<Vec<_>>>()?;
+                .collect::<io::Result<Vec<_>>>()
+                .map_err(|error| bind_error(error, local))?;
             let endpoint = Arc::new(Mutex::new(Endpoint {
-                socket: sys::open(local)?,
+                socket: sys::open(local).map_err(|error| bind_error(error, local))?,
                 senders,
                 no_gso: vec![false; SEND_PORTS],
                 buffers: sys::RecvBuffers::new(RECV_BATCH, DATAGRAM_MAX),
@@ -236,6 +237,34 @@ fn endpoint(local: SocketAddr, queue: usize, vni: Vni) -> io::Result<SharedEndpo
     guard.pending.insert(vni, VecDeque::new());
     drop(guard);
     Ok(endpoint)
+}
+
+/// `error` from binding a socket to `local`; where the address cannot be
+/// bound (EADDRNOTAVAIL), one that says why in words.
+fn bind_error(error: io::Error, local: SocketAddr) -> io::Error {
+    if error.raw_os_error() != Some(libc::EADDRNOTAVAIL) {
+        return error;
+    }
+    let assigned = sys::is_assigned(local.ip()).unwrap_or(false);
+    io::Error::new(
+        io::ErrorKind::AddrNotAvailable,
+        unavailable_reason(local.ip(), assigned),
+    )
+}
+
+/// Why `local` cannot be bound, given whether an interface has it: none
+/// does, or it is an IPv6 address that is not usable yet (tentative while
+/// duplicate address detection runs, about a second after it was added
+/// or its link came up) or never will be (the detection found it in use).
+fn unavailable_reason(local: IpAddr, assigned: bool) -> String {
+    match local {
+        IpAddr::V6(_) if assigned => format!(
+            "{local} is not usable: IPv6 duplicate address detection has not finished on it, \
+             or found it in use elsewhere (`ip -6 addr` shows it tentative or dadfailed); \
+             start once it is neither"
+        ),
+        _ => format!("{local} is not an address of this host"),
+    }
 }
 
 /// One worker's queue of a VXLAN port.
@@ -859,5 +888,64 @@ mod tests {
         assert_eq!(wholes.bytes.len(), 2 * (54 + 1000));
         assert_eq!(counters.small_gso.load(Ordering::Relaxed), 2);
         assert_eq!(counters.offload_errors.load(Ordering::Relaxed), 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An address no interface has is named as such; an IPv6 address an
+    /// interface has but that cannot be bound is named tentative.
+    #[test]
+    fn unbindable_addresses_say_why() {
+        let v4: IpAddr = "198.18.1.1".parse().unwrap();
+        let v6: IpAddr = "2001:2::1".parse().unwrap();
+        for ip in [v4, v6] {
+            assert_eq!(
+                unavailable_reason(ip, false),
+                format!("{ip} is not an address of this host")
+            );
+        }
+        let tentative = unavailable_reason(v6, true);
+        assert!(
+            tentative.starts_with("2001:2::1 is not usable"),
+            "{tentative}"
+        );
+        assert!(
+            tentative.contains("duplicate address detection"),
+            "{tentative}"
+        );
+        assert!(tentative.contains("tentative"), "{tentative}");
+        // Other errors pass unchanged.
+        let local: SocketAddr = "[2001:2::1]:4789".parse().unwrap();
+        let other = bind_error(io::Error::from_raw_os_error(libc::EADDRINUSE), local);
+        assert_eq!(other.raw_os_error(), Some(libc::EADDRINUSE));
+    }
+
+    /// A port on an IPv6 address no interface here has is refused with
+    /// the reason.
+    #[test]
+    fn a_port_on_an_address_not_here_is_refused() {
+        let local: SocketAddr = "[2001:2:0:ffff::fe]:4789".parse().unwrap();
+        let config = VxlanConfig {
+            vni: 42,
+            local,
+            remotes: Vec::new(),
+            learning: true,
+        };
+        match VxlanPort::open("t", config, 1, 16, Duration::from_secs(300)) {
+            Ok(_) => panic!("{local} opened"),
+            Err(error) if error.raw_os_error() == Some(libc::EAFNOSUPPORT) => {
+                eprintln!("skipped: this kernel has no IPv6");
+            }
+            Err(error) => {
+                assert_eq!(error.kind(), io::ErrorKind::AddrNotAvailable, "{error}");
+                assert_eq!(
+                    error.to_string(),
+                    "2001:2:0:ffff::fe is not an address of this host"
+                );
+            }
+        }
     }
 }

@@ -235,25 +235,65 @@ fn gro_segment(hdr: &libc::msghdr) -> Option<usize> {
 
 /// The IP address in a socket address the kernel wrote.
 fn ip_of(storage: &libc::sockaddr_storage) -> Option<IpAddr> {
-    match libc::c_int::from(storage.ss_family) {
+    // SAFETY: a sockaddr_storage is room for a socket address of any
+    // family, aligned for each.
+    unsafe { ip_at((storage as *const libc::sockaddr_storage).cast()) }
+}
+
+/// The IP address in the socket address at `addr`, if it is of IPv4 or
+/// IPv6.
+///
+/// # Safety
+///
+/// `addr` points at a socket address whole for its family (a
+/// sockaddr_in for AF_INET, a sockaddr_in6 for AF_INET6, at least the
+/// family field otherwise), aligned for it.
+unsafe fn ip_at(addr: *const libc::sockaddr) -> Option<IpAddr> {
+    // SAFETY: the caller's promise: the family field is there.
+    match libc::c_int::from(unsafe { (*addr).sa_family }) {
         libc::AF_INET => {
-            // SAFETY: the family says the storage holds a sockaddr_in, which
-            // is smaller than sockaddr_storage and less aligned.
-            let sin =
-                unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            // SAFETY: the family says a whole sockaddr_in is there.
+            let sin = unsafe { &*addr.cast::<libc::sockaddr_in>() };
             Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
                 sin.sin_addr.s_addr,
             ))))
         }
         libc::AF_INET6 => {
             // SAFETY: as above, for sockaddr_in6.
-            let sin6 = unsafe {
-                &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
-            };
+            let sin6 = unsafe { &*addr.cast::<libc::sockaddr_in6>() };
             Some(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
         }
         _ => None,
     }
+}
+
+/// Whether an interface of this network namespace has `ip`, in whatever
+/// state: an IPv6 address whose duplicate address detection has not
+/// finished, or failed, counts (getifaddrs(3) lists those too).
+pub fn is_assigned(ip: IpAddr) -> io::Result<bool> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: `list` is a valid place for the list's head.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut found = false;
+    let mut at = list;
+    while !at.is_null() {
+        // SAFETY: `at` is an entry of the list getifaddrs made, not yet
+        // freed.
+        let entry = unsafe { &*at };
+        // SAFETY: an entry's address, where there is one, is whole for its
+        // family and aligned for it.
+        if !entry.ifa_addr.is_null() && unsafe { ip_at(entry.ifa_addr) } == Some(ip) {
+            found = true;
+            break;
+        }
+        at = entry.ifa_next;
+    }
+    // SAFETY: `list` came from getifaddrs and is freed once, after the
+    // last use of its entries.
+    unsafe { libc::freeifaddrs(list) };
+    Ok(found)
 }
 
 /// The UDP_SEGMENT socket option and control message (linux/udp.h).
@@ -469,6 +509,23 @@ mod tests {
         // SAFETY: as above.
         let unknown: libc::sockaddr_storage = unsafe { zeroed() };
         assert_eq!(ip_of(&unknown), None);
+    }
+
+    /// The loopback's addresses are found where the loopback is up, and
+    /// addresses no interface here has are not.
+    #[test]
+    fn assigned_addresses_are_found() {
+        let lo_up = std::fs::read_to_string("/sys/class/net/lo/flags")
+            .ok()
+            .and_then(|flags| u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16).ok())
+            .is_some_and(|flags| flags & libc::IFF_UP as u32 != 0);
+        if lo_up {
+            assert!(is_assigned(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap());
+        }
+        for text in ["198.19.255.254", "2001:2:0:ffff::fe"] {
+            let ip: IpAddr = text.parse().unwrap();
+            assert!(!is_assigned(ip).unwrap(), "{text}");
+        }
     }
 
     /// Both families' sockets take every option (don't-fragment, GRO, the
