@@ -889,11 +889,6 @@ mod tests {
         assert_eq!(counters.small_gso.load(Ordering::Relaxed), 2);
         assert_eq!(counters.offload_errors.load(Ordering::Relaxed), 0);
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
 
     /// An address no interface has is named as such; an IPv6 address an
     /// interface has but that cannot be bound is named tentative.
