@@ -77,7 +77,15 @@ pub fn run<S: Strategy>(
     if !args.keep_caps {
         system::drop_privileges()?;
     }
-    let mut monitor = LinkMonitor::new();
+    // Opened while descriptors are plenty, so that links can be asked
+    // after when they are not.
+    let mut monitor = match bridge::monitor::LinkQuery::open() {
+        Ok(query) => LinkMonitor::with_query(query),
+        Err(error) => {
+            log::warn!("no rtnetlink queries ({error}): interface ioctls instead");
+            LinkMonitor::new()
+        }
+    };
     for (index, spec) in specs.iter().enumerate() {
         if spec.kind == Kind::Raw {
             monitor.watch(PortId(index as u16), &spec.name);

@@ -912,7 +912,7 @@ mod tests {
         let text = render(&stats);
         assert!(text.contains(r#"bridge="a\\b\"c\nd""#), "{text}");
         assert!(text.contains(r#"port="raw:\"x\"""#), "{text}");
-        assert_eq!(text.lines().count(), checked(&stats).samples.len() + 2 * 31);
+        assert_eq!(text.lines().count(), checked(&stats).samples.len() + 2 * 32);
         let e = checked(&stats);
         assert_eq!(
             e.value("mpbridge_port_moves_total", &[("port", "raw:\"x\"")]),

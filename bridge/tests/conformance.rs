@@ -466,7 +466,10 @@ fn ports_come_and_go<S: Strategy>() {
     let answer = control.remove(PortId(2)).unwrap();
     rig.worker.apply_changes();
     answer.try_recv().expect("the worker answered");
-    assert!(rig.worker.ports()[2].is_none(), "the queue was dropped");
+    assert!(
+        rig.worker.queue(bridge::PortId(2)).is_none(),
+        "the queue was dropped"
+    );
     rig.fdb.purge_port(PortId(2));
     rig.send(0, &frame(MacAddr::BROADCAST, station(1), 60));
     assert_eq!(rig.ports_that_sent(), vec![1], "nothing for a removed port");

@@ -17,7 +17,7 @@
 
 mod rtnetlink;
 
-pub use rtnetlink::{LinkEvents, LinkState as LinkUpdateState, LinkUpdate, Received};
+pub use rtnetlink::{LinkEvents, LinkQuery, LinkState as LinkUpdateState, LinkUpdate, Received};
 
 use crate::fdb::{FdbKey, PortId, Table};
 use crate::port::netdev::{self, LinkState};
@@ -68,12 +68,23 @@ struct Watched {
 #[derive(Debug, Default)]
 pub struct LinkMonitor {
     watched: Vec<Watched>,
+    /// Where links are asked after; interface ioctls without it.
+    query: Option<LinkQuery>,
 }
 
 impl LinkMonitor {
     /// A monitor of nothing yet.
     pub fn new() -> LinkMonitor {
         LinkMonitor::default()
+    }
+
+    /// A monitor that asks after links over rtnetlink (`query`), which
+    /// sees the carrier itself and needs no descriptor once open.
+    pub fn with_query(query: LinkQuery) -> LinkMonitor {
+        LinkMonitor {
+            watched: Vec::new(),
+            query: Some(query),
+        }
     }
 
     /// Watches interface `name`, bridged as `port`.
@@ -111,7 +122,7 @@ impl LinkMonitor {
             if watched.gone {
                 continue;
             }
-            if let Some(seen) = watched.look() {
+            if let Some(seen) = watched.look(self.query.as_mut()) {
                 watched.observe(seen, fdb, &mut events);
             }
         }
@@ -138,7 +149,7 @@ impl LinkMonitor {
                 }
                 let seen = match update.state {
                     None => Seen::Gone,
-                    Some(state) => watched.look().unwrap_or(Seen::Link {
+                    Some(state) => watched.look(self.query.as_mut()).unwrap_or(Seen::Link {
                         running: state.running,
                         addr: state.addr,
                     }),
@@ -167,7 +178,16 @@ impl Watched {
     /// could not be made. Only the kernel saying there is no such device
     /// means gone: running out of descriptors or memory (the look needs a
     /// socket) is no news.
-    fn look(&self) -> Option<Seen> {
+    fn look(&self, query: Option<&mut LinkQuery>) -> Option<Seen> {
+        if let (Some(query), Some(ifindex)) = (query, self.ifindex) {
+            return match query.link(ifindex).ok()? {
+                None => Some(Seen::Gone),
+                Some(state) => Some(Seen::Link {
+                    running: state.running,
+                    addr: state.addr,
+                }),
+            };
+        }
         let still = match self.ifindex {
             Some(ifindex) => netdev::is_still(&self.name, ifindex).ok()?,
             // It had no index when it began to be watched.

@@ -9,7 +9,9 @@
 use std::io;
 use std::time::Duration;
 
-use netlink_packet_core::{NetlinkBuffer, NetlinkMessage, NetlinkPayload};
+use netlink_packet_core::{
+    NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_REQUEST,
+};
 use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
@@ -28,7 +30,9 @@ pub struct LinkUpdate {
 /// An interface's state as an `RTM_NEWLINK` gives it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkState {
-    /// Up with carrier: frames pass (`IFF_RUNNING`).
+    /// Up with carrier: frames pass (`IFF_RUNNING` and `IFF_LOWER_UP`: the
+    /// carrier itself, since `IFF_RUNNING` follows the operational state,
+    /// which the kernel settles a moment after a link comes up).
     pub running: bool,
     /// Its hardware address, when the message carries a 6-byte one.
     pub addr: Option<MacAddr>,
@@ -76,7 +80,7 @@ impl LinkEvents {
     }
 
     /// Waits (at most the timeout) for link news; once some comes, takes
-    /// what follows within [`SETTLE`] too, so that one change's messages
+    /// what follows within `SETTLE` (20 ms) too, so that one change's messages
     /// (a deleted link's last `RTM_NEWLINK` and its `RTM_DELLINK`) arrive
     /// together.
     pub fn recv(&mut self) -> io::Result<Received> {
@@ -108,6 +112,85 @@ impl LinkEvents {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(Received::Updates(Vec::new())),
             Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => Ok(Received::Overrun),
             Err(e) => Err(e),
+        }
+    }
+}
+
+/// An rtnetlink socket for asking after one link (`RTM_GETLINK`), opened
+/// once so that running out of descriptors later cannot stop the asking.
+pub struct LinkQuery {
+    socket: Socket,
+    sequence: u32,
+    buffer: Vec<u8>,
+}
+
+impl std::fmt::Debug for LinkQuery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinkQuery").finish_non_exhaustive()
+    }
+}
+
+impl LinkQuery {
+    /// A socket talking to the kernel in this network namespace.
+    pub fn open() -> io::Result<LinkQuery> {
+        let mut socket = Socket::new(NETLINK_ROUTE)?;
+        socket.bind_auto()?;
+        socket.connect(&SocketAddr::new(0, 0))?;
+        // The kernel answers at once; a bound on the wait all the same.
+        socket2::SockRef::from(&socket).set_read_timeout(Some(Duration::from_secs(1)))?;
+        Ok(LinkQuery {
+            socket,
+            sequence: 0,
+            buffer: Vec::with_capacity(BUFFER),
+        })
+    }
+
+    /// Interface `ifindex` now; `None` when there is no such interface.
+    pub fn link(&mut self, ifindex: u32) -> io::Result<Option<LinkState>> {
+        self.sequence = self.sequence.wrapping_add(1);
+        let mut link = LinkMessage::default();
+        link.header.index = ifindex;
+        let mut request = NetlinkMessage::new(
+            NetlinkHeader::default(),
+            NetlinkPayload::from(RouteNetlinkMessage::GetLink(link)),
+        );
+        request.header.flags = NLM_F_REQUEST;
+        request.header.sequence_number = self.sequence;
+        request.finalize();
+        let mut bytes = vec![0; request.buffer_len()];
+        request.serialize(&mut bytes);
+        self.socket.send(&bytes, 0)?;
+        loop {
+            self.buffer.clear();
+            self.socket.recv(&mut self.buffer, 0)?;
+            let mut rest = &self.buffer[..];
+            while let Ok(header) = NetlinkBuffer::new_checked(rest) {
+                let len = header.length() as usize;
+                let step = (len + 3) & !3;
+                if let Ok(message) =
+                    NetlinkMessage::<RouteNetlinkMessage>::deserialize(&rest[..len])
+                {
+                    if message.header.sequence_number == self.sequence {
+                        match message.payload {
+                            NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => {
+                                return Ok(new_link(&link).state);
+                            }
+                            NetlinkPayload::Error(error) => {
+                                let error = io::Error::from(error);
+                                return match error.raw_os_error() {
+                                    Some(libc::ENODEV) => Ok(None),
+                                    _ => Err(error),
+                                };
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                if step == 0 || step > rest.len() {
+                    break;
+                }
+                rest = &rest[step..];
+            }
         }
     }
 }
@@ -157,7 +240,8 @@ fn new_link(link: &LinkMessage) -> LinkUpdate {
     LinkUpdate {
         ifindex: link.header.index,
         state: Some(LinkState {
-            running: link.header.flags.contains(LinkFlags::Running),
+            running: link.header.flags.contains(LinkFlags::Running)
+                && link.header.flags.contains(LinkFlags::LowerUp),
             addr,
         }),
     }
@@ -166,7 +250,6 @@ fn new_link(link: &LinkMessage) -> LinkUpdate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload};
 
     fn emitted(message: RouteNetlinkMessage) -> Vec<u8> {
         let mut message =
@@ -193,12 +276,14 @@ mod tests {
         let mac = [0x02, 0, 0, 0, 0, 7];
         let mut datagram = emitted(RouteNetlinkMessage::NewLink(link(
             7,
-            LinkFlags::Up | LinkFlags::Running,
+            LinkFlags::Up | LinkFlags::Running | LinkFlags::LowerUp,
             Some(mac),
         )));
+        // Running before the kernel settled its operational state, but no
+        // carrier: not passing frames.
         datagram.extend(emitted(RouteNetlinkMessage::NewLink(link(
             8,
-            LinkFlags::Up,
+            LinkFlags::Up | LinkFlags::Running,
             None,
         ))));
         datagram.extend(emitted(RouteNetlinkMessage::DelLink(link(
@@ -229,6 +314,16 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn the_loopback_interface_is_asked_after() {
+        // Index 1 is the loopback interface in every network namespace;
+        // no interface has index 0x7fff_fff0 here.
+        let mut query = LinkQuery::open().expect("rtnetlink");
+        let lo = query.link(1).expect("an answer").expect("lo exists");
+        assert_eq!(lo.addr, Some(MacAddr([0; 6])));
+        assert_eq!(query.link(0x7fff_fff0).expect("an answer"), None);
     }
 
     #[test]

@@ -5,33 +5,40 @@
 //! which every frame is decided and every known source refreshed; then one
 //! send per output port; then one write section that learns the batch's new
 //! and moved sources. Learning therefore takes effect from the next batch.
+//!
+//! The loop is here; a port's health and back-off in `health.rs`, ports
+//! added and removed while running in `changes.rs`, egress rewriting with
+//! VLAN filtering in `egress.rs`, and each port's per-worker state in one
+//! `PortSlot` (`slot.rs`).
+
+mod changes;
+mod config;
+mod egress;
+mod health;
+mod slot;
+mod stopper;
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::os::fd::AsRawFd;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use locks::Strategy;
 
-use crate::capture::{self, CaptureHub};
-use crate::counters::{PortCounters, PortState, PortStats, WorkerCounters};
-use crate::decision::{classify_in, decide_in, Decision, DropReason};
-use crate::fdb::{FdbKey, FdbReader, FdbSection, MacTable, PortId, Seconds, SourceState};
-use crate::port::{wake, FaultKind, Port, PortError, RxBatch, VNET_HDR_LEN};
-use crate::vlan::{self, Admitted, Egress, PortVlans};
-use crate::wire::VnetHeader;
+pub use changes::{PortControl, WorkerParts};
+pub use config::{Mode, SectionMode, WorkerConfig};
+pub use stopper::Stopper;
 
-/// How long a faulted port (link down, a persistent error) is first left
-/// alone before it is tried again: short, since most faults are brief (a
-/// tap moved to another namespace is down for a moment).
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-/// The back-off doubles while the fault lasts, up to this: a port down for
-/// long costs one look a second, and comes back within a second of its
-/// link.
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
-/// At most one log line per port per this interval.
-const LOG_INTERVAL: Duration = Duration::from_secs(10);
+use crate::capture::{self, CaptureHub};
+use crate::counters::{PortCounters, PortStats, WorkerCounters};
+use crate::decision::{classify_in, decide_in, Decision};
+use crate::fdb::{FdbKey, FdbReader, FdbSection, MacTable, PortId, Seconds, SourceState};
+use crate::port::{wake, Port, PortError, RxBatch};
+use crate::vlan::{self, Admitted, PortVlans};
+use changes::Change;
+use health::{Direction, Health, LOG_INTERVAL};
+use slot::PortSlot;
+
 /// The longest a worker sleeps without looking at its stop flag.
 const MAX_SLEEP_MS: i32 = 500;
 /// Station moves onto one port within one second beyond which the worker
@@ -49,194 +56,11 @@ const LINK_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// The most ports a bridge has at once; port ids run from 0 below it.
 pub const MAX_PORTS: usize = 256;
 
-/// Tells workers to stop, waking those asleep in `poll`.
-#[derive(Debug)]
-pub struct Stopper {
-    stopped: AtomicBool,
-    wake: OwnedFd,
-}
-
-impl Stopper {
-    /// A stopper not yet triggered.
-    pub fn new() -> io::Result<Stopper> {
-        Ok(Stopper {
-            stopped: AtomicBool::new(false),
-            wake: wake::eventfd()?,
-        })
-    }
-
-    /// Asks every worker to stop and wakes them.
-    pub fn stop(&self) {
-        // Release: pairs with the workers' acquire load.
-        self.stopped.store(true, Ordering::Release);
-        // The flag is what counts; a failed wake-up only delays the stop
-        // by at most the workers' longest sleep.
-        let _ = wake::eventfd_signal(&self.wake);
-    }
-
-    /// Whether [`stop`](Self::stop) was called.
-    pub fn is_stopped(&self) -> bool {
-        self.stopped.load(Ordering::Acquire)
-    }
-}
-
-/// Where one port stands for one worker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Health {
-    /// Passing frames.
-    Up,
-    /// Faulted: left alone until then (not polled, sent nothing).
-    Backoff(Instant),
-    /// Back from a back-off, not yet proven: a fault now belongs to the
-    /// same event and is not counted again.
-    Retrying,
-    /// The device is gone for good; the port is out of the bridge.
-    Gone,
-    /// No port has this id (never added, or removed).
-    Vacant,
-}
-
-/// Per-port fault state: its health and when it last logged.
-#[derive(Debug, Clone, Copy)]
-struct Fault {
-    health: Health,
-    /// The back-off the next fault of this event gets.
-    backoff: Duration,
-    logged_at: Option<Instant>,
-    suppressed: u64,
-}
-
-impl Default for Fault {
-    fn default() -> Self {
-        Fault {
-            health: Health::Up,
-            backoff: FIRST_BACKOFF,
-            logged_at: None,
-            suppressed: 0,
-        }
-    }
-}
-
-impl Fault {
-    const VACANT: Fault = Fault {
-        health: Health::Vacant,
-        backoff: FIRST_BACKOFF,
-        logged_at: None,
-        suppressed: 0,
-    };
-
-    /// Leaves the port alone for the current back-off, and doubles it for
-    /// the next fault of the same event.
-    fn back_off(&mut self) {
-        self.health = Health::Backoff(Instant::now() + self.backoff);
-        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
-    }
-
-    /// Logs `error` unless this port logged within [`LOG_INTERVAL`].
-    fn log(&mut self, error: &PortError, what: &str) {
-        let now = Instant::now();
-        if self.logged_at.is_some_and(|at| now < at + LOG_INTERVAL) {
-            self.suppressed += 1;
-            return;
-        }
-        if self.suppressed > 0 {
-            log::warn!(
-                "{error}{what} (and {} more since the last report)",
-                self.suppressed
-            );
-        } else {
-            log::warn!("{error}{what}");
-        }
-        self.logged_at = Some(now);
-        self.suppressed = 0;
-    }
-
-    /// Whether frames may be sent to the port now.
-    fn sendable(&self) -> bool {
-        matches!(self.health, Health::Up | Health::Retrying)
-    }
-}
-
-/// Which counter a port fault is charged to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Direction {
-    Rx,
-    Tx,
-}
-
-/// Station moves onto one port in the current one-second window.
-#[derive(Debug, Clone, Copy, Default)]
-struct Flaps {
-    window: Option<Instant>,
-    moves: u32,
-    warned_at: Option<Instant>,
-}
-
-/// How long a read section lasts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SectionMode {
-    /// One section per received batch: one lock acquisition, snapshot load or
-    /// epoch pin for up to a batch of frames.
-    #[default]
-    PerBatch,
-    /// One section per frame: the fine-grained alternative, to measure what
-    /// batching saves.
-    PerFrame,
-}
-
-/// What a worker does with frames.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Mode {
-    /// A learning bridge: the MAC table decides.
-    #[default]
-    Bridge,
-    /// A two-port MAC relay (like OpenBSD's tpmr(4)): every frame goes out
-    /// of the other port, no table, no rule; the forwarding loop alone, as
-    /// the reference the bridge is measured against.
-    Relay,
-}
-
-/// Worker settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WorkerConfig {
-    /// Frames received from one port per batch.
-    pub batch_size: usize,
-    /// The largest frame a receive buffer holds.
-    pub frame_capacity: usize,
-    /// How long read sections last.
-    pub section: SectionMode,
-    /// Bridge or relay.
-    pub mode: Mode,
-    /// Busy-poll the queues instead of sleeping in `poll(2)` when idle.
-    pub busy_poll: bool,
-    /// Collect the lock statistics of the MAC table's sections (see
-    /// [`locks::lockstat`]; the caller turns counting on).
-    pub lockstat: bool,
-    /// 802.1Q VLAN filtering (see [`crate::vlan`]): ports are members of
-    /// VLANs, set with [`Worker::set_vlans`] or [`PortControl::add_with_vlans`].
-    pub vlan_filtering: bool,
-}
-
-impl Default for WorkerConfig {
-    fn default() -> Self {
-        WorkerConfig {
-            batch_size: 64,
-            frame_capacity: 2048,
-            section: SectionMode::PerBatch,
-            mode: Mode::Bridge,
-            busy_poll: false,
-            lockstat: false,
-            vlan_filtering: false,
-        }
-    }
-}
-
 /// A forwarding thread's state: one queue of every port, and the table.
 pub struct Worker<S: Strategy, P: Port> {
     fdb: Arc<MacTable<S>>,
-    /// This worker's queue of each port, by port id; `None` where no port
-    /// has that id.
-    ports: Vec<Option<P>>,
+    /// Each port as this worker holds it, by port id (see [`PortSlot`]).
+    slots: Vec<PortSlot<P>>,
     /// Ports added and removed while running, and the eventfd that wakes
     /// this worker to look (see [`PortControl`]).
     changes: mpsc::Receiver<Change<P>>,
@@ -251,14 +75,9 @@ pub struct Worker<S: Strategy, P: Port> {
     capturing: bool,
     batch: RxBatch,
     decisions: Vec<Decision>,
-    /// Per output port, the indices of the batch's frames to send there.
-    outputs: Vec<Vec<usize>>,
     /// The batch's sources to learn, once each, with what the fast path saw.
     to_learn: Vec<(FdbKey, PortId, SourceState)>,
     learn_buffer: Vec<(FdbKey, PortId)>,
-    stats: Vec<PortStats>,
-    faults: Vec<Fault>,
-    flaps: Vec<Flaps>,
     /// When this worker last warned of a port's own address as a source.
     own_source_warned: Option<Instant>,
     /// When the ports' links are to be looked at next.
@@ -272,8 +91,6 @@ pub struct Worker<S: Strategy, P: Port> {
     /// Whether the last round left every port's queue empty (no batch came
     /// back full) and every such empty read cost a system call.
     drained_by_syscalls: bool,
-    /// Per port, its VLANs (with VLAN filtering).
-    vlans: Vec<PortVlans>,
     /// Per frame of the batch, its VLAN and tags (with VLAN filtering).
     admitted: Vec<Option<Admitted>>,
     /// Frames rewritten for egress (a tag removed, added or changed), one
@@ -309,6 +126,13 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             "a relay has exactly two ports"
         );
         let n = ports.len();
+        let mut vlans = parts.vlans.unwrap_or_default();
+        vlans.resize(n, PortVlans::default());
+        let slots = ports
+            .into_iter()
+            .zip(vlans)
+            .map(|(queue, vlans)| PortSlot::new(queue, vlans, config.batch_size))
+            .collect();
         let (sender, changes) = mpsc::channel();
         let wake = Arc::new(wake::eventfd().expect("an eventfd for port changes"));
         Worker {
@@ -325,31 +149,18 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             capturing: false,
             batch: RxBatch::new(config.batch_size, config.frame_capacity),
             decisions: Vec::with_capacity(config.batch_size),
-            outputs: (0..n)
-                .map(|_| Vec::with_capacity(config.batch_size))
-                .collect(),
             to_learn: Vec::with_capacity(config.batch_size),
             learn_buffer: Vec::with_capacity(config.batch_size),
-            stats: vec![PortStats::default(); n],
-            faults: ports
-                .iter()
-                .map(|port| match port {
-                    Some(_) => Fault::default(),
-                    None => Fault::VACANT,
-                })
-                .collect(),
-            flaps: vec![Flaps::default(); n],
             own_source_warned: None,
             next_link_check: Instant::now() + LINK_CHECK_INTERVAL,
             polled: Vec::with_capacity(n),
             readable: None,
             drained_by_syscalls: false,
-            vlans: parts.vlans.unwrap_or_else(|| vec![PortVlans::default(); n]),
             admitted: Vec::with_capacity(config.batch_size),
             rewritten: Vec::new(),
             rewrites: Vec::new(),
             forms: Vec::with_capacity(config.batch_size),
-            ports,
+            slots,
         }
     }
 
@@ -358,14 +169,19 @@ impl<S: Strategy, P: Port> Worker<S, P> {
     /// applied first.
     pub fn into_parts(mut self) -> (Vec<Option<P>>, WorkerParts) {
         self.apply_changes();
+        let (ports, vlans) = self
+            .slots
+            .into_iter()
+            .map(|slot| (slot.queue, slot.vlans))
+            .unzip();
         let parts = WorkerParts {
             counters: Some(self.counters),
             totals: Some(self.totals),
             capture: Some(self.capture),
             id: self.id,
-            vlans: Some(self.vlans),
+            vlans: Some(vlans),
         };
-        (self.ports, parts)
+        (ports, parts)
     }
 
     /// Sets port `port`'s VLANs (used with VLAN filtering), before the
@@ -373,69 +189,13 @@ impl<S: Strategy, P: Port> Worker<S, P> {
     /// [`PortControl::add_with_vlans`].
     pub fn set_vlans(&mut self, port: PortId, vlans: PortVlans) {
         let index = port.index();
-        if index >= self.vlans.len() {
-            self.vlans.resize(index + 1, PortVlans::default());
+        if index >= self.slots.len() {
+            let batch_size = self.config.batch_size;
+            self.slots.resize_with(index + 1, || {
+                PortSlot::new(None, PortVlans::default(), batch_size)
+            });
         }
-        self.vlans[index] = vlans;
-    }
-
-    /// A handle that adds and removes this worker's queues of ports while
-    /// it runs.
-    pub fn control(&self) -> PortControl<P> {
-        self.control.clone()
-    }
-
-    /// Applies the port changes sent through [`PortControl`]: a worker
-    /// calls this between batches, so no frame of its is in flight on a
-    /// queue it drops. Returns how many it applied.
-    pub fn apply_changes(&mut self) -> usize {
-        let mut applied = 0;
-        while let Ok(change) = self.changes.try_recv() {
-            applied += 1;
-            // A new port was not polled: the next round reads every port.
-            self.readable = None;
-            match change {
-                Change::Add {
-                    id,
-                    queue,
-                    vlans,
-                    done,
-                } => {
-                    let index = id.index();
-                    if index >= self.vlans.len() {
-                        self.vlans.resize(index + 1, PortVlans::default());
-                    }
-                    self.vlans[index] = vlans;
-                    if index >= self.ports.len() {
-                        let n = index + 1;
-                        self.ports.resize_with(n, || None);
-                        self.stats.resize(n, PortStats::default());
-                        self.faults.resize(n, Fault::VACANT);
-                        self.flaps.resize(n, Flaps::default());
-                        self.outputs
-                            .resize_with(n, || Vec::with_capacity(self.config.batch_size));
-                    }
-                    self.counters[index].reset();
-                    self.stats[index] = PortStats::default();
-                    self.faults[index] = Fault::default();
-                    self.flaps[index] = Flaps::default();
-                    self.ports[index] = Some(queue);
-                    let _ = done.send(());
-                }
-                Change::Remove { id, done } => {
-                    if let Some(slot) = self.ports.get_mut(id.index()) {
-                        // Dropping the queue closes it: nothing of this
-                        // worker uses it any more, and no other worker ever
-                        // did.
-                        *slot = None;
-                        self.faults[id.index()] = Fault::VACANT;
-                        self.stats[id.index()] = PortStats::default();
-                    }
-                    let _ = done.send(());
-                }
-            }
-        }
-        applied
+        self.slots[index].vlans = vlans;
     }
 
     /// This worker's counters, one per port.
@@ -458,17 +218,17 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         Arc::clone(&self.totals)
     }
 
-    /// This worker's queues, by port id (`None` where no port has the id).
-    pub fn ports(&self) -> &[Option<P>] {
-        &self.ports
+    /// This worker's queue of port `port`, if the port is in use.
+    pub fn queue(&self, port: PortId) -> Option<&P> {
+        self.slots.get(port.index())?.queue.as_ref()
     }
 
     fn port(&self, index: usize) -> &P {
-        self.ports[index].as_ref().expect("a port in use")
+        self.slots[index].queue.as_ref().expect("a port in use")
     }
 
     fn port_mut(&mut self, index: usize) -> &mut P {
-        self.ports[index].as_mut().expect("a port in use")
+        self.slots[index].queue.as_mut().expect("a port in use")
     }
 
     /// The table.
@@ -488,13 +248,14 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         }
         let readable = self.readable.take();
         let mut drained_by_syscalls = true;
-        for ingress in 0..self.ports.len() {
-            match self.faults[ingress].health {
+        for ingress in 0..self.slots.len() {
+            match self.slots[ingress].fault.health {
                 Health::Up | Health::Retrying => {
                     let unreadable = readable
                         .as_ref()
                         .is_some_and(|r| r.get(ingress) == Some(&false));
-                    if unreadable && !self.ports[ingress].as_ref().is_some_and(Port::pending) {
+                    let queue = self.slots[ingress].queue.as_ref();
+                    if unreadable && !queue.is_some_and(Port::pending) {
                         continue;
                     }
                 }
@@ -509,11 +270,12 @@ impl<S: Strategy, P: Port> Worker<S, P> {
                 }
             }
             self.batch.clear();
-            let port = self.ports[ingress].as_mut().expect("a port in use");
+            let slot = &mut self.slots[ingress];
+            let port = slot.queue.as_mut().expect("a port in use");
             drained_by_syscalls &= port.empty_read_is_syscall();
             match port.recv_batch(&mut self.batch) {
                 Ok(report) => {
-                    let stats = &mut self.stats[ingress];
+                    let stats = &mut slot.stats;
                     stats.rx_oversize += report.oversize as u64;
                     stats.rx_errors += report.malformed as u64;
                     if report.received > 0 {
@@ -536,123 +298,19 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             self.totals
                 .add_locks(locks.acquisitions, locks.contended, locks.wait_ns);
         }
-        for (counters, stats) in self.counters.iter().zip(&mut self.stats) {
-            if *stats != PortStats::default() {
-                counters.add(stats);
-                *stats = PortStats::default();
+        for (counters, slot) in self.counters.iter().zip(&mut self.slots) {
+            if slot.stats != PortStats::default() {
+                counters.add(&slot.stats);
+                slot.stats = PortStats::default();
             }
         }
         received
     }
 
-    /// Asks the ports passing frames whether their link went down with
-    /// nothing failing (a tap whose device was set down, see
-    /// [`Port::link_lost`]). Such a port is faulted as a failed receive
-    /// faults it, once per event: counted, its learned stations flushed
-    /// (as the Linux bridge flushes a port whose device goes down), one
-    /// line logged, and left alone until its link is back, which costs a
-    /// look per back-off and nothing else.
-    fn check_links(&mut self) {
-        for index in 0..self.ports.len() {
-            let health = self.faults[index].health;
-            if !matches!(health, Health::Up | Health::Retrying) {
-                continue;
-            }
-            let Some(port) = self.ports[index].as_ref() else {
-                continue;
-            };
-            if !port.link_lost() {
-                continue;
-            }
-            let name = port.name().to_owned();
-            self.faults[index].back_off();
-            self.counters[index].set_state(PortState::Faulted);
-            // Retrying: the same event, and no frame came in since it
-            // began, so there is nothing learned to flush.
-            if health == Health::Retrying {
-                continue;
-            }
-            self.stats[index].rx_errors += 1;
-            let flushed = self.fdb.flush_port(PortId(index as u16));
-            log::warn!(
-                "{name}: link down; flushed {flushed} learned stations; \
-                 retrying until it passes frames again"
-            );
-        }
-    }
-
-    /// A port's back-off ended: clears an error left from the fault (so
-    /// that the first send does not fail on a stale one) and looks at the
-    /// link. Returns whether the port may be used again.
-    fn retry(&mut self, index: usize) -> bool {
-        if let Some(error) = self.port_mut(index).take_error() {
-            let error = PortError::Pending {
-                port: self.port(index).name().to_owned(),
-                source: error,
-            };
-            self.faults[index].health = Health::Retrying;
-            self.fault(index, error, Direction::Rx);
-            return false;
-        }
-        if !self.port(index).link_ready() {
-            self.faults[index].back_off();
-            return false;
-        }
-        self.faults[index].health = Health::Retrying;
-        true
-    }
-
-    /// A port passed frames: a fault it had is over.
-    fn recovered(&mut self, index: usize) {
-        let fault = &mut self.faults[index];
-        if fault.health == Health::Retrying {
-            fault.health = Health::Up;
-            fault.backoff = FIRST_BACKOFF;
-            self.counters[index].set_state(PortState::Forwarding);
-            log::info!("{}: passing frames again", self.port(index).name());
-        }
-    }
-
-    /// Handles an error of port `index`: counts it once per fault event,
-    /// logs it at a bounded rate, flushes the stations learned there (as
-    /// the Linux bridge does when a port goes down), and leaves the port
-    /// alone for a while, or for good when its device is gone.
-    fn fault(&mut self, index: usize, error: PortError, direction: Direction) {
-        let kind = FaultKind::of(error.source_error());
-        let fault = &mut self.faults[index];
-        let first = fault.health == Health::Up;
-        if matches!(fault.health, Health::Gone | Health::Vacant) {
-            return;
-        }
-        let stats = &mut self.stats[index];
-        let counter = match direction {
-            Direction::Rx => &mut stats.rx_errors,
-            Direction::Tx => &mut stats.tx_errors,
-        };
-        if kind == FaultKind::Gone {
-            *counter += 1;
-            fault.health = Health::Gone;
-            self.counters[index].set_state(PortState::Gone);
-            log::warn!("{error}: the device is gone; the port is out of the bridge");
-        } else {
-            if first {
-                *counter += 1;
-                fault.log(&error, "; retrying until it passes frames again");
-            } else {
-                log::debug!("{error} (still faulted)");
-            }
-            fault.back_off();
-            self.counters[index].set_state(PortState::Faulted);
-        }
-        if first || kind == FaultKind::Gone {
-            self.fdb.flush_port(PortId(index as u16));
-        }
-    }
-
     /// Forwards until `stopper` says stop, sleeping in `poll(2)` on the
     /// ports' descriptors when none has frames.
     pub fn run(&mut self, stopper: &Stopper) {
-        let mut fds = Vec::with_capacity(self.ports.len() + 1);
+        let mut fds = Vec::with_capacity(self.slots.len() + 2);
         let mut idle_rounds = 0u32;
         while !stopper.is_stopped() {
             self.apply_changes();
@@ -670,9 +328,9 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             }
             // Frames set aside inside a port show on no descriptor (a port
             // out of forwarding is not read, so it does not count).
-            let pending = self.ports.iter().zip(&self.faults).any(|(port, fault)| {
-                matches!(fault.health, Health::Up | Health::Retrying)
-                    && port.as_ref().is_some_and(Port::pending)
+            let pending = self.slots.iter().any(|slot| {
+                matches!(slot.fault.health, Health::Up | Health::Retrying)
+                    && slot.queue.as_ref().is_some_and(Port::pending)
             });
             if pending {
                 continue;
@@ -706,9 +364,9 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         let now = Instant::now();
         let mut timeout = if sleep { MAX_SLEEP_MS } else { 0 };
         let mut always_ready = false;
-        for (index, (port, fault)) in self.ports.iter().zip(&self.faults).enumerate() {
-            let Some(port) = port else { continue };
-            match fault.health {
+        for (index, slot) in self.slots.iter().enumerate() {
+            let Some(port) = &slot.queue else { continue };
+            match slot.fault.health {
                 Health::Gone | Health::Vacant => continue,
                 Health::Backoff(until) => {
                     let wait = until.saturating_duration_since(now).as_millis() as i32 + 1;
@@ -742,7 +400,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             wake::eventfd_drain(&self.control.wake);
         }
         if sleep {
-            let mut readable = vec![false; self.ports.len()];
+            let mut readable = vec![false; self.slots.len()];
             for (slot, &index) in self.polled.iter().enumerate() {
                 readable[index] = fds[slot + 2].revents & libc::POLLIN != 0;
             }
@@ -794,7 +452,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             batch,
             decisions,
             to_learn,
-            vlans,
+            slots,
             admitted,
             ..
         } = self;
@@ -807,7 +465,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             return;
         }
         let filtering = self.config.vlan_filtering;
-        let port_vlans = &vlans[ingress];
+        let port_vlans = &slots[ingress].vlans;
         match self.config.section {
             SectionMode::PerBatch => fdb.read(|section| {
                 for frame in batch.iter() {
@@ -880,8 +538,8 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         if moves == 0 {
             return;
         }
-        self.stats[ingress].moves += u64::from(moves);
-        let flaps = &mut self.flaps[ingress];
+        self.slots[ingress].stats.moves += u64::from(moves);
+        let flaps = &mut self.slots[ingress].flaps;
         let now = Instant::now();
         if flaps
             .window
@@ -893,11 +551,14 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         flaps.moves += moves;
         let warned_lately = flaps.warned_at.is_some_and(|at| now < at + LOG_INTERVAL);
         if flaps.moves > FLAP_MOVES_PER_SEC && !warned_lately {
+            flaps.warned_at = Some(now);
+            let recent = flaps.moves;
             if let Some((key, from, to)) = last_move {
+                let slots = &self.slots;
                 let name = |port: PortId| {
-                    self.ports
+                    slots
                         .get(port.index())
-                        .and_then(Option::as_ref)
+                        .and_then(|slot| slot.queue.as_ref())
                         .map_or("?".to_owned(), |p| p.name().to_owned())
                 };
                 log::warn!(
@@ -907,11 +568,10 @@ impl<S: Strategy, P: Port> Worker<S, P> {
                     key.vlan,
                     name(from),
                     name(to),
-                    flaps.moves,
+                    recent,
                     name(to)
                 );
             }
-            flaps.warned_at = Some(now);
         }
     }
 
@@ -935,42 +595,47 @@ impl<S: Strategy, P: Port> Worker<S, P> {
 
     /// Sends the decided frames, one batch per output port.
     fn dispatch(&mut self, ingress: usize) {
-        let n = self.ports.len();
+        let n = self.slots.len();
         if self.config.vlan_filtering {
             self.dispatch_in_vlans(ingress);
         } else {
-            let rx = &mut self.stats[ingress];
+            // The ingress port's counts, added to its slot after the walk
+            // over every slot's output.
+            let mut rx = PortStats::default();
             for (index, decision) in self.decisions.iter().enumerate() {
                 rx.rx_frames += 1;
                 rx.rx_bytes += payload_len::<P>(self.batch.frame(index));
                 match *decision {
                     Decision::Drop(reason) => rx.drops[reason.index()] += 1,
-                    Decision::Unicast(port) => match self.outputs.get_mut(port.index()) {
-                        Some(output) => output.push(index),
+                    Decision::Unicast(port) => match self.slots.get_mut(port.index()) {
+                        Some(slot) => slot.output.push(index),
                         // A static entry naming a port this bridge lacks.
                         None => rx.tx_errors += 1,
                     },
                     Decision::Flood => {
-                        for (egress, output) in self.outputs.iter_mut().enumerate() {
+                        for (egress, slot) in self.slots.iter_mut().enumerate() {
                             if egress != ingress {
-                                output.push(index);
+                                slot.output.push(index);
                             }
                         }
                     }
                 }
             }
+            self.slots[ingress].stats += rx;
         }
         for egress in 0..n {
-            let output = &mut self.outputs[egress];
-            if output.is_empty() {
+            let slot = &mut self.slots[egress];
+            if slot.output.is_empty() {
                 continue;
             }
             // A faulted port is out of forwarding until it is retried, as a
-            // disabled port of the Linux bridge is: nothing is sent there.
-            if !self.faults[egress].sendable() {
-                output.clear();
+            // disabled port of the Linux bridge is: nothing is sent there
+            // (nor to a port id not in use, which floods also name).
+            if !slot.sendable() {
+                slot.output.clear();
                 continue;
             }
+            let output = &mut slot.output;
             let (batch, rewritten, rewrites) = (&self.batch, &self.rewritten, &self.rewrites);
             let frames = output
                 .iter()
@@ -982,7 +647,8 @@ impl<S: Strategy, P: Port> Worker<S, P> {
                     }
                 });
             let offered = output.len() as u64;
-            let report = self.ports[egress]
+            let report = slot
+                .queue
                 .as_mut()
                 .expect("sendable ports are in use")
                 .send_batch(frames.clone());
@@ -998,7 +664,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
                 );
             }
             output.clear();
-            let tx = &mut self.stats[egress];
+            let tx = &mut slot.stats;
             let sent = report.sent as u64;
             let refused = report.refused as u64;
             tx.tx_frames += sent;
@@ -1016,103 +682,6 @@ impl<S: Strategy, P: Port> Worker<S, P> {
                 self.fault(egress, error, Direction::Tx);
             }
         }
-    }
-}
-
-impl<S: Strategy, P: Port> Worker<S, P> {
-    /// [`dispatch`](Self::dispatch)'s first half with VLAN filtering: a
-    /// frame goes only to member ports of its VLAN, each getting the form
-    /// (tagged or not) that port sends.
-    fn dispatch_in_vlans(&mut self, ingress: usize) {
-        self.rewritten.clear();
-        self.rewrites.clear();
-        self.forms.clear();
-        self.forms.resize(self.batch.len(), [None; 2]);
-        for index in 0..self.decisions.len() {
-            let rx = &mut self.stats[ingress];
-            rx.rx_frames += 1;
-            rx.rx_bytes += payload_len::<P>(self.batch.frame(index));
-            let admitted = self.admitted[index];
-            match (self.decisions[index], admitted) {
-                (Decision::Drop(reason), _) => rx.drops[reason.index()] += 1,
-                (_, None) => unreachable!("a frame not admitted is dropped"),
-                (Decision::Unicast(port), Some(admitted)) => {
-                    let egress = port.index();
-                    if egress >= self.outputs.len() {
-                        // A static entry naming a port this bridge lacks.
-                        rx.tx_errors += 1;
-                        continue;
-                    }
-                    match vlan::egress(&self.vlans[egress], &admitted) {
-                        Some(form) => {
-                            let frame = self.frame_for(index, form);
-                            self.outputs[egress].push(frame);
-                        }
-                        None => rx.drops[DropReason::VlanEgress.index()] += 1,
-                    }
-                }
-                (Decision::Flood, Some(admitted)) => {
-                    for egress in 0..self.outputs.len() {
-                        if egress == ingress || self.ports[egress].is_none() {
-                            continue;
-                        }
-                        if let Some(form) = vlan::egress(&self.vlans[egress], &admitted) {
-                            let frame = self.frame_for(index, form);
-                            self.outputs[egress].push(frame);
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// The output index of frame `index` in `form`: the frame itself, or
-    /// its rewrite (made once per form and batch).
-    fn frame_for(&mut self, index: usize, form: Egress) -> usize {
-        let slot = match form {
-            Egress::AsIs => return index,
-            Egress::Untagged => 0,
-            Egress::Tagged(_) => 1,
-        };
-        if let Some(r) = self.forms[index][slot] {
-            return self.batch.len() + r;
-        }
-        let buffer = self.batch.frame(index);
-        let meta = P::METADATA_LEN.min(buffer.len());
-        let (header, frame) = buffer.split_at(meta);
-        let start = self.rewritten.len();
-        self.rewritten.extend_from_slice(header);
-        let tagged_in = vlan::outer_tag(frame).is_some();
-        let shift: i16 = match form {
-            Egress::AsIs => unreachable!("returned above"),
-            Egress::Untagged => {
-                self.rewritten.extend_from_slice(&frame[..12]);
-                self.rewritten.extend_from_slice(&frame[16..]);
-                -(vlan::TAG_LEN as i16)
-            }
-            Egress::Tagged(tag) => {
-                self.rewritten.extend_from_slice(&frame[..12]);
-                self.rewritten.extend_from_slice(&tag.tpid.to_be_bytes());
-                self.rewritten.extend_from_slice(&tag.tci.to_be_bytes());
-                let rest = if tagged_in { 16 } else { 12 };
-                self.rewritten.extend_from_slice(&frame[rest..]);
-                if tagged_in {
-                    0
-                } else {
-                    vlan::TAG_LEN as i16
-                }
-            }
-        };
-        // Offloaded segments and partial checksums count offsets from the
-        // frame's first byte: they move with the tag.
-        if meta == VNET_HDR_LEN && shift != 0 {
-            VnetHeader::new_unchecked(&mut self.rewritten[start..start + meta])
-                .shift_offsets(shift as u16);
-        }
-        let r = self.rewrites.len();
-        self.rewrites.push((start, self.rewritten.len() - start));
-        self.forms[index][slot] = Some(r);
-        self.batch.len() + r
     }
 }
 
@@ -1142,7 +711,7 @@ fn admit_and_decide<S: Strategy>(
 
 /// A buffer's Ethernet frame length, without the port's metadata.
 #[inline]
-fn payload_len<P: Port>(buffer: &[u8]) -> u64 {
+pub(super) fn payload_len<P: Port>(buffer: &[u8]) -> u64 {
     buffer.len().saturating_sub(P::METADATA_LEN) as u64
 }
 
@@ -1164,110 +733,4 @@ fn decide_and_refresh<S: Strategy>(
         }
     }
     decide_in(ingress, frame, vlan, section)
-}
-
-/// What a worker keeps across a change of table: its counters, totals,
-/// capture taps and index. The default is a fresh set.
-#[derive(Debug, Default)]
-pub struct WorkerParts {
-    counters: Option<Arc<[PortCounters]>>,
-    totals: Option<Arc<WorkerCounters>>,
-    capture: Option<Arc<CaptureHub>>,
-    id: usize,
-    vlans: Option<Vec<PortVlans>>,
-}
-
-impl WorkerParts {
-    /// A fresh set for worker `id`.
-    pub fn new(id: usize) -> WorkerParts {
-        WorkerParts {
-            id,
-            ..WorkerParts::default()
-        }
-    }
-
-    /// The same, with the ports' VLANs (by port id).
-    pub fn with_vlans(mut self, vlans: Vec<PortVlans>) -> WorkerParts {
-        self.vlans = Some(vlans);
-        self
-    }
-}
-
-/// A port change for one worker, with the channel it answers on once done.
-enum Change<P> {
-    Add {
-        id: PortId,
-        queue: P,
-        vlans: PortVlans,
-        done: mpsc::Sender<()>,
-    },
-    Remove {
-        id: PortId,
-        done: mpsc::Sender<()>,
-    },
-}
-
-/// Adds and removes one worker's queues of ports while it runs.
-///
-/// The worker reads its port set for every frame it floods, and the set
-/// changes rarely: the worker owns its copy, and changes reach it as
-/// messages that it applies between batches (its quiescent point, as a
-/// pserialize read section's end is in NetBSD's bridge). The answer to a
-/// change comes once the worker applied it, so a caller that waits for the
-/// answers of every worker knows that none can still use a removed port's
-/// queue (which the worker closed) or miss an added one: what NetBSD gets
-/// from `psref_target_destroy` and a publish.
-pub struct PortControl<P> {
-    sender: mpsc::Sender<Change<P>>,
-    wake: Arc<OwnedFd>,
-}
-
-impl<P> Clone for PortControl<P> {
-    fn clone(&self) -> Self {
-        PortControl {
-            sender: self.sender.clone(),
-            wake: Arc::clone(&self.wake),
-        }
-    }
-}
-
-impl<P> PortControl<P> {
-    fn send(&self, change: Change<P>) -> io::Result<()> {
-        self.sender
-            .send(change)
-            .map_err(|_| io::Error::other("the worker has stopped"))?;
-        wake::eventfd_signal(&self.wake)
-    }
-
-    /// Gives the worker `queue` as port `id`; the receiver answers once the
-    /// worker uses it.
-    pub fn add(&self, id: PortId, queue: P) -> io::Result<mpsc::Receiver<()>> {
-        self.add_with_vlans(id, queue, PortVlans::default())
-    }
-
-    /// [`add`](Self::add), with the port's VLANs (used with VLAN
-    /// filtering).
-    pub fn add_with_vlans(
-        &self,
-        id: PortId,
-        queue: P,
-        vlans: PortVlans,
-    ) -> io::Result<mpsc::Receiver<()>> {
-        let (done, answer) = mpsc::channel();
-        self.send(Change::Add {
-            id,
-            queue,
-            vlans,
-            done,
-        })?;
-        Ok(answer)
-    }
-
-    /// Takes port `id` from the worker, which closes its queue; the
-    /// receiver answers once it has.
-    pub fn remove(&self, id: PortId) -> io::Result<mpsc::Receiver<()>> {
-        let (done, answer) = mpsc::channel();
-        self.send(Change::Remove { id, done })?;
-        Ok(answer)
-    }
 }

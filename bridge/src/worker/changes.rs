@@ -1,0 +1,230 @@
+//! Ports added and removed while a worker runs: the messages that carry
+//! them, the handle that sends them, and the worker applying them between
+//! two batches; and what a worker hands over when it stops, for one of
+//! another strategy to take over.
+
+use std::io;
+use std::os::fd::OwnedFd;
+use std::sync::{mpsc, Arc};
+
+use locks::Strategy;
+
+use super::slot::PortSlot;
+use super::Worker;
+use crate::capture::CaptureHub;
+use crate::counters::{PortCounters, WorkerCounters};
+use crate::fdb::PortId;
+use crate::port::{wake, Port};
+use crate::vlan::PortVlans;
+
+/// What a worker keeps across a change of table: its counters, totals,
+/// capture taps and index. The default is a fresh set.
+#[derive(Debug, Default)]
+pub struct WorkerParts {
+    pub(super) counters: Option<Arc<[PortCounters]>>,
+    pub(super) totals: Option<Arc<WorkerCounters>>,
+    pub(super) capture: Option<Arc<CaptureHub>>,
+    pub(super) id: usize,
+    pub(super) vlans: Option<Vec<PortVlans>>,
+}
+
+impl WorkerParts {
+    /// A fresh set for worker `id`.
+    pub fn new(id: usize) -> WorkerParts {
+        WorkerParts {
+            id,
+            ..WorkerParts::default()
+        }
+    }
+
+    /// The same, with the ports' VLANs (by port id).
+    pub fn with_vlans(mut self, vlans: Vec<PortVlans>) -> WorkerParts {
+        self.vlans = Some(vlans);
+        self
+    }
+}
+
+/// A port change for one worker, with the channel it answers on once done.
+pub(super) enum Change<P> {
+    Add {
+        id: PortId,
+        queue: P,
+        vlans: PortVlans,
+        done: mpsc::Sender<()>,
+    },
+    Remove {
+        id: PortId,
+        done: mpsc::Sender<()>,
+    },
+}
+
+/// Adds and removes one worker's queues of ports while it runs.
+///
+/// The worker reads its port set for every frame it floods, and the set
+/// changes rarely: the worker owns its copy, and changes reach it as
+/// messages that it applies between batches (its quiescent point, as a
+/// pserialize read section's end is in NetBSD's bridge). The answer to a
+/// change comes once the worker applied it, so a caller that waits for the
+/// answers of every worker knows that none can still use a removed port's
+/// queue (which the worker closed) or miss an added one: what NetBSD gets
+/// from `psref_target_destroy` and a publish.
+pub struct PortControl<P> {
+    pub(super) sender: mpsc::Sender<Change<P>>,
+    pub(super) wake: Arc<OwnedFd>,
+}
+
+impl<P> Clone for PortControl<P> {
+    fn clone(&self) -> Self {
+        PortControl {
+            sender: self.sender.clone(),
+            wake: Arc::clone(&self.wake),
+        }
+    }
+}
+
+impl<P> PortControl<P> {
+    fn send(&self, change: Change<P>) -> io::Result<()> {
+        self.sender
+            .send(change)
+            .map_err(|_| io::Error::other("the worker has stopped"))?;
+        wake::eventfd_signal(&self.wake)
+    }
+
+    /// Gives the worker `queue` as port `id`; the receiver answers once the
+    /// worker uses it.
+    pub fn add(&self, id: PortId, queue: P) -> io::Result<mpsc::Receiver<()>> {
+        self.add_with_vlans(id, queue, PortVlans::default())
+    }
+
+    /// [`add`](Self::add), with the port's VLANs (used with VLAN
+    /// filtering).
+    pub fn add_with_vlans(
+        &self,
+        id: PortId,
+        queue: P,
+        vlans: PortVlans,
+    ) -> io::Result<mpsc::Receiver<()>> {
+        let (done, answer) = mpsc::channel();
+        self.send(Change::Add {
+            id,
+            queue,
+            vlans,
+            done,
+        })?;
+        Ok(answer)
+    }
+
+    /// Takes port `id` from the worker, which closes its queue; the
+    /// receiver answers once it has.
+    pub fn remove(&self, id: PortId) -> io::Result<mpsc::Receiver<()>> {
+        let (done, answer) = mpsc::channel();
+        self.send(Change::Remove { id, done })?;
+        Ok(answer)
+    }
+}
+
+impl<S: Strategy, P: Port> Worker<S, P> {
+    /// A handle that adds and removes this worker's queues of ports while
+    /// it runs.
+    pub fn control(&self) -> PortControl<P> {
+        self.control.clone()
+    }
+
+    /// Applies the port changes sent through [`PortControl`]: a worker
+    /// calls this between batches, so no frame of its is in flight on a
+    /// queue it drops. Returns how many it applied.
+    pub fn apply_changes(&mut self) -> usize {
+        let mut applied = 0;
+        while let Ok(change) = self.changes.try_recv() {
+            applied += 1;
+            // A new port was not polled: the next round reads every port.
+            self.readable = None;
+            match change {
+                Change::Add {
+                    id,
+                    queue,
+                    vlans,
+                    done,
+                } => {
+                    let index = id.index();
+                    if index >= self.slots.len() {
+                        let batch_size = self.config.batch_size;
+                        self.slots.resize_with(index + 1, || {
+                            PortSlot::new(None, PortVlans::default(), batch_size)
+                        });
+                    }
+                    self.counters[index].reset();
+                    self.slots[index].fill(queue, vlans);
+                    let _ = done.send(());
+                }
+                Change::Remove { id, done } => {
+                    if let Some(slot) = self.slots.get_mut(id.index()) {
+                        // Dropping the queue closes it: nothing of this
+                        // worker uses it any more, and no other worker ever
+                        // did.
+                        slot.vacate();
+                    }
+                    let _ = done.send(());
+                }
+            }
+        }
+        applied
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fdb::{FdbConfig, MacTable};
+    use crate::port::memory::MemoryPort;
+    use crate::worker::health::Health;
+    use crate::WorkerConfig;
+
+    fn worker(ports: usize) -> Worker<locks::Mutex, MemoryPort> {
+        let ports = (0..ports).map(|_| MemoryPort::pair("m").0).collect();
+        let fdb = Arc::new(MacTable::new(FdbConfig::default()));
+        Worker::new(fdb, ports, WorkerConfig::default())
+    }
+
+    #[test]
+    fn a_port_added_past_the_end_grows_the_slots_and_one_removed_is_vacant() {
+        let mut worker = worker(2);
+        let control = worker.control();
+        let added = control
+            .add_with_vlans(PortId(4), MemoryPort::pair("m").0, PortVlans::access(5))
+            .unwrap();
+        assert_eq!(worker.apply_changes(), 1);
+        added.try_recv().expect("answered once applied");
+        assert_eq!(worker.slots.len(), 5);
+        assert!(worker.slots[4].queue.is_some());
+        assert!(worker.slots[4].vlans.is_member(5));
+        assert_eq!(worker.slots[4].fault.health, Health::Up);
+        for vacant in 2..4 {
+            assert!(worker.slots[vacant].queue.is_none());
+            assert_eq!(worker.slots[vacant].fault.health, Health::Vacant);
+        }
+        let removed = control.remove(PortId(0)).unwrap();
+        assert_eq!(worker.apply_changes(), 1);
+        removed.try_recv().expect("answered once applied");
+        assert!(worker.queue(PortId(0)).is_none());
+        assert_eq!(worker.slots[0].fault.health, Health::Vacant);
+        // Nothing more to apply.
+        assert_eq!(worker.apply_changes(), 0);
+    }
+
+    #[test]
+    fn parts_carry_the_counters_and_vlans_over() {
+        let mut worker = worker(2);
+        worker.set_vlans(PortId(1), PortVlans::access(7));
+        worker.counters()[1].add(&crate::counters::PortStats {
+            rx_frames: 3,
+            ..Default::default()
+        });
+        let (ports, parts) = worker.into_parts();
+        assert_eq!(ports.len(), 2);
+        let fdb = Arc::new(MacTable::<locks::Rcu>::new(FdbConfig::default()));
+        let resumed = Worker::resume(fdb, ports, WorkerConfig::default(), parts);
+        assert_eq!(resumed.counters()[1].snapshot().rx_frames, 3);
+        assert!(resumed.slots[1].vlans.is_member(7));
+    }
+}

@@ -1,0 +1,61 @@
+//! What a worker is told to do: batch sizes, read sections, bridge or
+//! relay, sleeping or polling, VLAN filtering.
+
+/// How long a read section lasts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SectionMode {
+    /// One section per received batch: one lock acquisition, snapshot load or
+    /// epoch pin for up to a batch of frames.
+    #[default]
+    PerBatch,
+    /// One section per frame: the fine-grained alternative, to measure what
+    /// batching saves.
+    PerFrame,
+}
+
+/// What a worker does with frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// A learning bridge: the MAC table decides.
+    #[default]
+    Bridge,
+    /// A two-port MAC relay (like OpenBSD's tpmr(4)): every frame goes out
+    /// of the other port, no table, no rule; the forwarding loop alone, as
+    /// the reference the bridge is measured against.
+    Relay,
+}
+
+/// Worker settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerConfig {
+    /// Frames received from one port per batch.
+    pub batch_size: usize,
+    /// The largest frame a receive buffer holds.
+    pub frame_capacity: usize,
+    /// How long read sections last.
+    pub section: SectionMode,
+    /// Bridge or relay.
+    pub mode: Mode,
+    /// Busy-poll the queues instead of sleeping in `poll(2)` when idle.
+    pub busy_poll: bool,
+    /// Collect the lock statistics of the MAC table's sections (see
+    /// [`locks::lockstat`]; the caller turns counting on).
+    pub lockstat: bool,
+    /// 802.1Q VLAN filtering (see [`crate::vlan`]): ports are members of
+    /// VLANs, set with [`Worker::set_vlans`](super::Worker::set_vlans) or [`PortControl::add_with_vlans`](super::PortControl::add_with_vlans).
+    pub vlan_filtering: bool,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            batch_size: 64,
+            frame_capacity: 2048,
+            section: SectionMode::PerBatch,
+            mode: Mode::Bridge,
+            busy_poll: false,
+            lockstat: false,
+            vlan_filtering: false,
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! Egress rewriting with VLAN filtering: each frame goes only to member
+//! ports of its VLAN, in the form (untagged, tagged, retagged) each port
+//! sends, each form made once per frame and batch; a virtio-net header's
+//! offsets move with the tag.
+
+use locks::Strategy;
+
+use super::{payload_len, Worker};
+use crate::decision::{Decision, DropReason};
+use crate::port::{Port, VNET_HDR_LEN};
+use crate::vlan::{self, Egress};
+use crate::wire::VnetHeader;
+
+impl<S: Strategy, P: Port> Worker<S, P> {
+    /// [`dispatch`](Self::dispatch)'s first half with VLAN filtering: a
+    /// frame goes only to member ports of its VLAN, each getting the form
+    /// (tagged or not) that port sends.
+    pub(super) fn dispatch_in_vlans(&mut self, ingress: usize) {
+        self.rewritten.clear();
+        self.rewrites.clear();
+        self.forms.clear();
+        self.forms.resize(self.batch.len(), [None; 2]);
+        // The ingress port's counts, added to its slot after the walk over
+        // every slot's output.
+        let mut rx = crate::counters::PortStats::default();
+        for index in 0..self.decisions.len() {
+            rx.rx_frames += 1;
+            rx.rx_bytes += payload_len::<P>(self.batch.frame(index));
+            let admitted = self.admitted[index];
+            match (self.decisions[index], admitted) {
+                (Decision::Drop(reason), _) => rx.drops[reason.index()] += 1,
+                (_, None) => unreachable!("a frame not admitted is dropped"),
+                (Decision::Unicast(port), Some(admitted)) => {
+                    let egress = port.index();
+                    if egress >= self.slots.len() {
+                        // A static entry naming a port this bridge lacks.
+                        rx.tx_errors += 1;
+                        continue;
+                    }
+                    match vlan::egress(&self.slots[egress].vlans, &admitted) {
+                        Some(form) => {
+                            let frame = self.frame_for(index, form);
+                            self.slots[egress].output.push(frame);
+                        }
+                        None => rx.drops[DropReason::VlanEgress.index()] += 1,
+                    }
+                }
+                (Decision::Flood, Some(admitted)) => {
+                    for egress in 0..self.slots.len() {
+                        if egress == ingress || self.slots[egress].queue.is_none() {
+                            continue;
+                        }
+                        if let Some(form) = vlan::egress(&self.slots[egress].vlans, &admitted) {
+                            let frame = self.frame_for(index, form);
+                            self.slots[egress].output.push(frame);
+                        }
+                    }
+                }
+            }
+        }
+        self.slots[ingress].stats += rx;
+    }
+
+    /// The output index of frame `index` in `form`: the frame itself, or
+    /// its rewrite (made once per form and batch).
+    pub(super) fn frame_for(&mut self, index: usize, form: Egress) -> usize {
+        let slot = match form {
+            Egress::AsIs => return index,
+            Egress::Untagged => 0,
+            Egress::Tagged(_) => 1,
+        };
+        if let Some(r) = self.forms[index][slot] {
+            return self.batch.len() + r;
+        }
+        let buffer = self.batch.frame(index);
+        let meta = P::METADATA_LEN.min(buffer.len());
+        let (header, frame) = buffer.split_at(meta);
+        let start = self.rewritten.len();
+        self.rewritten.extend_from_slice(header);
+        let tagged_in = vlan::outer_tag(frame).is_some();
+        let shift: i16 = match form {
+            Egress::AsIs => unreachable!("returned above"),
+            Egress::Untagged => {
+                self.rewritten.extend_from_slice(&frame[..12]);
+                self.rewritten.extend_from_slice(&frame[16..]);
+                -(vlan::TAG_LEN as i16)
+            }
+            Egress::Tagged(tag) => {
+                self.rewritten.extend_from_slice(&frame[..12]);
+                self.rewritten.extend_from_slice(&tag.tpid.to_be_bytes());
+                self.rewritten.extend_from_slice(&tag.tci.to_be_bytes());
+                let rest = if tagged_in { 16 } else { 12 };
+                self.rewritten.extend_from_slice(&frame[rest..]);
+                if tagged_in {
+                    0
+                } else {
+                    vlan::TAG_LEN as i16
+                }
+            }
+        };
+        // Offloaded segments and partial checksums count offsets from the
+        // frame's first byte: they move with the tag.
+        if meta == VNET_HDR_LEN && shift != 0 {
+            VnetHeader::new_unchecked(&mut self.rewritten[start..start + meta])
+                .shift_offsets(shift as u16);
+        }
+        let r = self.rewrites.len();
+        self.rewrites.push((start, self.rewritten.len() - start));
+        self.forms[index][slot] = Some(r);
+        self.batch.len() + r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::fdb::{FdbConfig, MacTable};
+    use crate::vlan::Tag;
+    use crate::WorkerConfig;
+
+    /// A port whose frames come after a virtio-net header, as a tap's do;
+    /// only its metadata matters here.
+    struct HeaderPort;
+
+    impl Port for HeaderPort {
+        const METADATA_LEN: usize = VNET_HDR_LEN;
+
+        fn name(&self) -> &str {
+            "h"
+        }
+
+        fn recv_batch(
+            &mut self,
+            _: &mut crate::port::RxBatch,
+        ) -> Result<crate::port::RxReport, crate::port::PortError> {
+            Ok(crate::port::RxReport::default())
+        }
+
+        fn send_batch<'a>(&mut self, _: impl Iterator<Item = &'a [u8]>) -> crate::port::SendReport {
+            crate::port::SendReport::default()
+        }
+    }
+
+    /// A worker whose batch holds `frames`, each after a virtio-net header
+    /// asking for a checksum from byte 34 (as an offloaded frame would).
+    fn worker_with(frames: &[Vec<u8>]) -> Worker<locks::Epoch, HeaderPort> {
+        let ports = vec![HeaderPort, HeaderPort];
+        let fdb = Arc::new(MacTable::new(FdbConfig::default()));
+        let mut worker = Worker::new(fdb, ports, WorkerConfig::default());
+        for frame in frames {
+            let mut buffer = vec![0u8; VNET_HDR_LEN];
+            // NEEDS_CSUM, csum_start 34.
+            buffer[0] = 1;
+            buffer[6..8].copy_from_slice(&34u16.to_ne_bytes());
+            buffer.extend_from_slice(frame);
+            worker.batch.push(&buffer).unwrap();
+        }
+        worker.forms.resize(frames.len(), [None; 2]);
+        worker
+    }
+
+    fn untagged() -> Vec<u8> {
+        let mut frame = vec![0u8; 60];
+        frame[..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+        frame[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+        frame[12..14].copy_from_slice(&[0x08, 0x00]);
+        frame[14] = 0x45;
+        frame
+    }
+
+    fn tagged(tpid: u16, tci: u16) -> Vec<u8> {
+        let plain = untagged();
+        let mut frame = plain[..12].to_vec();
+        frame.extend_from_slice(&tpid.to_be_bytes());
+        frame.extend_from_slice(&tci.to_be_bytes());
+        frame.extend_from_slice(&plain[12..]);
+        frame
+    }
+
+    /// The rewritten buffer an output index names: its header's csum_start
+    /// and its frame.
+    fn output(worker: &Worker<locks::Epoch, HeaderPort>, index: usize) -> (u16, Vec<u8>) {
+        let r = index - worker.batch.len();
+        let (start, len) = worker.rewrites[r];
+        let buffer = &worker.rewritten[start..start + len];
+        let csum_start = u16::from_ne_bytes([buffer[6], buffer[7]]);
+        (csum_start, buffer[VNET_HDR_LEN..].to_vec())
+    }
+
+    #[test]
+    fn untagging_tagging_and_retagging_make_each_form_once() {
+        let mut worker = worker_with(&[tagged(0x8100, 10), untagged()]);
+        assert_eq!(worker.frame_for(0, Egress::AsIs), 0);
+        let bare = worker.frame_for(0, Egress::Untagged);
+        assert_eq!(output(&worker, bare), (30, untagged()));
+        // Asked again: the same rewrite.
+        assert_eq!(worker.frame_for(0, Egress::Untagged), bare);
+        let tag = Tag {
+            tpid: 0x8100,
+            tci: 20,
+        };
+        let retagged = worker.frame_for(0, Egress::Tagged(tag));
+        assert_eq!(output(&worker, retagged), (34, tagged(0x8100, 20)));
+        let added = worker.frame_for(1, Egress::Tagged(tag));
+        assert_eq!(output(&worker, added), (38, tagged(0x8100, 20)));
+        assert_eq!(worker.rewrites.len(), 3);
+    }
+}

@@ -1,0 +1,105 @@
+//! One port as one worker holds it: its queue, the counts of the round in
+//! progress, its health, its station moves, its VLANs and the frames of
+//! the batch in hand that go out of it. One struct per port, so that the
+//! worker's per-port state is resized, reset and dropped in one piece.
+
+use crate::counters::PortStats;
+use crate::vlan::PortVlans;
+
+use super::health::Fault;
+
+/// Station moves onto one port in the current one-second window.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Flaps {
+    pub(super) window: Option<std::time::Instant>,
+    pub(super) moves: u32,
+    pub(super) warned_at: Option<std::time::Instant>,
+}
+
+/// One port of one worker; a slot with no queue is a port id not in use.
+#[derive(Debug)]
+pub(super) struct PortSlot<P> {
+    /// This worker's queue of the port.
+    pub(super) queue: Option<P>,
+    /// Counts of the round in progress, added to the shared counters at
+    /// its end.
+    pub(super) stats: PortStats,
+    /// Its health.
+    pub(super) fault: Fault,
+    /// Station moves onto it.
+    pub(super) flaps: Flaps,
+    /// Its VLANs (with VLAN filtering).
+    pub(super) vlans: PortVlans,
+    /// The indices of the batch's frames to send out of it.
+    pub(super) output: Vec<usize>,
+}
+
+impl<P> PortSlot<P> {
+    /// A slot holding `queue` (or none), with `vlans`.
+    pub(super) fn new(queue: Option<P>, vlans: PortVlans, batch_size: usize) -> PortSlot<P> {
+        let fault = match queue {
+            Some(_) => Fault::default(),
+            None => Fault::VACANT,
+        };
+        PortSlot {
+            queue,
+            stats: PortStats::default(),
+            fault,
+            flaps: Flaps::default(),
+            vlans,
+            output: Vec::with_capacity(batch_size),
+        }
+    }
+
+    /// Puts `queue` in the slot, afresh: no counts, no fault, no moves.
+    pub(super) fn fill(&mut self, queue: P, vlans: PortVlans) {
+        self.queue = Some(queue);
+        self.vlans = vlans;
+        self.stats = PortStats::default();
+        self.fault = Fault::default();
+        self.flaps = Flaps::default();
+        self.output.clear();
+    }
+
+    /// Empties the slot: dropping the queue closes it.
+    pub(super) fn vacate(&mut self) {
+        self.queue = None;
+        self.fault = Fault::VACANT;
+        self.stats = PortStats::default();
+        self.output.clear();
+    }
+
+    /// Whether frames may be sent out of it now.
+    pub(super) fn sendable(&self) -> bool {
+        self.queue.is_some() && self.fault.sendable()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::worker::health::Health;
+
+    #[test]
+    fn filling_and_vacating_a_slot_starts_it_afresh() {
+        let mut slot: PortSlot<u8> = PortSlot::new(None, PortVlans::default(), 4);
+        assert!(!slot.sendable());
+        assert_eq!(slot.fault.health, Health::Vacant);
+        slot.fill(7, PortVlans::access(10));
+        assert!(slot.sendable());
+        assert!(slot.vlans.is_member(10));
+        slot.stats.rx_frames = 3;
+        slot.flaps.moves = 9;
+        slot.output.push(1);
+        slot.fault.back_off();
+        assert!(!slot.sendable());
+        slot.vacate();
+        assert_eq!(slot.queue, None);
+        assert_eq!(slot.stats, PortStats::default());
+        assert!(slot.output.is_empty());
+        slot.fill(8, PortVlans::default());
+        assert_eq!(slot.fault.health, Health::Up);
+        assert_eq!(slot.flaps.moves, 0);
+        assert_eq!(slot.stats, PortStats::default());
+    }
+}
