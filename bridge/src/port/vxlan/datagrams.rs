@@ -76,8 +76,9 @@ impl<'a> Datagrams<'a> {
         Self::resume(payload, segment, truncated, 0)
     }
 
-    /// The same message's datagrams from byte `offset` of its payload on
-    /// (an earlier [`offset`](Self::offset)).
+    /// The same message's datagrams from byte `offset` of its payload on:
+    /// where an earlier pass stopped ([`offset`](Self::offset)) before it
+    /// was done.
     pub fn resume(
         payload: &'a [u8],
         segment: Option<usize>,
@@ -86,15 +87,20 @@ impl<'a> Datagrams<'a> {
     ) -> Datagrams<'a> {
         // A segment size of 0 is never reported; taken as 1, it still ends.
         let size = segment.unwrap_or(payload.len()).max(1);
-        // A single datagram is taken even when empty (a short one), a
-        // train only while bytes are left.
-        let single_empty = segment.is_none() && offset == 0;
+        // Untouched, a message is at least one item (an empty datagram is
+        // a short one; a cut message one drop) unless it is an empty
+        // train; begun, it is done once no bytes are left.
+        let done = if offset == 0 {
+            payload.is_empty() && segment.is_some() && !truncated
+        } else {
+            offset >= payload.len()
+        };
         Datagrams {
             payload,
             size,
             truncated,
             offset: offset.min(payload.len()),
-            done: !truncated && offset >= payload.len() && !single_empty,
+            done,
         }
     }
 
@@ -210,6 +216,11 @@ mod tests {
         assert_eq!(cut.next_with(|_| true), Some(Err(Dropped::Truncated)));
         assert_eq!(cut.offset(), train.len());
         assert_eq!(cut.next_with(|_| true), None);
+        // Taken, it stays taken: resumed where it ended, nothing is left.
+        assert_eq!(
+            all(Datagrams::resume(&train, Some(68), true, train.len())),
+            []
+        );
         // Without a segment size, the message is one datagram.
         assert_eq!(all(Datagrams::new(&train, None, false)), [Ok((42, 196))]);
         // A segment size of 0 is taken as 1.
