@@ -243,3 +243,45 @@ write("worker_model", "rcu-per-frame", worker([
     ev_burst([(0, spec(BC, MA)), (0, spec(MB, MA)), (1, spec(MA, MB)), (1, spec(MA, MB))]),
     ev_burst([(1, spec(MA, MB)), (0, spec(MB, MA))]),
 ], strategy=5, ports=1, batch=3, per_frame=1, max_entries=3))
+
+
+# --- ring_slot: the raw bytes of one TPACKET_V2 slot ------------------------
+
+TP_STATUS_COPY = 1 << 1
+# Where the kernel puts a frame in a V2 slot with a virtio-net header:
+# TPACKET_ALIGN(32 + 20 + 16) + 10 - 14.
+SLOT_MAC = 76
+
+
+def slot(frame_bytes, status=TP_STATUS_USER, wire_len=None, snaplen=None,
+         mac_off=SLOT_MAC, vlan=None, size=None):
+    """A slot as the kernel fills it: tpacket2_hdr, the virtio-net header
+    and the frame at `mac_off`. `vlan`: (tpid or None, tci)."""
+    size = size or mac_off + len(frame_bytes)
+    b = bytearray(size)
+    snaplen = len(frame_bytes) if snaplen is None else snaplen
+    if vlan:
+        status |= TP_STATUS_VLAN_VALID
+        if vlan[0] is not None:
+            status |= TP_STATUS_VLAN_TPID_VALID
+            struct.pack_into("=H", b, 26, vlan[0])
+        struct.pack_into("=H", b, 24, vlan[1])
+    struct.pack_into("=IIIH", b, 0, status,
+                     len(frame_bytes) if wire_len is None else wire_len, snaplen, mac_off)
+    if mac_off >= VNET and mac_off <= size:
+        b[mac_off - VNET] = 0x01  # NEEDS_CSUM
+    end = min(size, mac_off + len(frame_bytes))
+    b[mac_off:end] = frame_bytes[:max(0, end - mac_off)]
+    return b
+
+
+write("ring_slot", "arp", slot(ARP))
+full = untagged(IPV4_TAGGED) * 40
+write("ring_slot", "tagged-cut-copied", slot(
+    full[:2048 - SLOT_MAC], status=TP_STATUS_USER | TP_STATUS_COPY, wire_len=9000,
+    vlan=(0x88A8, 0xA02A), size=2048))
+write("ring_slot", "dot1q-without-tpid", slot(untagged(IPV4_TAGGED), vlan=(None, 7)))
+write("ring_slot", "mac-inside-header", slot(ARP, mac_off=40))
+write("ring_slot", "snaplen-past-end", slot(ARP, snaplen=0xFFFFFFFF))
+write("ring_slot", "runt", slot(ARP[:5]))
+write("ring_slot", "short", bytes(31))
