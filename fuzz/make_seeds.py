@@ -285,3 +285,30 @@ write("ring_slot", "mac-inside-header", slot(ARP, mac_off=40))
 write("ring_slot", "snaplen-past-end", slot(ARP, snaplen=0xFFFFFFFF))
 write("ring_slot", "runt", slot(ARP[:5]))
 write("ring_slot", "short", bytes(31))
+
+
+# --- vxlan_rx: flags, segment size, two known VNIs, an offset, payload ------
+
+def vxlan(vni, inner, flags=0x08, reserved=b"\x00\x00\x00", last=0):
+    return bytes([flags]) + reserved + vni.to_bytes(3, "big") + bytes([last]) + inner
+
+
+def rx(payload, segment=None, truncated=False, known=(42, 7), offset=0):
+    flags = int(truncated) | (2 if segment is not None else 0)
+    out = bytearray([flags]) + struct.pack("<H", segment or 0)
+    for vni in known:
+        out += vni.to_bytes(3, "big")
+    return out + struct.pack("<H", offset) + payload
+
+
+write("vxlan_rx", "single", rx(vxlan(42, ARP)))
+write("vxlan_rx", "gro-train-every-reason", rx(
+    vxlan(42, ARP) + vxlan(42, ARP, flags=0) + vxlan(42, ARP, last=1)
+    + vxlan(42, ARP, flags=0x88) + vxlan(43, ARP) + vxlan(7, ARP)
+    + vxlan(42, ARP)[:20],
+    segment=68, offset=136))
+write("vxlan_rx", "truncated-train", rx(vxlan(42, ARP) * 3, segment=68, truncated=True))
+write("vxlan_rx", "empty", rx(b""))
+write("vxlan_rx", "exactly-headers", rx(vxlan(7, ARP[:14])))
+write("vxlan_rx", "one-byte-segments", rx(vxlan(42, ARP[:14]), segment=1))
+write("vxlan_rx", "no-segment-size-resumed", rx(vxlan(42, ARP) * 2, offset=68))
