@@ -312,3 +312,93 @@ write("vxlan_rx", "empty", rx(b""))
 write("vxlan_rx", "exactly-headers", rx(vxlan(7, ARP[:14])))
 write("vxlan_rx", "one-byte-segments", rx(vxlan(42, ARP[:14]), segment=1))
 write("vxlan_rx", "no-segment-size-resumed", rx(vxlan(42, ARP) * 2, offset=68))
+
+
+# --- segment: virtio-net header, grow (x 300 bytes), frame ------------------
+
+def csum(data, initial=0):
+    """The ones' complement sum (RFC 1071), folded to 16 bits."""
+    if len(data) % 2:
+        data = bytes(data) + b"\x00"
+    s = initial + sum(struct.unpack(">%dH" % (len(data) // 2), bytes(data)))
+    while s > 0xFFFF:
+        s = (s & 0xFFFF) + (s >> 16)
+    return s
+
+
+def grown(n):
+    """The pattern the target appends: n * 300 bytes."""
+    return bytes((i * 7 + 3) & 0xFF for i in range(n * 300))
+
+
+def tcp(v6=False, payload_len=0, flags=0x10, tag=None, ihl=5, options=b"",
+        partial=True, ip_len=None):
+    """Ethernet, IPv4 (with `ihl`) or IPv6, TCP with `options`; IP lengths
+    for `payload_len` payload bytes (or `ip_len`), IPv4 checksum complete,
+    TCP checksum partial (the pseudo-header sum) when `partial`, else 0."""
+    eth = B + A + (struct.pack(">HH", *tag) if tag else b"")
+    thl = 20 + len(options)
+    t = bytearray(struct.pack(">HHIIBBHHH", 40000, 5201, 1000, 77, (thl // 4) << 4,
+                              flags, 512, 0, 0) + options)
+    tcp_len = thl + payload_len
+    if v6:
+        src, dst = bytes(range(1, 17)), bytes(range(17, 33))
+        ip = struct.pack(">IHBB", 6 << 28, ip_len if ip_len is not None else tcp_len, 6, 64) + src + dst
+        pseudo = csum(src + dst, 6 + tcp_len)
+        eth += struct.pack(">H", 0x86DD)
+    else:
+        src, dst = bytes([198, 18, 0, 1]), bytes([198, 18, 0, 2])
+        total = ip_len if ip_len is not None else ihl * 4 + tcp_len
+        ip = bytearray(struct.pack(">BBHHHBBH", 0x40 | ihl, 0, total, 0x1234, 0x4000,
+                                   64, 6, 0) + src + dst + bytes(ihl * 4 - 20))
+        struct.pack_into(">H", ip, 10, 0xFFFF ^ csum(ip))
+        pseudo = csum(src + dst, 6 + tcp_len)
+        eth += struct.pack(">H", 0x0800)
+    if partial:
+        struct.pack_into(">H", t, 16, pseudo)
+    return bytes(eth + bytes(ip) + bytes(t))
+
+
+def seg(vnet_bytes, grow, frame_bytes):
+    return bytes(vnet_bytes) + bytes([grow]) + frame_bytes
+
+
+l4 = 34
+write("segment", "tcp4-gso-three-segments", seg(
+    vnet(1, 1, 54, 1448, l4, 16), 10, tcp(payload_len=3000, flags=0x99)))  # CWR PSH ACK FIN
+write("segment", "tcp6-gso-tagged-options", seg(
+    vnet(1, 4, 98, 1000, 58 + 4, 16), 5,
+    tcp(v6=True, payload_len=1500, tag=(0x8100, 0x002A), options=b"\x01\x01\x08\x0a" + bytes(8))))
+write("segment", "tcp4-ecn-ip-options", seg(
+    vnet(1, 0x81, 78, 536, 38, 16), 4, tcp(payload_len=1200, ihl=6, flags=0xD8)))
+write("segment", "tcp4-gso-no-payload", seg(vnet(1, 1, 54, 1448, l4, 16), 0, tcp()))
+udp = bytearray(tcp())[:34]
+struct.pack_into(">H", udp, 16, 20 + 8 + 12)
+udp[23] = 17
+struct.pack_into(">H", udp, 24, 0)
+struct.pack_into(">H", udp, 24, 0xFFFF ^ csum(udp[14:34]))
+udp += struct.pack(">HHHH", 5353, 5353, 20, csum(udp[26:34], 17 + 20)) + b"twelve bytes"
+write("segment", "udp4-partial-checksum", seg(vnet(1, 0, 0, 0, 34, 6), 0, bytes(udp)))
+write("segment", "tcp4-partial-received", seg(vnet(), 0, tcp(payload_len=0, flags=0x12)))
+write("segment", "tcp6-coalesced-to-mark", seg(
+    vnet(0, 0, 0, 1500, 0, 0), 10, tcp(v6=True, payload_len=3000)))
+write("segment", "tcp4-coalesced-to-mark", seg(
+    vnet(0, 0, 0, 1500, 0, 0), 10, tcp(payload_len=3000)))
+write("segment", "udp-fragmentation-unsupported", seg(vnet(0, 3, 0, 1400, 0, 0), 0, bytes(udp)))
+write("segment", "arp-no-offload", seg(vnet(), 0, ARP))
+# Fail until make_whole refuses a GSO type that does not match the frame:
+# TCPv4 segmentation of a frame whose EtherType is ARP, or whose IPv4
+# protocol is UDP, rewrote bytes at TCP's places.
+not_ip = bytearray(tcp(payload_len=300))
+struct.pack_into(">H", not_ip, 12, 0x0806)
+write("segment", "bug-gso-tcpv4-on-arp-ethertype", seg(vnet(1, 1, 54, 40, l4, 16), 1, bytes(not_ip)))
+on_udp = bytearray(tcp(payload_len=300))
+on_udp[23] = 17
+struct.pack_into(">H", on_udp, 24, 0)
+struct.pack_into(">H", on_udp, 24, 0xFFFF ^ csum(on_udp[14:34]))
+write("segment", "bug-gso-tcpv4-on-udp", seg(vnet(1, 1, 54, 40, l4, 16), 1, bytes(on_udp)))
+# Fails until make_whole refuses segments whose IP length would not fit 16
+# bits: 65,700 payload bytes at gso_size 65,535 made an IPv6 segment whose
+# payload length wrapped to 19.
+write("segment", "bug-ip-length-wraps", seg(
+    vnet(1, 4, 74, 65535, 54, 16), 219, tcp(v6=True, ip_len=0)))
