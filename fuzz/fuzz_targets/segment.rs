@@ -21,6 +21,8 @@
 //! reach). `offload_large_tcp` gets the header's `gso_size` as the MTU.
 
 #![no_main]
+// `same_but` takes a list of byte ranges; a list of one is meant.
+#![allow(clippy::single_range_in_vec_init)]
 
 use bridge::wire::segment::{complete_partial, make_whole, offload_large_tcp, SegmentError};
 use libfuzzer_sys::fuzz_target;
