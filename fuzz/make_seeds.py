@@ -243,3 +243,162 @@ write("worker_model", "rcu-per-frame", worker([
     ev_burst([(0, spec(BC, MA)), (0, spec(MB, MA)), (1, spec(MA, MB)), (1, spec(MA, MB))]),
     ev_burst([(1, spec(MA, MB)), (0, spec(MB, MA))]),
 ], strategy=5, ports=1, batch=3, per_frame=1, max_entries=3))
+
+
+# --- ring_slot: the raw bytes of one TPACKET_V2 slot ------------------------
+
+TP_STATUS_COPY = 1 << 1
+# Where the kernel puts a frame in a V2 slot with a virtio-net header:
+# TPACKET_ALIGN(32 + 20 + 16) + 10 - 14.
+SLOT_MAC = 76
+
+
+def slot(frame_bytes, status=TP_STATUS_USER, wire_len=None, snaplen=None,
+         mac_off=SLOT_MAC, vlan=None, size=None):
+    """A slot as the kernel fills it: tpacket2_hdr, the virtio-net header
+    and the frame at `mac_off`. `vlan`: (tpid or None, tci)."""
+    size = size or mac_off + len(frame_bytes)
+    b = bytearray(size)
+    snaplen = len(frame_bytes) if snaplen is None else snaplen
+    if vlan:
+        status |= TP_STATUS_VLAN_VALID
+        if vlan[0] is not None:
+            status |= TP_STATUS_VLAN_TPID_VALID
+            struct.pack_into("=H", b, 26, vlan[0])
+        struct.pack_into("=H", b, 24, vlan[1])
+    struct.pack_into("=IIIH", b, 0, status,
+                     len(frame_bytes) if wire_len is None else wire_len, snaplen, mac_off)
+    if mac_off >= VNET and mac_off <= size:
+        b[mac_off - VNET] = 0x01  # NEEDS_CSUM
+    end = min(size, mac_off + len(frame_bytes))
+    b[mac_off:end] = frame_bytes[:max(0, end - mac_off)]
+    return b
+
+
+write("ring_slot", "arp", slot(ARP))
+full = untagged(IPV4_TAGGED) * 40
+write("ring_slot", "tagged-cut-copied", slot(
+    full[:2048 - SLOT_MAC], status=TP_STATUS_USER | TP_STATUS_COPY, wire_len=9000,
+    vlan=(0x88A8, 0xA02A), size=2048))
+write("ring_slot", "dot1q-without-tpid", slot(untagged(IPV4_TAGGED), vlan=(None, 7)))
+write("ring_slot", "mac-inside-header", slot(ARP, mac_off=40))
+write("ring_slot", "snaplen-past-end", slot(ARP, snaplen=0xFFFFFFFF))
+write("ring_slot", "runt", slot(ARP[:5]))
+write("ring_slot", "short", bytes(31))
+
+
+# --- vxlan_rx: flags, segment size, two known VNIs, an offset, payload ------
+
+def vxlan(vni, inner, flags=0x08, reserved=b"\x00\x00\x00", last=0):
+    return bytes([flags]) + reserved + vni.to_bytes(3, "big") + bytes([last]) + inner
+
+
+def rx(payload, segment=None, truncated=False, known=(42, 7), offset=0):
+    flags = int(truncated) | (2 if segment is not None else 0)
+    out = bytearray([flags]) + struct.pack("<H", segment or 0)
+    for vni in known:
+        out += vni.to_bytes(3, "big")
+    return out + struct.pack("<H", offset) + payload
+
+
+write("vxlan_rx", "single", rx(vxlan(42, ARP)))
+write("vxlan_rx", "gro-train-every-reason", rx(
+    vxlan(42, ARP) + vxlan(42, ARP, flags=0) + vxlan(42, ARP, last=1)
+    + vxlan(42, ARP, flags=0x88) + vxlan(43, ARP) + vxlan(7, ARP)
+    + vxlan(42, ARP)[:20],
+    segment=68, offset=136))
+write("vxlan_rx", "truncated-train", rx(vxlan(42, ARP) * 3, segment=68, truncated=True))
+write("vxlan_rx", "empty", rx(b""))
+write("vxlan_rx", "exactly-headers", rx(vxlan(7, ARP[:14])))
+write("vxlan_rx", "one-byte-segments", rx(vxlan(42, ARP[:14]), segment=1))
+write("vxlan_rx", "no-segment-size-resumed", rx(vxlan(42, ARP) * 2, offset=68))
+
+
+# --- segment: virtio-net header, grow (x 300 bytes), frame ------------------
+
+def csum(data, initial=0):
+    """The ones' complement sum (RFC 1071), folded to 16 bits."""
+    if len(data) % 2:
+        data = bytes(data) + b"\x00"
+    s = initial + sum(struct.unpack(">%dH" % (len(data) // 2), bytes(data)))
+    while s > 0xFFFF:
+        s = (s & 0xFFFF) + (s >> 16)
+    return s
+
+
+def grown(n):
+    """The pattern the target appends: n * 300 bytes."""
+    return bytes((i * 7 + 3) & 0xFF for i in range(n * 300))
+
+
+def tcp(v6=False, payload_len=0, flags=0x10, tag=None, ihl=5, options=b"",
+        partial=True, ip_len=None):
+    """Ethernet, IPv4 (with `ihl`) or IPv6, TCP with `options`; IP lengths
+    for `payload_len` payload bytes (or `ip_len`), IPv4 checksum complete,
+    TCP checksum partial (the pseudo-header sum) when `partial`, else 0."""
+    eth = B + A + (struct.pack(">HH", *tag) if tag else b"")
+    thl = 20 + len(options)
+    t = bytearray(struct.pack(">HHIIBBHHH", 40000, 5201, 1000, 77, (thl // 4) << 4,
+                              flags, 512, 0, 0) + options)
+    tcp_len = thl + payload_len
+    if v6:
+        src, dst = bytes(range(1, 17)), bytes(range(17, 33))
+        ip = struct.pack(">IHBB", 6 << 28, ip_len if ip_len is not None else tcp_len, 6, 64) + src + dst
+        pseudo = csum(src + dst, 6 + tcp_len)
+        eth += struct.pack(">H", 0x86DD)
+    else:
+        src, dst = bytes([198, 18, 0, 1]), bytes([198, 18, 0, 2])
+        total = ip_len if ip_len is not None else ihl * 4 + tcp_len
+        ip = bytearray(struct.pack(">BBHHHBBH", 0x40 | ihl, 0, total, 0x1234, 0x4000,
+                                   64, 6, 0) + src + dst + bytes(ihl * 4 - 20))
+        struct.pack_into(">H", ip, 10, 0xFFFF ^ csum(ip))
+        pseudo = csum(src + dst, 6 + tcp_len)
+        eth += struct.pack(">H", 0x0800)
+    if partial:
+        struct.pack_into(">H", t, 16, pseudo)
+    return bytes(eth + bytes(ip) + bytes(t))
+
+
+def seg(vnet_bytes, grow, frame_bytes):
+    return bytes(vnet_bytes) + bytes([grow]) + frame_bytes
+
+
+l4 = 34
+write("segment", "tcp4-gso-three-segments", seg(
+    vnet(1, 1, 54, 1448, l4, 16), 10, tcp(payload_len=3000, flags=0x99)))  # CWR PSH ACK FIN
+write("segment", "tcp6-gso-tagged-options", seg(
+    vnet(1, 4, 98, 1000, 58 + 4, 16), 5,
+    tcp(v6=True, payload_len=1500, tag=(0x8100, 0x002A), options=b"\x01\x01\x08\x0a" + bytes(8))))
+write("segment", "tcp4-ecn-ip-options", seg(
+    vnet(1, 0x81, 78, 536, 38, 16), 4, tcp(payload_len=1200, ihl=6, flags=0xD8)))
+write("segment", "tcp4-gso-no-payload", seg(vnet(1, 1, 54, 1448, l4, 16), 0, tcp()))
+udp = bytearray(tcp())[:34]
+struct.pack_into(">H", udp, 16, 20 + 8 + 12)
+udp[23] = 17
+struct.pack_into(">H", udp, 24, 0)
+struct.pack_into(">H", udp, 24, 0xFFFF ^ csum(udp[14:34]))
+udp += struct.pack(">HHHH", 5353, 5353, 20, csum(udp[26:34], 17 + 20)) + b"twelve bytes"
+write("segment", "udp4-partial-checksum", seg(vnet(1, 0, 0, 0, 34, 6), 0, bytes(udp)))
+write("segment", "tcp4-partial-received", seg(vnet(), 0, tcp(payload_len=0, flags=0x12)))
+write("segment", "tcp6-coalesced-to-mark", seg(
+    vnet(0, 0, 0, 1500, 0, 0), 10, tcp(v6=True, payload_len=3000)))
+write("segment", "tcp4-coalesced-to-mark", seg(
+    vnet(0, 0, 0, 1500, 0, 0), 10, tcp(payload_len=3000)))
+write("segment", "udp-fragmentation-unsupported", seg(vnet(0, 3, 0, 1400, 0, 0), 0, bytes(udp)))
+write("segment", "arp-no-offload", seg(vnet(), 0, ARP))
+# Fail until make_whole refuses a GSO type that does not match the frame:
+# TCPv4 segmentation of a frame whose EtherType is ARP, or whose IPv4
+# protocol is UDP, rewrote bytes at TCP's places.
+not_ip = bytearray(tcp(payload_len=300))
+struct.pack_into(">H", not_ip, 12, 0x0806)
+write("segment", "bug-gso-tcpv4-on-arp-ethertype", seg(vnet(1, 1, 54, 40, l4, 16), 1, bytes(not_ip)))
+on_udp = bytearray(tcp(payload_len=300))
+on_udp[23] = 17
+struct.pack_into(">H", on_udp, 24, 0)
+struct.pack_into(">H", on_udp, 24, 0xFFFF ^ csum(on_udp[14:34]))
+write("segment", "bug-gso-tcpv4-on-udp", seg(vnet(1, 1, 54, 40, l4, 16), 1, bytes(on_udp)))
+# Fails until make_whole refuses segments whose IP length would not fit 16
+# bits: 65,700 payload bytes at gso_size 65,535 made an IPv6 segment whose
+# payload length wrapped to 19.
+write("segment", "bug-ip-length-wraps", seg(
+    vnet(1, 4, 74, 65535, 54, 16), 219, tcp(v6=True, ip_len=0)))

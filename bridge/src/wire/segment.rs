@@ -383,9 +383,16 @@ fn layout(frame: &[u8], v4: bool) -> Result<Layout, SegmentError> {
     ) {
         l3 += 4;
     }
+    // The header's GSO type must match the frame: a TCPv4 one on anything
+    // but IPv4 TCP would rewrite bytes of another protocol at TCP's places
+    // (the kernel refuses such a frame, as segmentation finds no handler).
+    let ethertype = u16::from_be_bytes([get(l3 - 2)?, get(l3 - 1)?]);
+    if ethertype != if v4 { 0x0800 } else { 0x86dd } {
+        return Err(SegmentError::Malformed);
+    }
     let l4 = if v4 {
         let ihl = usize::from(get(l3)? & 0x0f) * 4;
-        if ihl < 20 {
+        if ihl < 20 || get(l3 + 9)? != 6 {
             return Err(SegmentError::Malformed);
         }
         l3 + ihl
@@ -416,6 +423,14 @@ fn segment_tcp(
     let data = &frame[payload..];
     if mss == 0 || (mss < MIN_GSO_SIZE && data.len() > mss) {
         return Err(SegmentError::SegmentSize(mss as u16));
+    }
+    // The largest segment's IPv4 total length or IPv6 payload length must
+    // fit its 16 bits: a frame of more IP bytes than that (which no stack
+    // sends, but a buffer of 64 KiB and more takes) would get lengths that
+    // wrap.
+    let largest = payload - l3 + data.len().min(mss) - if v4 { 0 } else { 40 };
+    if largest > usize::from(u16::MAX) {
+        return Err(SegmentError::Malformed);
     }
     let seq = u32::from_be_bytes(frame[l4 + 4..l4 + 8].try_into().expect("4 bytes"));
     let ip_id = if v4 {
@@ -793,6 +808,95 @@ mod tests {
         let mut long = tcp4(&[7u8; 48], 0x10);
         complete_tcp(&mut long);
         assert!(TcpRun::start(&long).is_some());
+    }
+
+    #[test]
+    fn gso_types_that_do_not_match_the_frame_are_refused() {
+        let payload = vec![0x5au8; 3000];
+        let mut scratch = Vec::new();
+        let cut = |vnet: [u8; 10], f: &[u8], scratch: &mut Vec<u8>| {
+            let mut n = 0;
+            let result = make_whole(&vnet, f, scratch, |_| n += 1);
+            (result, n)
+        };
+        // Not IPv4 by its EtherType, or not TCP by its protocol: nothing
+        // is cut and nothing emitted.
+        let mut not_ip = tcp4(&payload, 0x10);
+        not_ip[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+        let mut udp = tcp4(&payload, 0x10);
+        udp[23] = 17;
+        for f in [&not_ip, &udp] {
+            assert_eq!(
+                cut(vnet(1, GSO_TCPV4, 1448, 34, 16), f, &mut scratch),
+                (Err(SegmentError::Malformed), 0)
+            );
+        }
+        // An IPv4 frame under a TCPv6 header.
+        let f = tcp4(&payload, 0x10);
+        assert_eq!(
+            cut(vnet(1, GSO_TCPV6, 1448, 34, 16), &f, &mut scratch),
+            (Err(SegmentError::Malformed), 0)
+        );
+        assert_eq!(
+            cut(vnet(1, GSO_TCPV4, 1448, 34, 16), &f, &mut scratch),
+            (Ok(()), 3)
+        );
+    }
+
+    #[test]
+    fn segments_whose_ip_length_would_wrap_are_refused() {
+        // 65,500 payload bytes: one segment of 65,540 IP bytes at the
+        // largest gso_size, which a 16-bit total length cannot say.
+        let f = tcp4(&vec![0x33u8; 65_500], 0x10);
+        let mut scratch = Vec::new();
+        assert_eq!(
+            make_whole(
+                &vnet(1, GSO_TCPV4, 65_535, 34, 16),
+                &f,
+                &mut scratch,
+                |_| { panic!("a segment emitted") }
+            ),
+            Err(SegmentError::Malformed)
+        );
+        // Cut smaller, every segment's length fits.
+        let mut lens = Vec::new();
+        make_whole(&vnet(1, GSO_TCPV4, 32_768, 34, 16), &f, &mut scratch, |w| {
+            lens.push((u16::from_be_bytes([w[16], w[17]]) as usize, w.len()))
+        })
+        .unwrap();
+        assert_eq!(
+            lens,
+            [(40 + 32_768, 54 + 32_768), (40 + 32_732, 54 + 32_732)]
+        );
+        // IPv6: the payload length leaves out the fixed header.
+        let mut v6 = vec![0u8; 14 + 40 + 20];
+        v6[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+        v6[14] = 0x60;
+        v6[20] = 6;
+        v6[54 + 12] = 5 << 4;
+        v6.resize(14 + 40 + 20 + 65_515, 0x44);
+        let mut n = 0;
+        make_whole(
+            &vnet(1, GSO_TCPV6, 65_535, 54, 16),
+            &v6,
+            &mut scratch,
+            |w| {
+                assert_eq!(u16::from_be_bytes([w[18], w[19]]), 65_535);
+                n += 1;
+            },
+        )
+        .unwrap();
+        assert_eq!(n, 1);
+        v6.push(0x44);
+        assert_eq!(
+            make_whole(
+                &vnet(1, GSO_TCPV6, 65_535, 54, 16),
+                &v6,
+                &mut scratch,
+                |_| {}
+            ),
+            Err(SegmentError::Malformed)
+        );
     }
 
     #[test]

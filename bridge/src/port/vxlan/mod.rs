@@ -26,6 +26,7 @@
 //!   A datagram too big for the underlay is refused (EMSGSIZE: the socket
 //!   sets don't-fragment) and counted, never sent in fragments.
 
+pub mod datagrams;
 mod remotes;
 mod sys;
 
@@ -43,8 +44,9 @@ use socket2::SockAddr;
 use super::{fd, Port, PortError, RxBatch, RxReport, SendReport, VNET_HDR_LEN};
 use crate::fdb::FdbKey;
 use crate::wire::segment::{complete_partial, make_whole, offload_large_tcp, SegmentError, TcpRun};
-use crate::wire::vxlan::{self, Vni, VxlanError};
+use crate::wire::vxlan::{self, Vni};
 use crate::wire::{flow_hash, EthernetFrame, MacKind};
+use datagrams::{Datagrams, Dropped};
 
 /// Datagrams one receive call takes at most.
 const RECV_BATCH: usize = 64;
@@ -132,6 +134,17 @@ impl VxlanCounters {
             ("offload_errors", get(&self.offload_errors)),
             ("small_gso", get(&self.small_gso)),
         ]
+    }
+
+    /// The counter of datagrams dropped for `reason`.
+    fn dropped(&self, reason: Dropped) -> &AtomicU64 {
+        match reason {
+            Dropped::Short => &self.short,
+            Dropped::Flags => &self.flags,
+            Dropped::Reserved => &self.reserved,
+            Dropped::UnknownVni => &self.unknown_vni,
+            Dropped::Truncated => &self.truncated,
+        }
     }
 
     fn bump(counter: &AtomicU64) {
@@ -389,37 +402,32 @@ impl VxlanPort {
 }
 
 impl VxlanPort {
-    /// Takes one VXLAN datagram: into the batch if it is this port's VNI,
-    /// set aside if it is another port's, counted and dropped if bad.
+    /// Takes one inner frame of VNI `vni` (one a port here has): into the
+    /// batch if it is this port's, set aside if it is another port's.
     /// Returns whether it was set aside.
     #[allow(clippy::too_many_arguments)]
-    fn take_datagram(
+    fn take_frame(
         shared: &VxlanShared,
         pending: &mut HashMap<Vni, VecDeque<(Vec<u8>, IpAddr)>>,
-        datagram: &[u8],
+        vni: Vni,
+        frame: &[u8],
         source: IpAddr,
         now: Instant,
         batch: &mut RxBatch,
         report: &mut RxReport,
         run: &mut Option<TcpRun>,
     ) -> bool {
-        match vxlan::parse(datagram) {
-            Ok((v, frame)) if v == shared.config.vni => {
-                Self::deliver(shared, frame, source, now, batch, report, run)
+        if vni == shared.config.vni {
+            Self::deliver(shared, frame, source, now, batch, report, run);
+            return false;
+        }
+        match pending.get_mut(&vni) {
+            Some(queue) if queue.len() < PENDING_MAX => {
+                queue.push_back((frame.to_vec(), source));
+                return true;
             }
-            Ok((v, frame)) => match pending.get_mut(&v) {
-                Some(queue) if queue.len() < PENDING_MAX => {
-                    queue.push_back((frame.to_vec(), source));
-                    return true;
-                }
-                Some(_) => VxlanCounters::bump(&shared.counters.pending_full),
-                None => VxlanCounters::bump(&shared.counters.unknown_vni),
-            },
-            Err(error) => VxlanCounters::bump(match error {
-                VxlanError::Short => &shared.counters.short,
-                VxlanError::NoVni => &shared.counters.flags,
-                VxlanError::Reserved => &shared.counters.reserved,
-            }),
+            Some(_) => VxlanCounters::bump(&shared.counters.pending_full),
+            None => VxlanCounters::bump(&shared.counters.unknown_vni),
         }
         false
     }
@@ -500,26 +508,31 @@ impl Port for VxlanPort {
                 }
             }
             let message = buffers.message(unread.next);
-            let taken = match message.source {
-                Some(_) if message.truncated => {
-                    VxlanCounters::bump(&shared.counters.truncated);
-                    message.payload.len()
-                }
-                Some(source) => {
-                    let mut taken = unread.offset;
-                    let rest = message.payload.get(taken..).unwrap_or_default();
-                    let size = message.segment.unwrap_or(rest.len()).max(1);
-                    for datagram in rest.chunks(size) {
-                        if batch.is_full() || datagrams == RECV_DATAGRAMS || set_aside == RECV_BATCH
-                        {
-                            break;
-                        }
-                        datagrams += 1;
-                        taken += datagram.len();
-                        set_aside += usize::from(Self::take_datagram(
+            let Some(source) = message.source else {
+                // Not from an IP sender: nothing to answer or learn.
+                unread.next += 1;
+                unread.offset = 0;
+                continue;
+            };
+            let mut train = Datagrams::resume(
+                message.payload,
+                message.segment,
+                message.truncated,
+                unread.offset,
+            );
+            while !batch.is_full() && datagrams < RECV_DATAGRAMS && set_aside < RECV_BATCH {
+                let known = |v| v == vni || pending.contains_key(&v);
+                let Some(datagram) = train.next_with(known) else {
+                    break;
+                };
+                datagrams += 1;
+                match datagram {
+                    Ok((v, frame)) => {
+                        set_aside += usize::from(Self::take_frame(
                             shared,
                             pending,
-                            datagram,
+                            v,
+                            frame,
                             source,
                             now,
                             batch,
@@ -527,15 +540,14 @@ impl Port for VxlanPort {
                             &mut run,
                         ));
                     }
-                    taken
+                    Err(reason) => VxlanCounters::bump(shared.counters.dropped(reason)),
                 }
-                None => message.payload.len(),
-            };
-            if taken >= message.payload.len() {
+            }
+            if train.is_done() {
                 unread.next += 1;
                 unread.offset = 0;
             } else {
-                unread.offset = taken;
+                unread.offset = train.offset();
             }
         }
         Ok(report)
