@@ -277,8 +277,10 @@ fn expected_gso(vnet: &[u8], frame: &[u8]) -> Result<Option<(Tcp, usize)>, Segme
     };
     let t = tcp_layout(frame, v4).ok_or(SegmentError::Malformed)?;
     let mss = usize::from(ne16(vnet, 4));
-    if mss == 0 {
-        return Err(SegmentError::Malformed);
+    // No size, or one under Linux's minimum TCP send MSS for a frame that
+    // would be cut at it.
+    if mss == 0 || (mss < 48 && frame.len() - t.data > mss) {
+        return Err(SegmentError::SegmentSize(mss as u16));
     }
     // The largest segment's IPv4 total length or IPv6 payload length must
     // fit its 16 bits.

@@ -206,6 +206,11 @@ pub fn offload_large_tcp(vnet: &mut [u8], frame: &mut [u8], mtu: usize) -> bool 
     {
         return false;
     }
+    // Segments of fewer than MIN_GSO_SIZE bytes are refused when cut: a
+    // frame the MTU leaves so little room for is not marked to be cut.
+    if mtu.saturating_sub(payload - l3) < MIN_GSO_SIZE {
+        return false;
+    }
     let l4_len = frame.len() - l4;
     let pseudo = if v4 {
         sum16(&frame[l3 + 12..l3 + 20], 6 + l4_len as u32)
