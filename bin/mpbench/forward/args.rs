@@ -1,24 +1,26 @@
 //! The flags of `mpbench forward` and their values: port kinds, I/O modes,
 //! references, receive-work placements and offered loads.
 
-use std::path::PathBuf;
-
-use locks::StrategyKind;
+use crate::flags;
 
 #[derive(clap::Args)]
+// --lock: epoch alone by default here, with a help text of its own.
+#[command(mut_arg("locks", |arg| arg
+    .default_value("epoch")
+    .help("Strategies to measure, comma-separated or with the flag repeated")))]
+// --seconds: this subcommand's own help text.
+#[command(mut_arg("seconds", |arg| arg.help("Seconds per measurement (after a 0.3 s warm-up)")))]
+// --runs: 5 runs by default here, not 3, and a help text of its own.
+#[command(mut_arg("runs", |arg| arg
+    .default_value("5")
+    .help("Runs per point, the configurations interleaved; the median is reported")))]
 pub struct ForwardArgs {
     /// Port kinds: raw (veth pairs through AF_PACKET), tap, vxlan (two
     /// VTEPs across a veth underlay), or several.
     #[arg(long, value_delimiter = ',', default_value = "raw")]
     pub(super) ports: Vec<PortKindArg>,
-    /// Strategies to measure, comma-separated or with the flag repeated.
-    #[arg(
-        long = "lock",
-        value_name = "STRATEGY",
-        value_delimiter = ',',
-        default_value = "epoch"
-    )]
-    pub(super) locks: Vec<StrategyKind>,
+    #[command(flatten)]
+    pub(super) strategies: flags::Strategies,
     /// mpbridge worker counts (a worker-scaling table when more than one).
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub(super) workers: Vec<usize>,
@@ -38,12 +40,10 @@ pub struct ForwardArgs {
         default_value = "kernel,relay,direct,loop,vde"
     )]
     pub(super) references: Vec<ReferenceArg>,
-    /// Seconds per measurement (after a 0.3 s warm-up).
-    #[arg(long, default_value_t = 1.0)]
-    pub(super) seconds: f64,
-    /// Runs per point, the configurations interleaved; the median is reported.
-    #[arg(long, default_value_t = 5)]
-    pub(super) runs: usize,
+    #[command(flatten)]
+    pub(super) interval: flags::Interval,
+    #[command(flatten)]
+    pub(super) repeats: flags::Repeats,
     /// Offered rate in frames per second; 0 sends flat out.
     #[arg(long, default_value_t = 0)]
     pub(super) rate: u64,
@@ -64,9 +64,8 @@ pub struct ForwardArgs {
     /// offloads: goodput in Mbit/s and CPU time per KiB.
     #[arg(long)]
     pub(super) tcp: bool,
-    /// The mpbridge binary (default: the one beside mpbench).
-    #[arg(long)]
-    pub(super) mpbridge: Option<PathBuf>,
+    #[command(flatten)]
+    pub(super) binary: flags::MpbridgeBinary,
     /// How mpbridge's raw ports take frames from the kernel: frame (each
     /// as it arrives, TPACKET_V2) or block (blocks handed over when full or
     /// after 1 ms, TPACKET_V3); passed as `--rx-ring` to every mpbridge.
@@ -77,9 +76,8 @@ pub struct ForwardArgs {
     /// so that the comparison is not disturbed by restarts and re-learning.
     #[arg(long)]
     pub(super) switch: bool,
-    /// Where the CSV, JSON and plot files go.
-    #[arg(long, default_value = "mpbench-results")]
-    pub(super) out: PathBuf,
+    #[command(flatten)]
+    pub(super) output: flags::Output,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]

@@ -106,7 +106,7 @@ fn setups(args: &ForwardArgs) -> Vec<Setup> {
                 _ => {}
             }
         }
-        for &lock in &args.locks {
+        for &lock in &args.strategies.locks {
             for &workers in &args.workers {
                 for &io in &args.io {
                     let poll = io == IoArg::Poll;
@@ -166,7 +166,9 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
     if args.sizes.iter().any(|&s| !(64..=1518).contains(&s)) {
         return Err("--sizes must be between 64 and 1518".to_owned());
     }
-    if args.runs == 0 || args.workers.contains(&0) || !(args.seconds > 0.0 && args.seconds <= 600.0)
+    if args.repeats.runs == 0
+        || args.workers.contains(&0)
+        || !(args.interval.seconds > 0.0 && args.interval.seconds <= 600.0)
     {
         return Err(
             "--runs, --workers and --seconds must be positive (seconds at most 600)".to_owned(),
@@ -187,7 +189,7 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
         }
     }
     let mpbridge = Program {
-        path: mpbridge_path(args.mpbridge.as_deref())?,
+        path: mpbridge_path(args.binary.mpbridge.as_deref())?,
         rx_ring: args.rx_ring.clone(),
     };
     let setups = setups(&args);
@@ -195,7 +197,7 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
         return tcp::run(&args, &setups, &mpbridge);
     }
     let loads = load_points(&args);
-    let points = setups.len() * args.sizes.len() * loads.len() * args.runs;
+    let points = setups.len() * args.sizes.len() * loads.len() * args.repeats.runs;
     if args.switch {
         println!("Strategies switched on one running mpbridge per configuration (mpbridge lock set), not restarted");
     }
@@ -208,8 +210,8 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
         receive_cpu(Placement::Apart, 1),
         receive_cpu(Placement::Shared, 1),
         args.rx_ring,
-        args.runs,
-        args.seconds,
+        args.repeats.runs,
+        args.interval.seconds,
         match loads.as_slice() {
             [Load::Rate(r)] => format!("{r} fps"),
             [_] => "flat out".to_owned(),
@@ -230,7 +232,7 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
         })
         .collect();
     let groups = switch_groups(&setups, args.switch);
-    for run in 0..args.runs {
+    for run in 0..args.repeats.runs {
         // Each run starts one configuration later, so that no configuration
         // always follows the same one (and the tear-down of its namespaces).
         for k in 0..groups.len() {
@@ -259,7 +261,7 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
                             Load::Rate(r) => r,
                             Load::Share(share) => (share * peak).max(1.0),
                         };
-                        let rates = measure(&bench, size, args.seconds, rate)?;
+                        let rates = measure(&bench, size, args.interval.seconds, rate)?;
                         if load == Load::FlatOut {
                             peak = rates.delivered;
                         }

@@ -310,13 +310,13 @@ pub(super) fn print_scaling(args: &ForwardArgs, setups: &[Setup], samples: &Samp
                 }
             );
             let mut header = format!("{:>7}", "workers");
-            for lock in &args.locks {
+            for lock in &args.strategies.locks {
                 header += &format!(" {:>9}", lock.name());
             }
             println!("{header}");
             for &w in &args.workers {
                 let mut line = format!("{w:>7}");
-                for &lock in &args.locks {
+                for &lock in &args.strategies.locks {
                     match scaling_setup(placement, setups, ports, lock, w) {
                         Some(s) => {
                             let kpps = median_of(&samples[s][0][0], |r| r.delivered) / 1e3;
@@ -353,9 +353,10 @@ pub(super) fn write_files(
             }
         }
     }
-    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    std::fs::create_dir_all(&args.output.out)
+        .map_err(|e| format!("{}: {e}", args.output.out.display()))?;
     let mut files =
-        report::write_records(&args.out, "forward", &records).map_err(|e| e.to_string())?;
+        report::write_records(&args.output.out, "forward", &records).map_err(|e| e.to_string())?;
     let plot = Plot {
         title: "delivered throughput against frame size",
         x_label: "frame size (bytes)",
@@ -379,7 +380,10 @@ pub(super) fn write_files(
             })
             .collect(),
     };
-    files.extend(report::write_plot(&plot, &args.out.join("forward-sizes"))?);
+    files.extend(report::write_plot(
+        &plot,
+        &args.output.out.join("forward-sizes"),
+    )?);
     if loads.len() > 1 {
         let series = setups
             .iter()
@@ -404,10 +408,14 @@ pub(super) fn write_files(
             y_label: "delivered Kpps",
             series,
         };
-        files.extend(report::write_plot(&plot, &args.out.join("forward-sweep"))?);
+        files.extend(report::write_plot(
+            &plot,
+            &args.output.out.join("forward-sweep"),
+        )?);
     }
     if args.workers.len() > 1 {
         let series = args
+            .strategies
             .locks
             .iter()
             .flat_map(|&lock| args.ports.iter().map(move |&ports| (lock, ports)))
@@ -434,7 +442,7 @@ pub(super) fn write_files(
         };
         files.extend(report::write_plot(
             &plot,
-            &args.out.join("forward-workers"),
+            &args.output.out.join("forward-workers"),
         )?);
     }
     Ok(files)

@@ -24,19 +24,23 @@ pub(super) fn run(args: &ForwardArgs, setups: &[Setup], mpbridge: &Program) -> R
         receive_cpu(Placement::Apart, 1),
         receive_cpu(Placement::Shared, 1),
         mpbridge.rx_ring,
-        args.runs,
-        args.seconds,
+        args.repeats.runs,
+        args.interval.seconds,
     );
-    let bar = report::progress((setups.len() * args.runs) as u64);
+    let bar = report::progress((setups.len() * args.repeats.runs) as u64);
     let mut samples: Vec<Vec<TcpRates>> = setups.iter().map(|_| Vec::new()).collect();
-    for run in 0..args.runs {
+    for run in 0..args.repeats.runs {
         for k in 0..setups.len() {
             let s = (run + k) % setups.len();
             bar.set_message(setups[s].label());
             let bench = build(setups[s], mpbridge)?;
             address(&bench.generator, &bench.sink)?;
             thread::sleep(SETTLE);
-            samples[s].push(transfer(&bench.generator, &bench.sink, args.seconds)?);
+            samples[s].push(transfer(
+                &bench.generator,
+                &bench.sink,
+                args.interval.seconds,
+            )?);
             bar.inc(1);
         }
     }
@@ -118,9 +122,10 @@ pub(super) fn run(args: &ForwardArgs, setups: &[Setup], mpbridge: &Program) -> R
             }
         }
     }
-    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
-    let files =
-        report::write_records(&args.out, "forward-tcp", &records).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(&args.output.out)
+        .map_err(|e| format!("{}: {e}", args.output.out.display()))?;
+    let files = report::write_records(&args.output.out, "forward-tcp", &records)
+        .map_err(|e| e.to_string())?;
     println!();
     report::print_written(&files);
     Ok(())
