@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use bridge::{FdbKey, MacTable};
 use locks::lockstat::{self, LockStats};
 use locks::{Strategy, StrategyKind};
+use procfs::process::{ClearRefs, Process};
 
 use crate::flags;
 use crate::report::{self, Field, Plot, Record};
@@ -96,8 +97,11 @@ impl Memory {
     /// Resets the peak (VmHWM) to the current RSS and reads the RSS; call
     /// as the run begins.
     fn start() -> Memory {
-        // Linux >= 4.0: writing 5 resets the process's peak RSS.
-        let peak_is_the_runs = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+        // Linux >= 4.0: writing 5 to /proc/self/clear_refs resets the
+        // process's peak RSS.
+        let peak_is_the_runs = Process::myself()
+            .and_then(|me| me.clear_refs(ClearRefs::PeakRSS))
+            .is_ok();
         let (rss, _) = rss_kib();
         Memory {
             start_kib: rss,
@@ -148,15 +152,11 @@ impl MemorySummary {
 
 /// VmRSS and VmHWM of this process in KiB, NaN where unknown.
 fn rss_kib() -> (f64, f64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix(name))
-            .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or(f64::NAN)
+    let Ok(status) = Process::myself().and_then(|me| me.status()) else {
+        return (f64::NAN, f64::NAN);
     };
-    (field("VmRSS:"), field("VmHWM:"))
+    let kib = |field: Option<u64>| field.map_or(f64::NAN, |kib| kib as f64);
+    (kib(status.vmrss), kib(status.vmhwm))
 }
 
 /// Runs `threads` threads of `workload` on `table` for `seconds`.
