@@ -3,7 +3,6 @@
 //! lock-based strategies and the process's resident memory per run. Needs
 //! no privileges.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -12,16 +11,20 @@ use std::time::{Duration, Instant};
 use bridge::{FdbKey, MacTable};
 use locks::lockstat::{self, LockStats};
 use locks::{Strategy, StrategyKind};
+use procfs::process::{ClearRefs, Process};
 
+use crate::flags;
 use crate::report::{self, Field, Plot, Record};
 use lab::workload::{self, Budget, Floor, Workload};
 
 #[derive(clap::Args)]
+// --seconds: 0.15 s here, not the 1 s of the other subcommands.
+#[command(mut_arg("seconds", |arg| arg.default_value("0.15")))]
+// --out: this subcommand's own help text.
+#[command(mut_arg("out", |arg| arg.help("Where the CSV, JSON and SVG files go")))]
 pub struct LocksArgs {
-    /// Strategies to measure, comma-separated or with the flag repeated;
-    /// all six by default.
-    #[arg(long = "lock", value_name = "STRATEGY", value_delimiter = ',')]
-    locks: Vec<StrategyKind>,
+    #[command(flatten)]
+    strategies: flags::Strategies,
     /// Thread counts, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     threads: Vec<usize>,
@@ -42,15 +45,12 @@ pub struct LocksArgs {
     /// strategies), besides per batch of 32.
     #[arg(long)]
     per_frame: bool,
-    /// Seconds per measurement.
-    #[arg(long, default_value_t = 0.15)]
-    seconds: f64,
-    /// Runs per point, interleaved; the median is reported.
-    #[arg(long, default_value_t = 3)]
-    runs: usize,
-    /// Where the CSV, JSON and SVG files go.
-    #[arg(long, default_value = "mpbench-results")]
-    out: PathBuf,
+    #[command(flatten)]
+    interval: flags::Interval,
+    #[command(flatten)]
+    repeats: flags::Repeats,
+    #[command(flatten)]
+    output: flags::Output,
 }
 
 /// One configuration measured: which map, which way.
@@ -97,8 +97,11 @@ impl Memory {
     /// Resets the peak (VmHWM) to the current RSS and reads the RSS; call
     /// as the run begins.
     fn start() -> Memory {
-        // Linux >= 4.0: writing 5 resets the process's peak RSS.
-        let peak_is_the_runs = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+        // Linux >= 4.0: writing 5 to /proc/self/clear_refs resets the
+        // process's peak RSS.
+        let peak_is_the_runs = Process::myself()
+            .and_then(|me| me.clear_refs(ClearRefs::PeakRSS))
+            .is_ok();
         let (rss, _) = rss_kib();
         Memory {
             start_kib: rss,
@@ -149,15 +152,11 @@ impl MemorySummary {
 
 /// VmRSS and VmHWM of this process in KiB, NaN where unknown.
 fn rss_kib() -> (f64, f64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix(name))
-            .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or(f64::NAN)
+    let Ok(status) = Process::myself().and_then(|me| me.status()) else {
+        return (f64::NAN, f64::NAN);
     };
-    (field("VmRSS:"), field("VmHWM:"))
+    let kib = |field: Option<u64>| field.map_or(f64::NAN, |kib| kib as f64);
+    (kib(status.vmrss), kib(status.vmhwm))
 }
 
 /// Runs `threads` threads of `workload` on `table` for `seconds`.
@@ -256,23 +255,23 @@ fn table_for(
 }
 
 pub fn run(args: LocksArgs) -> Result<(), String> {
-    if !(args.seconds > 0.0 && args.seconds <= 600.0) {
+    if !(args.interval.seconds > 0.0 && args.interval.seconds <= 600.0) {
         return Err(format!(
             "--seconds must be between 0 and 600, got {}",
-            args.seconds
+            args.interval.seconds
         ));
     }
-    if args.runs == 0
+    if args.repeats.runs == 0
         || args.threads.is_empty()
         || args.threads.contains(&0)
         || args.sizes.contains(&0)
     {
         return Err("--runs, --threads and --sizes must be positive".to_owned());
     }
-    let kinds = if args.locks.is_empty() {
+    let kinds = if args.strategies.locks.is_empty() {
         StrategyKind::ALL.to_vec()
     } else {
-        args.locks.clone()
+        args.strategies.locks.clone()
     };
     let cores = thread::available_parallelism().map_or(1, |n| n.get());
     let max_threads = *args.threads.iter().max().unwrap();
@@ -300,13 +299,13 @@ pub fn run(args: LocksArgs) -> Result<(), String> {
         })
         .sum::<usize>()
         * args.sizes.len();
-    let bar = report::progress((points_per_run * args.runs) as u64);
+    let bar = report::progress((points_per_run * args.repeats.runs) as u64);
 
     println!(
         "MAC table contention: {} core(s), median of {} runs of {} s per point, read sections per batch of {} lookups",
         cores,
-        args.runs,
-        args.seconds,
+        args.repeats.runs,
+        args.interval.seconds,
         workload::BATCH
     );
     if max_threads > cores {
@@ -339,7 +338,7 @@ pub fn run(args: LocksArgs) -> Result<(), String> {
                 .iter()
                 .map(|_| args.threads.iter().map(|_| Vec::new()).collect())
                 .collect();
-            for _ in 0..args.runs {
+            for _ in 0..args.repeats.runs {
                 for (c, config) in configs.iter().enumerate() {
                     let thread_counts: &[usize] = if config.kind.is_none() {
                         &args.threads[..1]
@@ -354,9 +353,11 @@ pub fn run(args: LocksArgs) -> Result<(), String> {
                         ));
                         let sample = match &mut tables[c] {
                             Table::Floor(floor) => {
-                                measure_floor(floor, &keys, workload, args.seconds)
+                                measure_floor(floor, &keys, workload, args.interval.seconds)
                             }
-                            Table::Map(run) => run(threads, config.per_frame, args.seconds),
+                            Table::Map(run) => {
+                                run(threads, config.per_frame, args.interval.seconds)
+                            }
                         };
                         samples[c][t].push(sample);
                         bar.inc(1);
@@ -428,16 +429,19 @@ pub fn run(args: LocksArgs) -> Result<(), String> {
                     })
                     .collect(),
             };
-            std::fs::create_dir_all(&args.out)
-                .map_err(|e| format!("{}: {e}", args.out.display()))?;
-            let stem = args.out.join(format!("locks-{}-{size}", workload.name()));
+            std::fs::create_dir_all(&args.output.out)
+                .map_err(|e| format!("{}: {e}", args.output.out.display()))?;
+            let stem = args
+                .output
+                .out
+                .join(format!("locks-{}-{size}", workload.name()));
             files.extend(report::write_plot(&plot, &stem)?);
         }
     }
     bar.finish_and_clear();
     files.extend(
-        report::write_records(&args.out, "locks", &records)
-            .map_err(|e| format!("{}: {e}", args.out.display()))?,
+        report::write_records(&args.output.out, "locks", &records)
+            .map_err(|e| format!("{}: {e}", args.output.out.display()))?,
     );
     report::print_written(&files);
     Ok(())

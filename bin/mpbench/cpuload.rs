@@ -4,10 +4,12 @@
 
 use std::io;
 
+use procfs::{CpuTime, CurrentSI, KernelStats};
+
 /// The counters of every core at one moment, in clock ticks.
 #[derive(Clone, Debug)]
 pub struct CpuSample {
-    cores: Vec<[u64; 8]>,
+    cores: Vec<CpuTime>,
 }
 
 /// One core's time over an interval, in nanoseconds.
@@ -30,41 +32,31 @@ impl CoreUse {
 
 /// Reads every core's counters (the cpuN lines of /proc/stat).
 pub fn sample() -> io::Result<CpuSample> {
-    let text = std::fs::read_to_string("/proc/stat")?;
-    let cores = text
-        .lines()
-        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
-        .map(|line| {
-            let mut fields = [0u64; 8];
-            for (slot, value) in fields.iter_mut().zip(line.split_whitespace().skip(1)) {
-                *slot = value.parse().unwrap_or(0);
-            }
-            fields
-        })
-        .collect();
-    Ok(CpuSample { cores })
+    let stats = KernelStats::current().map_err(io::Error::other)?;
+    Ok(CpuSample {
+        cores: stats.cpu_time,
+    })
 }
 
 /// What every core did between `before` and `after`.
 pub fn between(before: &CpuSample, after: &CpuSample) -> Vec<CoreUse> {
-    // SAFETY: sysconf has no preconditions.
-    #[allow(unsafe_code)]
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let hz = procfs::ticks_per_second().max(1) as f64;
     let ns = |ticks: u64| ticks as f64 * 1e9 / hz;
+    let d = |after: u64, before: u64| ns(after.saturating_sub(before));
+    // A counter this kernel does not have (iowait, irq, softirq: older
+    // kernels) is 0.
+    let d_opt =
+        |after: Option<u64>, before: Option<u64>| d(after.unwrap_or(0), before.unwrap_or(0));
     before
         .cores
         .iter()
         .zip(&after.cores)
-        .map(|(b, a)| {
-            let d = |i: usize| ns(a[i].saturating_sub(b[i]));
-            // user nice system idle iowait irq softirq steal
-            CoreUse {
-                user_ns: d(0) + d(1),
-                system_ns: d(2),
-                idle_ns: d(3) + d(4),
-                irq_ns: d(5),
-                softirq_ns: d(6),
-            }
+        .map(|(b, a)| CoreUse {
+            user_ns: d(a.user, b.user) + d(a.nice, b.nice),
+            system_ns: d(a.system, b.system),
+            idle_ns: d(a.idle, b.idle) + d_opt(a.iowait, b.iowait),
+            irq_ns: d_opt(a.irq, b.irq),
+            softirq_ns: d_opt(a.softirq, b.softirq),
         })
         .collect()
 }

@@ -2,6 +2,7 @@
 
 mod contention;
 mod cpuload;
+mod flags;
 mod forward;
 mod generator;
 mod report;
@@ -75,24 +76,26 @@ enum Command {
 }
 
 #[derive(clap::Args)]
+// --runs: this subcommand's own help text, and 1 to 99 runs.
+#[command(mut_arg("runs", |arg| arg
+    .help(
+        "Runs per point; the median is reported. Runs of different strategies are \
+         interleaved, so that a slow spell of the machine hits them all"
+    )
+    .value_parser(flags::one_to_99_runs())))]
 struct MemoryArgs {
-    /// Strategies to measure, comma-separated or with the flag repeated;
-    /// all six by default.
-    #[arg(long = "lock", value_name = "STRATEGY", value_delimiter = ',')]
-    locks: Vec<StrategyKind>,
+    #[command(flatten)]
+    strategies: flags::Strategies,
     /// Forwarding threads sharing the table.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     workers: u16,
-    /// Seconds per measurement.
-    #[arg(long, default_value_t = 1.0)]
-    seconds: f64,
+    #[command(flatten)]
+    interval: flags::Interval,
     /// Frame size on the wire, FCS included (64 means 60 bytes in memory).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(64..=1518))]
     frame_size: u16,
-    /// Runs per point; the median is reported. Runs of different strategies
-    /// are interleaved, so that a slow spell of the machine hits them all.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=99))]
-    runs: u16,
+    #[command(flatten)]
+    repeats: flags::Repeats,
     /// Stations per side.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65536))]
     stations: u32,
@@ -171,7 +174,7 @@ fn measure<S: Strategy>(args: &MemoryArgs, section: SectionMode) -> f64 {
             .collect();
         start.wait();
         let began = Instant::now();
-        thread::sleep(Duration::from_secs_f64(args.seconds));
+        thread::sleep(Duration::from_secs_f64(args.interval.seconds));
         stop.store(true, Ordering::Relaxed);
         let delivered: u64 = handles
             .into_iter()
@@ -183,30 +186,35 @@ fn measure<S: Strategy>(args: &MemoryArgs, section: SectionMode) -> f64 {
 }
 
 fn memory(args: MemoryArgs) -> ExitCode {
-    if !(args.seconds > 0.0 && args.seconds <= 3600.0) {
+    if !(args.interval.seconds > 0.0 && args.interval.seconds <= 3600.0) {
         eprintln!(
             "mpbench: --seconds must be between 0 and 3600, got {}",
-            args.seconds
+            args.interval.seconds
         );
         return ExitCode::from(2);
     }
-    let locks = if args.locks.is_empty() {
+    let locks = if args.strategies.locks.is_empty() {
         StrategyKind::ALL.to_vec()
     } else {
-        args.locks.clone()
+        args.strategies.locks.clone()
     };
     let cores = thread::available_parallelism().map_or(1, |n| n.get());
     println!(
         "In-memory forwarding: {}-byte frames, {} stations per side, {} worker(s) on {} core(s), \
          median of {} runs of {} s",
-        args.frame_size, args.stations, args.workers, cores, args.runs, args.seconds
+        args.frame_size,
+        args.stations,
+        args.workers,
+        cores,
+        args.repeats.runs,
+        args.interval.seconds
     );
     if usize::from(args.workers) > cores {
         println!("note: more workers than cores: these figures include preemption");
     }
     println!();
     let mut samples = vec![(Vec::new(), Vec::new()); locks.len()];
-    for _ in 0..args.runs {
+    for _ in 0..args.repeats.runs {
         for (kind, (batch, frame)) in locks.iter().zip(&mut samples) {
             locks::with_strategy!(*kind, S => {
                 batch.push(measure::<S>(&args, SectionMode::PerBatch));

@@ -19,6 +19,7 @@ use bridge::port::{Port, RawPort, VNET_HDR_LEN};
 use bridge::wire::{EtherType, FrameSpec, MacAddr, Payload};
 use locks::StrategyKind;
 
+use crate::flags;
 use crate::report::{self, Field, Record};
 use lab::{Netns, Process};
 
@@ -26,15 +27,16 @@ const TEST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
 const ETHERTYPE: u16 = 0x88b5;
 
 #[derive(clap::Args)]
+// --lock: this subcommand names all six strategies as its default, with a
+// help text of its own.
+#[command(mut_arg("locks", |arg| arg
+    .default_value("mutex,rwlock,rmlock,sharded,rcu,epoch")
+    .help("Strategies to measure, comma-separated or with the flag repeated")))]
+// --out: this subcommand's own help text.
+#[command(mut_arg("out", |arg| arg.help("Where the CSV and JSON files go")))]
 pub struct Rfc2889Args {
-    /// Strategies to measure, comma-separated or with the flag repeated.
-    #[arg(
-        long = "lock",
-        value_name = "STRATEGY",
-        value_delimiter = ',',
-        default_value = "mutex,rwlock,rmlock,sharded,rcu,epoch"
-    )]
-    locks: Vec<StrategyKind>,
+    #[command(flatten)]
+    strategies: flags::Strategies,
     /// Addresses learned per trial of the learning-rate test.
     #[arg(long, default_value_t = 1000)]
     addresses: u32,
@@ -48,12 +50,10 @@ pub struct Rfc2889Args {
     /// Binary search steps for the learning rate.
     #[arg(long, default_value_t = 7)]
     steps: u32,
-    /// The mpbridge binary (default: the one beside mpbench).
-    #[arg(long)]
-    mpbridge: Option<std::path::PathBuf>,
-    /// Where the CSV and JSON files go.
-    #[arg(long, default_value = "mpbench-results")]
-    out: std::path::PathBuf,
+    #[command(flatten)]
+    binary: flags::MpbridgeBinary,
+    #[command(flatten)]
+    output: flags::Output,
 }
 
 fn learned_mac(i: u32) -> [u8; 6] {
@@ -191,7 +191,7 @@ impl Trial {
 
 pub fn run(args: Rfc2889Args) -> Result<(), String> {
     crate::forward::require_root()?;
-    let mpbridge = crate::forward::mpbridge_path(args.mpbridge.as_deref())?;
+    let mpbridge = crate::forward::mpbridge_path(args.binary.mpbridge.as_deref())?;
     if args.addresses == 0 || args.capacity < 2 || args.max_rate < 1000 {
         return Err(
             "--addresses must be positive, --capacity at least 2, --max-rate at least 1000"
@@ -206,10 +206,10 @@ pub fn run(args: Rfc2889Args) -> Result<(), String> {
         args.capacity,
         2 * args.capacity
     );
-    let bar = report::progress(args.locks.len() as u64 * (u64::from(args.steps) + 2));
+    let bar = report::progress(args.strategies.locks.len() as u64 * (u64::from(args.steps) + 2));
     let mut rows = Vec::new();
     let mut records = Vec::new();
-    for &lock in &args.locks {
+    for &lock in &args.strategies.locks {
         bar.set_message(format!("{lock}: learning rate"));
         // The table holds the addresses and the test station with room to
         // spare, so only the rate can make learning fail.
@@ -290,7 +290,8 @@ pub fn run(args: Rfc2889Args) -> Result<(), String> {
             args.capacity
         );
     }
-    let files = report::write_records(&args.out, "rfc2889", &records).map_err(|e| e.to_string())?;
+    let files =
+        report::write_records(&args.output.out, "rfc2889", &records).map_err(|e| e.to_string())?;
     report::print_written(&files);
     Ok(())
 }

@@ -10,7 +10,6 @@
 //! Requests go one at a time, each after the answer to the last.
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,12 +17,23 @@ use std::time::{Duration, Instant};
 use lab::{Netns, Process};
 
 use crate::cpuload::{self, CoreUse};
+use crate::flags;
 use crate::report::{self, Field, Record};
 
 const SERVER: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 const PORT: u16 = 7000;
 
 #[derive(clap::Args)]
+// --seconds: this subcommand's own help text.
+#[command(mut_arg("seconds", |arg| arg.help(
+    "Seconds of timed round trips per run (after `--warmup` untimed ones)"
+)))]
+// --runs: this subcommand's own help text, and 1 to 99 runs.
+#[command(mut_arg("runs", |arg| arg
+    .help("Runs per forwarder, interleaved; the median of each statistic is reported")
+    .value_parser(flags::one_to_99_runs())))]
+// --out: this subcommand's own help text.
+#[command(mut_arg("out", |arg| arg.help("Where rtt.csv and rtt.json go")))]
 pub struct RttArgs {
     /// Forwarders to measure: kernel (the kernel bridge), frame (mpbridge
     /// on raw ports with frame rings), block (with block rings), poll
@@ -34,26 +44,20 @@ pub struct RttArgs {
     /// shared (CPU 0, with the hosts).
     #[arg(long, value_delimiter = ',', default_value = "apart,shared")]
     placement: Vec<RttPlacement>,
-    /// Seconds of timed round trips per run (after `--warmup` untimed
-    /// ones).
-    #[arg(long, default_value_t = 1.0)]
-    seconds: f64,
+    #[command(flatten)]
+    interval: flags::Interval,
     /// Untimed round trips first (ARP, learning, caches).
     #[arg(long, default_value_t = 300)]
     warmup: u32,
     /// UDP payload bytes of each request and answer.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=1400))]
     payload: u16,
-    /// Runs per forwarder, interleaved; the median of each statistic is
-    /// reported.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=99))]
-    runs: u16,
-    /// The mpbridge binary (default: the one beside mpbench).
-    #[arg(long)]
-    mpbridge: Option<PathBuf>,
-    /// Where rtt.csv and rtt.json go.
-    #[arg(long, default_value = "mpbench-results")]
-    out: PathBuf,
+    #[command(flatten)]
+    repeats: flags::Repeats,
+    #[command(flatten)]
+    binary: flags::MpbridgeBinary,
+    #[command(flatten)]
+    output: flags::Output,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -126,7 +130,7 @@ pub fn run(args: RttArgs) -> Result<(), String> {
     if args.targets.is_empty() || args.placement.is_empty() {
         return Err("--targets and --placement must name one at least".to_owned());
     }
-    if !(args.seconds > 0.0 && args.seconds <= 600.0) {
+    if !(args.interval.seconds > 0.0 && args.interval.seconds <= 600.0) {
         return Err("--seconds must be more than 0 and at most 600".to_owned());
     }
     // Every forwarder in every placement; the kernel bridge has none.
@@ -138,20 +142,20 @@ pub fn run(args: RttArgs) -> Result<(), String> {
             setups.extend(args.placement.iter().map(|&p| (target, Some(p))));
         }
     }
-    let mpbridge = crate::forward::mpbridge_path(args.mpbridge.as_deref())?;
+    let mpbridge = crate::forward::mpbridge_path(args.binary.mpbridge.as_deref())?;
     println!(
         "Round trips of a {}-byte UDP request and its answer through two raw ports: both hosts' \
          threads on CPU 0, mpbridge on CPU {} in placement (a) \"apart\", on CPU 0 with them in (b) \
          \"shared\"; {} s of timed round trips after {} untimed, median of {} interleaved runs",
         args.payload,
         RttPlacement::Apart.cpus(),
-        args.seconds,
+        args.interval.seconds,
         args.warmup,
-        args.runs
+        args.repeats.runs
     );
-    let bar = report::progress(u64::from(args.runs) * setups.len() as u64);
+    let bar = report::progress(args.repeats.runs as u64 * setups.len() as u64);
     let mut runs: Vec<Vec<RunFigures>> = setups.iter().map(|_| Vec::new()).collect();
-    for run in 0..usize::from(args.runs) {
+    for run in 0..args.repeats.runs {
         // Rotated, so that no forwarder always goes first.
         for k in 0..setups.len() {
             let s = (k + run) % setups.len();
@@ -201,7 +205,7 @@ pub fn run(args: RttArgs) -> Result<(), String> {
                 ),
                 ("payload", Field::Number(f64::from(args.payload))),
                 ("rounds", Field::Number(rounds)),
-                ("runs", Field::Number(f64::from(args.runs))),
+                ("runs", Field::Number(args.repeats.runs as f64)),
                 ("median_us", Field::Number(median)),
                 ("p90_us", Field::Number(p90)),
                 ("p99_us", Field::Number(p99)),
@@ -214,7 +218,8 @@ pub fn run(args: RttArgs) -> Result<(), String> {
         "CPU us/round: every core's busy time over the timed round trips, per round trip (the \
          busy-polling worker's core counts whole)."
     );
-    let files = report::write_records(&args.out, "rtt", &records).map_err(|e| e.to_string())?;
+    let files =
+        report::write_records(&args.output.out, "rtt", &records).map_err(|e| e.to_string())?;
     report::print_written(&files);
     Ok(())
 }
@@ -294,7 +299,7 @@ fn measure(
         .recv_timeout(Duration::from_secs(5))
         .map_err(|_| "the echo server did not start".to_owned())?;
     let (warmup, payload) = (args.warmup, usize::from(args.payload));
-    let span = Duration::from_secs_f64(args.seconds);
+    let span = Duration::from_secs_f64(args.interval.seconds);
     let client = h1.run(move || -> Result<(Vec<f64>, u32, Vec<CoreUse>), String> {
         lab::pin_to(0)?;
         let socket = UdpSocket::bind("198.18.0.1:0").map_err(|e| format!("client: {e}"))?;

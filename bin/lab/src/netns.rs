@@ -7,6 +7,9 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
 
+use procfs::net::InterfaceDeviceStatus;
+use procfs::FromRead;
+
 /// A name no other test of any run on this machine is using now: the
 /// process id and a counter.
 pub fn unique(prefix: &str) -> String {
@@ -124,27 +127,21 @@ impl Netns {
     /// The packet and drop counters of `dev` in this namespace.
     pub fn counters(&self, dev: &'static str) -> Result<DevCounters, String> {
         self.run(move || -> Result<DevCounters, String> {
-            // /proc/thread-self/net shows the calling thread's namespace.
-            let text = std::fs::read_to_string("/proc/thread-self/net/dev")
+            // /proc/net is /proc/self/net, the namespace of the process's
+            // main thread; /proc/thread-self/net shows the calling
+            // thread's, the one `run` moved into this namespace.
+            let devices = InterfaceDeviceStatus::from_file("/proc/thread-self/net/dev")
                 .map_err(|e| format!("/proc/net/dev: {e}"))?;
-            for line in text.lines() {
-                let Some((name, rest)) = line.split_once(':') else {
-                    continue;
-                };
-                if name.trim() == dev {
-                    let fields: Vec<u64> = rest
-                        .split_whitespace()
-                        .map(|f| f.parse().unwrap_or(0))
-                        .collect();
-                    return Ok(DevCounters {
-                        rx_packets: fields[1],
-                        rx_dropped: fields[3],
-                        tx_packets: fields[9],
-                        tx_dropped: fields[11],
-                    });
-                }
-            }
-            Err(format!("no interface {dev}"))
+            let status = devices
+                .0
+                .get(dev)
+                .ok_or_else(|| format!("no interface {dev}"))?;
+            Ok(DevCounters {
+                rx_packets: status.recv_packets,
+                rx_dropped: status.recv_drop,
+                tx_packets: status.sent_packets,
+                tx_dropped: status.sent_drop,
+            })
         })?
     }
 

@@ -1,5 +1,6 @@
 //! Processes under test: started in a namespace, pinned, stopped on drop;
-//! their CPU time, memory and status as /proc shows them.
+//! their CPU time, memory and status as /proc shows them (read with
+//! procfs, but for a status field by name).
 
 use std::io;
 use std::path::Path;
@@ -176,16 +177,17 @@ impl Drop for Daemon {
     }
 }
 
+/// /proc/PID of process (or thread) `pid`; panics if it is gone.
+fn proc_of(pid: u32) -> procfs::process::Process {
+    let pid = i32::try_from(pid).expect("a pid fits an i32");
+    procfs::process::Process::new(pid).expect("process gone")
+}
+
 /// CPU seconds (user and system) process `pid` has used.
 pub fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("process gone");
-    // Fields after the command name, which ends at the last ')'.
-    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    // SAFETY: sysconf has no preconditions.
-    #[allow(unsafe_code)]
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    ticks / hz
+    let stat = proc_of(pid).stat().expect("process gone");
+    let ticks = stat.utime as f64 + stat.stime as f64;
+    ticks / procfs::ticks_per_second() as f64
 }
 
 /// CPU seconds process `pid` uses over `span`.
@@ -195,7 +197,14 @@ pub fn cpu_over(pid: u32, span: Duration) -> f64 {
     cpu_seconds(pid) - before
 }
 
-/// A field of /proc/PID/status, e.g. "VmRSS" (in KiB) or "CapEff" (hex).
+/// A field of /proc/PID/status, e.g. "VmRSS" (in KiB) or "CapEff" (hex),
+/// as the kernel wrote it.
+///
+/// Read by hand, not with procfs: procfs parses the file into typed fields
+/// and keeps none by its name, while callers ask for any field by name and
+/// compare or parse its text themselves (Threads, NoNewPrivs, the Cap*
+/// sets); giving that text back from typed values would mean formatting
+/// each field again the way the kernel does.
 pub fn proc_status(pid: u32, field: &str) -> String {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("process gone");
     status
@@ -208,11 +217,10 @@ pub fn proc_status(pid: u32, field: &str) -> String {
 
 /// The resident set size of process `pid`, in KiB.
 pub fn rss_kib(pid: u32) -> u64 {
-    proc_status(pid, "VmRSS")
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .unwrap()
+    let status = proc_of(pid).status().expect("process gone");
+    status
+        .vmrss
+        .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status"))
 }
 
 /// Waits (at most `within`) for `child` to exit; kills it and panics if it
