@@ -251,6 +251,11 @@ impl Model {
     }
 
     fn learn(&mut self, key: FdbKey, port: u16) {
+        // The host's own address is never learned, in any VLAN (a local
+        // entry at VLAN 0 stands for every VLAN).
+        if let Some((_, Kind::Local)) = self.table.get(&FdbKey::new(0, key.mac)) {
+            return;
+        }
         match self.table.get_mut(&key) {
             Some((_, Kind::Static | Kind::Local)) => {}
             Some((old, Kind::Learned)) if *old == port => {}
@@ -339,6 +344,13 @@ impl Model {
     fn configure(&mut self, key: FdbKey, port: u16, kind: Kind) {
         if let Some((_, Kind::Learned)) = self.table.insert(key, (port, kind)) {
             self.learned -= 1;
+        }
+        // A local address at VLAN 0 is forgotten wherever it was learned.
+        if kind == Kind::Local && key.vlan == 0 {
+            let before = self.table.len();
+            self.table
+                .retain(|other, (_, kind)| *kind != Kind::Learned || other.mac != key.mac);
+            self.learned -= before - self.table.len();
         }
     }
 
