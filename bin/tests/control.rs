@@ -325,6 +325,18 @@ fn one_bridge_per_socket_and_stale_sockets_are_replaced() {
 
 /// `--ctl-group`: the socket and the directory made for it belong to the
 /// group, so that its members may control the bridge.
+/// The client, run as user 65534 with only group `gid`, on `socket`.
+fn client_as(socket: &Path, gid: &str, args: &[&str]) -> std::process::Output {
+    Command::new("setpriv")
+        .args(["--reuid=65534", &format!("--regid={gid}"), "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_mpbridge"))
+        .arg("--ctl")
+        .arg(socket)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 fn the_control_group_owns_the_socket() {
     use std::os::unix::fs::MetadataExt;
     let bridge = Netns::new();
@@ -350,16 +362,7 @@ fn the_control_group_owns_the_socket() {
     assert_eq!(std::fs::metadata(&socket).unwrap().gid(), nogroup);
     assert_eq!(std::fs::metadata(&dir).unwrap().gid(), nogroup);
     // A member of the group may use it; another user may not.
-    let as_user = |gid: &str| {
-        Command::new("setpriv")
-            .args(["--reuid=65534", &format!("--regid={gid}"), "--clear-groups"])
-            .arg(env!("CARGO_BIN_EXE_mpbridge"))
-            .arg("--ctl")
-            .arg(&socket)
-            .arg("stats")
-            .output()
-            .unwrap()
-    };
+    let as_user = |gid: &str| client_as(&socket, gid, &["stats"]);
     let member = as_user("65534");
     let err = String::from_utf8_lossy(&member.stderr);
     assert!(member.status.success(), "{err}");
@@ -1044,16 +1047,7 @@ fn a_read_only_group_may_show_but_not_change() {
             "nogroup",
         ],
     );
-    let as_user = |gid: &str, args: &[&str]| {
-        Command::new("setpriv")
-            .args(["--reuid=65534", &format!("--regid={gid}"), "--clear-groups"])
-            .arg(env!("CARGO_BIN_EXE_mpbridge"))
-            .arg("--ctl")
-            .arg(&socket)
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let as_user = |gid: &str, args: &[&str]| client_as(&socket, gid, args);
     for args in [&["stats"][..], &["fdb", "show"], &["port", "show"]] {
         let shown = as_user("65534", args);
         let err = String::from_utf8_lossy(&shown.stderr);
