@@ -12,10 +12,7 @@
 //! 64 KiB frame into 65,000 segments. Segment sizes below [`MIN_GSO_SIZE`]
 //! are refused before any segment is made.
 
-use super::vnet::{VnetHeader, VNET_HDR_F_NEEDS_CSUM, VNET_HDR_GSO_NONE};
-
-/// The virtio-net header's length.
-const VNET_HDR_LEN: usize = 10;
+use super::vnet::{VnetHeader, VNET_HDR_F_NEEDS_CSUM, VNET_HDR_GSO_NONE, VNET_HDR_LEN};
 
 /// GSO types of the virtio-net header.
 const GSO_TCPV4: u8 = 1;
@@ -182,7 +179,7 @@ pub fn complete_partial(frame: &mut [u8]) -> bool {
 /// marked, they reach a local stack whole (as GRO gives it frames) and are
 /// cut again wherever a link needs it. Returns whether it marked the frame.
 pub fn offload_large_tcp(vnet: &mut [u8], frame: &mut [u8], mtu: usize) -> bool {
-    if vnet.len() < 10 || frame.len() <= 14 + mtu {
+    if vnet.len() < VNET_HDR_LEN || frame.len() <= 14 + mtu {
         return false;
     }
     let ethertype = u16::from_be_bytes([frame[12], frame[13]]);
@@ -512,8 +509,14 @@ fn fold(mut sum: u32) -> u16 {
 mod tests {
     use super::*;
 
-    fn vnet(flags: u8, gso: u8, gso_size: u16, csum_start: u16, csum_offset: u16) -> [u8; 10] {
-        let mut h = [0u8; 10];
+    fn vnet(
+        flags: u8,
+        gso: u8,
+        gso_size: u16,
+        csum_start: u16,
+        csum_offset: u16,
+    ) -> [u8; VNET_HDR_LEN] {
+        let mut h = [0u8; VNET_HDR_LEN];
         h[0] = flags;
         h[1] = gso;
         h[4..6].copy_from_slice(&gso_size.to_ne_bytes());
@@ -615,7 +618,7 @@ mod tests {
         // As a sender with checksum offload leaves it: the partial form.
         let pseudo = fold(sum16(&f[26..34], 6 + (f.len() - 34) as u32));
         f[50..52].copy_from_slice(&pseudo.to_be_bytes());
-        let mut vnet = [0u8; 10];
+        let mut vnet = [0u8; VNET_HDR_LEN];
         assert!(
             !offload_large_tcp(&mut vnet, &mut f[..1514], 1500),
             "fits the MTU"
@@ -671,7 +674,7 @@ mod tests {
         let payload = vec![0x33u8; 1480];
         let mut f = tcp4(&payload, 0x10);
         f[46] = 0; // TCP data offset 0
-        let mut header = [0u8; 10];
+        let mut header = [0u8; VNET_HDR_LEN];
         assert!(!offload_large_tcp(&mut header, &mut f.clone(), 1500));
         let mut scratch = Vec::new();
         assert_eq!(

@@ -15,6 +15,11 @@ pub const VNET_HDR_F_NEEDS_CSUM: u8 = 1;
 /// No segmentation offload.
 pub const VNET_HDR_GSO_NONE: u8 = 0;
 
+/// The header's length: the 10-byte `struct virtio_net_hdr`, as mpbridge
+/// sets it on every tap (TUNSETVNETHDRSZ) and packet socket. The one
+/// statement of it; everyone else takes it from here.
+pub const VNET_HDR_LEN: usize = field::CSUM_OFFSET.end;
+
 /// The length of the 802.1Q tag that [`copy_with_vlan_tag`] puts back.
 pub const VLAN_TAG_LEN: usize = 4;
 
@@ -27,7 +32,6 @@ mod field {
     pub const GSO_SIZE: Range<usize> = 4..6;
     pub const CSUM_START: Range<usize> = 6..8;
     pub const CSUM_OFFSET: Range<usize> = 8..10;
-    pub const LEN: usize = 10;
 }
 
 /// A view of a virtio-net header (the 10-byte `struct virtio_net_hdr`).
@@ -37,9 +41,6 @@ pub struct VnetHeader<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> VnetHeader<T> {
-    /// The header's length, as mpbridge sets it on every tap and socket.
-    pub const LEN: usize = field::LEN;
-
     /// A view without any length check; accessors may panic on a short buffer.
     pub const fn new_unchecked(buffer: T) -> Self {
         VnetHeader { buffer }
@@ -48,10 +49,10 @@ impl<T: AsRef<[u8]>> VnetHeader<T> {
     /// A view of a buffer that holds at least a header.
     pub fn new_checked(buffer: T) -> Result<Self, Truncated> {
         let len = buffer.as_ref().len();
-        if len < field::LEN {
+        if len < VNET_HDR_LEN {
             return Err(Truncated {
                 len,
-                needed: field::LEN,
+                needed: VNET_HDR_LEN,
             });
         }
         Ok(Self::new_unchecked(buffer))
@@ -156,19 +157,19 @@ pub fn copy_with_vlan_tag(
     out: &mut [u8],
 ) -> Result<usize, CopyError> {
     const ADDRS: usize = 12;
-    if vnet.len() != field::LEN || frame.len() < ADDRS {
+    if vnet.len() != VNET_HDR_LEN || frame.len() < ADDRS {
         return Err(CopyError::Runt);
     }
     let tag_len = if tag.is_some() { VLAN_TAG_LEN } else { 0 };
-    let len = field::LEN + frame.len() + tag_len;
+    let len = VNET_HDR_LEN + frame.len() + tag_len;
     if len > out.len() {
         return Err(CopyError::Oversize {
             len,
             capacity: out.len(),
         });
     }
-    out[..field::LEN].copy_from_slice(vnet);
-    let body = &mut out[field::LEN..len];
+    out[..VNET_HDR_LEN].copy_from_slice(vnet);
+    let body = &mut out[VNET_HDR_LEN..len];
     let Some((tpid, tci)) = tag else {
         body.copy_from_slice(frame);
         return Ok(len);
@@ -177,7 +178,7 @@ pub fn copy_with_vlan_tag(
     body[ADDRS..ADDRS + 2].copy_from_slice(&tpid.to_be_bytes());
     body[ADDRS + 2..ADDRS + VLAN_TAG_LEN].copy_from_slice(&tci.to_be_bytes());
     body[ADDRS + VLAN_TAG_LEN..].copy_from_slice(&frame[ADDRS..]);
-    VnetHeader::new_unchecked(&mut out[..field::LEN]).shift_offsets(VLAN_TAG_LEN as u16);
+    VnetHeader::new_unchecked(&mut out[..VNET_HDR_LEN]).shift_offsets(VLAN_TAG_LEN as u16);
     Ok(len)
 }
 
@@ -185,8 +186,8 @@ pub fn copy_with_vlan_tag(
 mod tests {
     use super::*;
 
-    fn header(flags: u8, gso: u8, hdr_len: u16, csum_start: u16) -> [u8; 10] {
-        let mut bytes = [0u8; 10];
+    fn header(flags: u8, gso: u8, hdr_len: u16, csum_start: u16) -> [u8; VNET_HDR_LEN] {
+        let mut bytes = [0u8; VNET_HDR_LEN];
         bytes[0] = flags;
         bytes[1] = gso;
         bytes[2..4].copy_from_slice(&hdr_len.to_ne_bytes());
@@ -207,6 +208,8 @@ mod tests {
         assert_eq!(view.csum_start(), 34);
         assert_eq!(view.csum_offset(), 16);
         assert!(VnetHeader::new_checked(&bytes[..9]).is_err());
+        // struct virtio_net_hdr, without virtio 1.0's num_buffers.
+        assert_eq!(VNET_HDR_LEN, 10);
     }
 
     #[test]
