@@ -11,13 +11,12 @@
 use std::fmt;
 
 use crate::decision::DropReason;
-use crate::wire::{EtherType, VlanId};
+use crate::wire::VlanId;
+
+pub use crate::wire::tag::{outer_tag, Tag, TAG_LEN};
 
 /// The highest usable VLAN id (4095 is reserved, 0 means untagged).
 pub const MAX_VID: VlanId = 4094;
-
-/// The length of a VLAN tag.
-pub const TAG_LEN: usize = 4;
 
 /// A set of VLAN ids, one bit each.
 #[derive(Clone, PartialEq, Eq)]
@@ -211,28 +210,6 @@ impl fmt::Display for PortVlans {
     }
 }
 
-/// An 802.1Q or 802.1ad tag: its protocol id and its control information
-/// (priority, DEI, VLAN id).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Tag {
-    /// 0x8100 or 0x88a8.
-    pub tpid: u16,
-    /// Priority (3 bits), DEI (1 bit), VLAN id (12 bits).
-    pub tci: u16,
-}
-
-/// The bytes of a frame's outer tag, if it has one.
-pub fn outer_tag(frame: &[u8]) -> Option<Tag> {
-    let ethertype = EtherType(u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]));
-    if !ethertype.is_vlan_tag() {
-        return None;
-    }
-    Some(Tag {
-        tpid: ethertype.0,
-        tci: u16::from_be_bytes([*frame.get(14)?, *frame.get(15)?]),
-    })
-}
-
 /// A frame admitted on a port: its VLAN, and the tag it leaves tagged
 /// ports with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -254,30 +231,23 @@ pub struct Admitted {
 #[inline]
 pub fn admit(port: &PortVlans, frame: &[u8]) -> Result<Admitted, DropReason> {
     let tag_in = outer_tag(frame);
-    let (vid, priority, tpid) = match tag_in {
-        Some(tag) if tag.tci & 0x0fff != 0 => {
-            let vid = tag.tci & 0x0fff;
+    let vid = match tag_in {
+        Some(tag) if tag.vid() != 0 => {
+            let vid = tag.vid();
             if vid > MAX_VID || !port.is_member(vid) {
                 return Err(DropReason::VlanIngress);
             }
-            (vid, tag.tci & 0xf000, tag.tpid)
+            vid
         }
-        _ => {
-            let vid = port.pvid.ok_or(DropReason::VlanUntagged)?;
-            // A priority tag keeps its priority and protocol; the PVID
-            // takes the place of its zero VLAN id.
-            let (priority, tpid) =
-                tag_in.map_or((0, EtherType::VLAN.0), |t| (t.tci & 0xf000, t.tpid));
-            (vid, priority, tpid)
-        }
+        _ => port.pvid.ok_or(DropReason::VlanUntagged)?,
     };
+    // A tag keeps its protocol, priority and DEI (a priority tag takes the
+    // PVID in place of its zero VLAN id); an untagged frame gets 802.1Q.
+    let tag_out = tag_in.map_or(Tag::dot1q(vid), |tag| tag.with_vid(vid));
     Ok(Admitted {
         vid,
         tag_in,
-        tag_out: Tag {
-            tpid,
-            tci: priority | vid,
-        },
+        tag_out,
     })
 }
 

@@ -81,7 +81,7 @@ fn item(bytes: &[u8], result: Result<RingFrame<'_>, BlockError>) -> Item {
             Item::Frame {
                 vnet,
                 frame: data,
-                vlan: frame.vlan,
+                vlan: frame.vlan.map(|tag| (tag.tpid, tag.tci)),
                 truncated: frame.truncated,
             }
         }

@@ -12,6 +12,7 @@ mod ethernet;
 mod flow;
 mod mac;
 pub mod segment;
+pub mod tag;
 pub mod vnet;
 pub mod vxlan;
 
@@ -19,6 +20,7 @@ pub use build::{FrameSpec, Payload};
 pub use ethernet::{EtherType, EthernetFrame, VlanId};
 pub use flow::flow_hash;
 pub use mac::{MacAddr, MacKind, ParseMacError};
+pub use tag::{Tag, VlanTag};
 pub use vnet::VnetHeader;
 
 /// A frame too short for the headers it claims to carry.

@@ -118,7 +118,12 @@ impl Port for RawPort {
                     report.oversize += 1;
                     return true;
                 }
-                match copy_with_vlan_tag(frame.vnet, frame.frame, frame.vlan, buffer) {
+                match copy_with_vlan_tag(
+                    frame.vnet,
+                    frame.frame,
+                    frame.vlan.map(|t| (t.tpid, t.tci)),
+                    buffer,
+                ) {
                     Ok(len) => {
                         batch.commit(len);
                         report.received += 1;
