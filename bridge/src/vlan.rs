@@ -13,6 +13,9 @@ use std::fmt;
 use crate::decision::DropReason;
 use crate::wire::VlanId;
 
+/// How a frame leaves one port: as it came in, untagged, or with an outer
+/// tag (added, or its VLAN id set); `wire::tag::rewrite` makes it so.
+pub use crate::wire::tag::TagForm as Egress;
 pub use crate::wire::tag::{outer_tag, Tag, TAG_LEN};
 
 /// The highest usable VLAN id (4095 is reserved, 0 means untagged).
@@ -251,17 +254,6 @@ pub fn admit(port: &PortVlans, frame: &[u8]) -> Result<Admitted, DropReason> {
     })
 }
 
-/// How a frame leaves one port.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Egress {
-    /// As it came in.
-    AsIs,
-    /// Without its outer tag.
-    Untagged,
-    /// With this outer tag (added, or its VLAN id set).
-    Tagged(Tag),
-}
-
 /// How an admitted frame leaves `port`, as br_handle_vlan does; `None`
 /// when the port is not a member of the frame's VLAN (br_allowed_egress).
 #[inline]
@@ -285,6 +277,7 @@ pub fn egress(port: &PortVlans, frame: &Admitted) -> Option<Egress> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::tag::{push_into, rewrite};
     use crate::wire::{FrameSpec, MacAddr};
 
     const A: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
@@ -295,10 +288,12 @@ mod tests {
     }
 
     fn tagged(tpid: u16, tci: u16) -> Vec<u8> {
-        let mut frame = untagged();
-        frame.splice(
-            12..12,
-            [(tpid >> 8) as u8, tpid as u8, (tci >> 8) as u8, tci as u8],
+        let mut frame = Vec::new();
+        rewrite(
+            &untagged(),
+            0,
+            Egress::Tagged(Tag { tpid, tci }),
+            &mut frame,
         );
         frame
     }
@@ -398,8 +393,13 @@ mod tests {
     #[test]
     fn qinq_frames_belong_to_their_outer_vlan() {
         let trunk = PortVlans::trunk(VlanSet::parse("100").unwrap(), None);
-        let mut frame = tagged(0x88a8, 100);
-        frame.splice(16..16, [0x81, 0x00, 0x00, 0x05]);
+        let mut frame = vec![0; untagged().len() + 2 * TAG_LEN];
+        let inner = tagged(0x8100, 5);
+        let outer = Tag {
+            tpid: 0x88a8,
+            tci: 100,
+        };
+        push_into(&[], &inner, Some(outer), &mut frame).unwrap();
         let admitted = admit(&trunk, &frame).unwrap();
         assert_eq!(admitted.vid, 100);
         assert_eq!(egress(&trunk, &admitted), Some(Egress::AsIs));

@@ -6,9 +6,15 @@
 //! and a TCI: priority (PCP, 3 bits), drop eligible (DEI, 1 bit) and the
 //! VLAN id (12 bits), both big-endian. In a frame the outer tag follows
 //! the two addresses, where an untagged frame has its EtherType.
+//!
+//! Frames are held after a port's metadata: a virtio-net header, or none.
+//! The header's `csum_start` and `hdr_len` count from the frame's first
+//! byte, so whatever moves the frame's payload by a tag's length moves
+//! them too ([`rewrite`], [`push_into`]).
 
 use std::ops::Range;
 
+use super::vnet::{VnetHeader, VNET_HDR_LEN};
 use super::{EtherType, Truncated, VlanId};
 
 /// The length of a tag: TPID and TCI.
@@ -205,6 +211,171 @@ pub fn outer_tag(frame: &[u8]) -> Option<Tag> {
     outer_view(frame).map(|view| Tag::parse(&view))
 }
 
+/// The outer tag a frame leaves with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TagForm {
+    /// As it came in.
+    AsIs,
+    /// Without its outer tag.
+    Untagged,
+    /// With this outer tag: in place of the one it has, or added.
+    Tagged(Tag),
+}
+
+/// What is done to a frame's bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Edit {
+    Keep,
+    Remove,
+    Replace(Tag),
+    Push(Tag),
+}
+
+impl Edit {
+    /// What `form` takes of `frame`. Removing a tag from an untagged frame
+    /// keeps it; a buffer too short for the two addresses is kept as it is
+    /// (no frame that passed the Ethernet header check is).
+    fn of(form: TagForm, frame: &[u8]) -> Edit {
+        let tagged = outer_view(frame).is_some();
+        match form {
+            TagForm::AsIs => Edit::Keep,
+            TagForm::Untagged if tagged => Edit::Remove,
+            TagForm::Untagged => Edit::Keep,
+            TagForm::Tagged(tag) if tagged => Edit::Replace(tag),
+            TagForm::Tagged(tag) if frame.len() >= TAG_OFFSET => Edit::Push(tag),
+            TagForm::Tagged(_) => Edit::Keep,
+        }
+    }
+}
+
+/// A frame taken apart at its outer tag's place: the bytes before it, the
+/// tag that goes there, the bytes after it, and how far those moved.
+struct Layout<'a> {
+    head: &'a [u8],
+    tag: Option<[u8; TAG_LEN]>,
+    tail: &'a [u8],
+    shift: i16,
+}
+
+impl<'a> Layout<'a> {
+    /// `frame` with `edit` made: `Push` needs the two addresses, `Remove`
+    /// and `Replace` the whole outer tag.
+    fn new(frame: &'a [u8], edit: Edit) -> Layout<'a> {
+        let (tag, rest, shift) = match edit {
+            Edit::Keep => {
+                return Layout {
+                    head: frame,
+                    tag: None,
+                    tail: &[],
+                    shift: 0,
+                }
+            }
+            Edit::Remove => (None, OUTER_TAG.end, -(TAG_LEN as i16)),
+            Edit::Replace(tag) => (Some(tag.to_bytes()), OUTER_TAG.end, 0),
+            Edit::Push(tag) => (Some(tag.to_bytes()), TAG_OFFSET, TAG_LEN as i16),
+        };
+        Layout {
+            head: &frame[..TAG_OFFSET],
+            tag,
+            tail: &frame[rest..],
+            shift,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.head.len() + self.tag.map_or(0, |tag| tag.len()) + self.tail.len()
+    }
+}
+
+/// Moves a virtio-net header's offsets by `shift` bytes, as its frame's
+/// payload moved; other metadata has none.
+fn shift_metadata(meta: &mut [u8], shift: i16) {
+    if meta.len() == VNET_HDR_LEN && shift != 0 {
+        // Two's complement: adding the wrapped value subtracts.
+        VnetHeader::new_unchecked(meta).shift_offsets(shift as u16);
+    }
+}
+
+/// Appends `buffer` to `out` with its frame in `form`; returns the length
+/// appended. `buffer` is a port's metadata of `meta_len` bytes (all of it,
+/// if shorter), then an Ethernet frame. When the tag's change moves the
+/// payload (a tag added or removed) and the metadata is a virtio-net
+/// header, its offsets move with it.
+///
+/// A frame that cannot take the change is appended as it is: `Untagged`
+/// of an untagged frame, `Tagged` of a buffer shorter than the two
+/// addresses.
+pub fn rewrite(buffer: &[u8], meta_len: usize, form: TagForm, out: &mut Vec<u8>) -> usize {
+    let (meta, frame) = buffer.split_at(meta_len.min(buffer.len()));
+    let layout = Layout::new(frame, Edit::of(form, frame));
+    let start = out.len();
+    out.reserve(meta.len() + layout.len());
+    out.extend_from_slice(meta);
+    out.extend_from_slice(layout.head);
+    if let Some(tag) = &layout.tag {
+        out.extend_from_slice(tag);
+    }
+    out.extend_from_slice(layout.tail);
+    shift_metadata(&mut out[start..start + meta.len()], layout.shift);
+    out.len() - start
+}
+
+/// Why a frame could not be copied with a tag pushed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum EmitError {
+    /// The frame is shorter than the two addresses a tag follows.
+    #[error("frame too short to carry a tag")]
+    Runt,
+    /// The result does not fit the buffer.
+    #[error("frame of {len} bytes exceeds the {capacity}-byte buffer")]
+    Oversize {
+        /// The length the result needs.
+        len: usize,
+        /// The buffer's size.
+        capacity: usize,
+    },
+}
+
+/// Copies `meta` and then `frame` into `out`, with `tag`, when given, put
+/// in front of any tag the frame has: how a packet socket's frame gets
+/// back the outer tag the kernel took off it (and handed over beside it).
+/// A virtio-net header's offsets move with the payload. Returns the length
+/// written; on an error nothing is written.
+pub fn push_into(
+    meta: &[u8],
+    frame: &[u8],
+    tag: Option<Tag>,
+    out: &mut [u8],
+) -> Result<usize, EmitError> {
+    // No Ethernet frame is this short, tagged or not.
+    if frame.len() < TAG_OFFSET {
+        return Err(EmitError::Runt);
+    }
+    let layout = Layout::new(frame, tag.map_or(Edit::Keep, Edit::Push));
+    let len = meta.len() + layout.len();
+    if len > out.len() {
+        return Err(EmitError::Oversize {
+            len,
+            capacity: out.len(),
+        });
+    }
+    let (out_meta, body) = out[..len].split_at_mut(meta.len());
+    out_meta.copy_from_slice(meta);
+    let (head, rest) = body.split_at_mut(layout.head.len());
+    head.copy_from_slice(layout.head);
+    let tail = match &layout.tag {
+        Some(tag) => {
+            let (out_tag, tail) = rest.split_at_mut(TAG_LEN);
+            out_tag.copy_from_slice(tag);
+            tail
+        }
+        None => rest,
+    };
+    tail.copy_from_slice(layout.tail);
+    shift_metadata(out_meta, layout.shift);
+    Ok(len)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,5 +464,295 @@ mod tests {
         assert_eq!(outer_tag(&QINQ[..15]), None);
         assert!(outer_tag(&QINQ[..16]).is_some());
         assert_eq!(outer_tag(&[]), None);
+    }
+}
+
+#[cfg(test)]
+mod emit_tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::wire::vnet::VNET_HDR_F_NEEDS_CSUM;
+
+    /// GSO TCPv4.
+    const GSO_TCPV4: u8 = 1;
+
+    /// A virtio-net header (host byte order, as taps and sockets have it).
+    fn vnet(flags: u8, gso: u8, hdr_len: u16, csum_start: u16) -> [u8; VNET_HDR_LEN] {
+        let mut bytes = [0u8; VNET_HDR_LEN];
+        bytes[0] = flags;
+        bytes[1] = gso;
+        bytes[2..4].copy_from_slice(&hdr_len.to_ne_bytes());
+        bytes[4..6].copy_from_slice(&1448u16.to_ne_bytes());
+        bytes[6..8].copy_from_slice(&csum_start.to_ne_bytes());
+        bytes[8..10].copy_from_slice(&16u16.to_ne_bytes());
+        bytes
+    }
+
+    /// The offloaded segment's header, untagged: TCP headers end at 66,
+    /// TCP starts at 34.
+    fn gso_header() -> [u8; VNET_HDR_LEN] {
+        vnet(VNET_HDR_F_NEEDS_CSUM, GSO_TCPV4, 66, 34)
+    }
+
+    /// The same frame's header with a tag: everything 4 bytes on.
+    fn gso_header_tagged() -> [u8; VNET_HDR_LEN] {
+        vnet(VNET_HDR_F_NEEDS_CSUM, GSO_TCPV4, 70, 38)
+    }
+
+    static UNTAGGED: [u8; 20] = [
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x02, // destination
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x01, // source
+        0x08, 0x00, // IPv4
+        0x45, 0x00, 0x00, 0x2e, 0x12, 0x34, // payload
+    ];
+
+    static TAGGED_10: [u8; 24] = [
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x02, // destination
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x01, // source
+        0x81, 0x00, 0xa0, 0x0a, // 802.1Q, priority 5, VLAN 10
+        0x08, 0x00, // IPv4
+        0x45, 0x00, 0x00, 0x2e, 0x12, 0x34, // payload
+    ];
+
+    static TAGGED_AD_30: [u8; 24] = [
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x02, // destination
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x01, // source
+        0x88, 0xa8, 0x00, 0x1e, // 802.1ad, VLAN 30
+        0x08, 0x00, // IPv4
+        0x45, 0x00, 0x00, 0x2e, 0x12, 0x34, // payload
+    ];
+
+    const TAG_10: Tag = Tag {
+        tpid: 0x8100,
+        tci: 0xa00a,
+    };
+    const TAG_AD_30: Tag = Tag {
+        tpid: 0x88a8,
+        tci: 30,
+    };
+
+    fn join(meta: &[u8], frame: &[u8]) -> Vec<u8> {
+        [meta, frame].concat()
+    }
+
+    fn rewritten(buffer: &[u8], meta_len: usize, form: TagForm) -> Vec<u8> {
+        // After whatever the output already holds.
+        let mut out = vec![0xee; 3];
+        let len = rewrite(buffer, meta_len, form, &mut out);
+        assert_eq!(&out[..3], &[0xee; 3]);
+        assert_eq!(len, out.len() - 3);
+        out.split_off(3)
+    }
+
+    #[test]
+    fn tagging_inserts_after_the_addresses_and_moves_the_offsets() {
+        let got = rewritten(
+            &join(&gso_header(), &UNTAGGED),
+            VNET_HDR_LEN,
+            TagForm::Tagged(TAG_10),
+        );
+        assert_eq!(got, join(&gso_header_tagged(), &TAGGED_10));
+        assert_eq!(rewritten(&UNTAGGED, 0, TagForm::Tagged(TAG_10)), TAGGED_10);
+    }
+
+    #[test]
+    fn untagging_removes_the_outer_tag_and_moves_the_offsets_back() {
+        let got = rewritten(
+            &join(&gso_header_tagged(), &TAGGED_10),
+            VNET_HDR_LEN,
+            TagForm::Untagged,
+        );
+        assert_eq!(got, join(&gso_header(), &UNTAGGED));
+        assert_eq!(rewritten(&TAGGED_10, 0, TagForm::Untagged), UNTAGGED);
+    }
+
+    #[test]
+    fn retagging_replaces_the_tag_in_place() {
+        let header = gso_header_tagged();
+        let got = rewritten(
+            &join(&header, &TAGGED_10),
+            VNET_HDR_LEN,
+            TagForm::Tagged(TAG_AD_30),
+        );
+        assert_eq!(got, join(&header, &TAGGED_AD_30));
+        assert_eq!(
+            rewritten(&TAGGED_10, 0, TagForm::Tagged(TAG_AD_30)),
+            TAGGED_AD_30
+        );
+    }
+
+    #[test]
+    fn as_is_and_impossible_changes_copy_unchanged() {
+        let buffer = join(&gso_header(), &TAGGED_10);
+        assert_eq!(rewritten(&buffer, VNET_HDR_LEN, TagForm::AsIs), buffer);
+        let buffer = join(&gso_header(), &UNTAGGED);
+        assert_eq!(rewritten(&buffer, VNET_HDR_LEN, TagForm::Untagged), buffer);
+        // Too short for the addresses; metadata longer than the buffer.
+        let short = join(&gso_header(), &UNTAGGED[..11]);
+        let form = TagForm::Tagged(TAG_10);
+        assert_eq!(rewritten(&short, VNET_HDR_LEN, form), short);
+        assert_eq!(
+            rewritten(&UNTAGGED[..5], VNET_HDR_LEN, form),
+            &UNTAGGED[..5]
+        );
+    }
+
+    #[test]
+    fn offsets_not_in_use_stay() {
+        let header = vnet(0, 0, 5, 7);
+        let got = rewritten(
+            &join(&header, &UNTAGGED),
+            VNET_HDR_LEN,
+            TagForm::Tagged(TAG_10),
+        );
+        assert_eq!(got, join(&header, &TAGGED_10));
+        // Metadata of another length is no virtio-net header: it stays.
+        let meta = [1u8, 2, 3];
+        assert_eq!(
+            rewritten(&join(&meta, &UNTAGGED), 3, TagForm::Tagged(TAG_10)),
+            join(&meta, &TAGGED_10)
+        );
+    }
+
+    #[test]
+    fn pushing_puts_a_tag_in_front_of_any_other() {
+        let mut out = [0u8; 64];
+        let len = push_into(&gso_header(), &UNTAGGED, Some(TAG_10), &mut out).unwrap();
+        assert_eq!(&out[..len], &join(&gso_header_tagged(), &TAGGED_10)[..]);
+        // QinQ: the service tag goes outside the customer tag.
+        let len = push_into(&[], &TAGGED_10, Some(TAG_AD_30), &mut out).unwrap();
+        let mut qinq = TAGGED_AD_30[..16].to_vec();
+        qinq.extend_from_slice(&TAGGED_10[12..]);
+        assert_eq!(&out[..len], &qinq[..]);
+        assert_eq!(outer_tag(&out[..len]), Some(TAG_AD_30));
+        assert_eq!(&out[16..20], &TAG_10.to_bytes());
+        // No tag: a plain copy.
+        let header = gso_header();
+        let len = push_into(&header, &UNTAGGED, None, &mut out).unwrap();
+        assert_eq!(&out[..len], &join(&header, &UNTAGGED)[..]);
+    }
+
+    #[test]
+    fn pushing_refuses_runts_and_what_does_not_fit() {
+        let header = gso_header();
+        let mut out = [0xa5u8; 30];
+        assert_eq!(
+            push_into(&header, &UNTAGGED[..11], None, &mut out),
+            Err(EmitError::Runt)
+        );
+        assert_eq!(
+            push_into(&header, &UNTAGGED[..17], Some(TAG_10), &mut out),
+            Err(EmitError::Oversize {
+                len: 31,
+                capacity: 30
+            })
+        );
+        assert_eq!(out, [0xa5; 30], "an error wrote");
+        assert_eq!(
+            push_into(&header, &UNTAGGED[..16], Some(TAG_10), &mut out),
+            Ok(30)
+        );
+    }
+
+    /// The worker's own rewrite (`Worker::frame_for` before it called
+    /// [`rewrite`]), kept as the reference: `Untagged` only ever of a
+    /// tagged frame, `Tagged` only of a whole Ethernet header.
+    fn reference(buffer: &[u8], meta_len: usize, form: TagForm, out: &mut Vec<u8>) {
+        let meta = meta_len.min(buffer.len());
+        let (header, frame) = buffer.split_at(meta);
+        let start = out.len();
+        out.extend_from_slice(header);
+        let tagged_in = outer_tag(frame).is_some();
+        let shift: i16 = match form {
+            TagForm::AsIs => {
+                out.extend_from_slice(frame);
+                0
+            }
+            TagForm::Untagged => {
+                out.extend_from_slice(&frame[..12]);
+                out.extend_from_slice(&frame[16..]);
+                -(TAG_LEN as i16)
+            }
+            TagForm::Tagged(tag) => {
+                out.extend_from_slice(&frame[..12]);
+                out.extend_from_slice(&tag.tpid.to_be_bytes());
+                out.extend_from_slice(&tag.tci.to_be_bytes());
+                let rest = if tagged_in { 16 } else { 12 };
+                out.extend_from_slice(&frame[rest..]);
+                if tagged_in {
+                    0
+                } else {
+                    TAG_LEN as i16
+                }
+            }
+        };
+        if meta == VNET_HDR_LEN && shift != 0 {
+            VnetHeader::new_unchecked(&mut out[start..start + meta]).shift_offsets(shift as u16);
+        }
+    }
+
+    fn tpid() -> impl Strategy<Value = u16> {
+        prop_oneof![
+            Just(0x8100u16),
+            Just(0x88a8u16),
+            Just(0x0800u16),
+            any::<u16>()
+        ]
+    }
+
+    fn form() -> impl Strategy<Value = TagForm> {
+        prop_oneof![
+            Just(TagForm::AsIs),
+            Just(TagForm::Untagged),
+            (tpid(), any::<u16>()).prop_map(|(tpid, tci)| TagForm::Tagged(Tag { tpid, tci })),
+        ]
+    }
+
+    proptest! {
+        /// Byte for byte what the worker made, for every frame it rewrote:
+        /// with and without a virtio-net header, offsets in use or not.
+        #[test]
+        fn rewrite_matches_the_worker(
+            header in prop::array::uniform10(any::<u8>()),
+            flags in 0u8..4,
+            gso in prop_oneof![Just(0u8), Just(1u8), Just(4u8), any::<u8>()],
+            with_header in any::<bool>(),
+            outer in tpid(),
+            frame in prop::collection::vec(any::<u8>(), 14..200),
+            form in form(),
+        ) {
+            let mut frame = frame;
+            frame[12..14].copy_from_slice(&outer.to_be_bytes());
+            let mut header = header;
+            header[0] = flags;
+            header[1] = gso;
+            let meta: &[u8] = if with_header { &header } else { &[] };
+            let tagged = outer_tag(&frame).is_some();
+            // What the worker never asked of it.
+            prop_assume!(form != TagForm::Untagged || tagged);
+            let buffer = join(meta, &frame);
+            let mut want = vec![7u8; 5];
+            reference(&buffer, meta.len(), form, &mut want);
+            let mut got = vec![7u8; 5];
+            let len = rewrite(&buffer, meta.len(), form, &mut got);
+            prop_assert_eq!(len, got.len() - 5);
+            prop_assert_eq!(got, want);
+        }
+
+        /// Pushing a tag onto an untagged frame is tagging it.
+        #[test]
+        fn push_matches_rewrite_on_untagged_frames(
+            header in prop::array::uniform10(any::<u8>()),
+            frame in prop::collection::vec(any::<u8>(), 12..200),
+            tag in (tpid(), any::<u16>()).prop_map(|(tpid, tci)| Tag { tpid, tci }),
+        ) {
+            prop_assume!(outer_tag(&frame).is_none());
+            let mut out = vec![0u8; VNET_HDR_LEN + frame.len() + TAG_LEN];
+            let len = push_into(&header, &frame, Some(tag), &mut out).unwrap();
+            let mut want = Vec::new();
+            rewrite(&join(&header, &frame), VNET_HDR_LEN, TagForm::Tagged(tag), &mut want);
+            prop_assert_eq!(&out[..len], &want[..]);
+        }
     }
 }

@@ -20,9 +20,6 @@ pub const VNET_HDR_GSO_NONE: u8 = 0;
 /// statement of it; everyone else takes it from here.
 pub const VNET_HDR_LEN: usize = field::CSUM_OFFSET.end;
 
-/// The length of the 802.1Q tag that [`copy_with_vlan_tag`] puts back.
-pub const VLAN_TAG_LEN: usize = 4;
-
 mod field {
     use std::ops::Range;
 
@@ -129,59 +126,6 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> VnetHeader<T> {
     }
 }
 
-/// Why a frame could not be copied with its tag put back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum CopyError {
-    /// The header or the frame is shorter than a header and two addresses.
-    #[error("frame too short to carry a tag")]
-    Runt,
-    /// The result does not fit the buffer.
-    #[error("frame of {len} bytes exceeds the {capacity}-byte buffer")]
-    Oversize {
-        /// The length the result needs.
-        len: usize,
-        /// The buffer's size.
-        capacity: usize,
-    },
-}
-
-/// Copies a virtio-net header and an Ethernet frame into `out` as header
-/// plus frame, with an 802.1Q tag (`tpid`, `tci`) put back after the two
-/// addresses when one is given (the kernel hands tags to packet sockets
-/// apart from the frame). The header's offsets are moved to match. Returns
-/// the length written.
-pub fn copy_with_vlan_tag(
-    vnet: &[u8],
-    frame: &[u8],
-    tag: Option<(u16, u16)>,
-    out: &mut [u8],
-) -> Result<usize, CopyError> {
-    const ADDRS: usize = 12;
-    if vnet.len() != VNET_HDR_LEN || frame.len() < ADDRS {
-        return Err(CopyError::Runt);
-    }
-    let tag_len = if tag.is_some() { VLAN_TAG_LEN } else { 0 };
-    let len = VNET_HDR_LEN + frame.len() + tag_len;
-    if len > out.len() {
-        return Err(CopyError::Oversize {
-            len,
-            capacity: out.len(),
-        });
-    }
-    out[..VNET_HDR_LEN].copy_from_slice(vnet);
-    let body = &mut out[VNET_HDR_LEN..len];
-    let Some((tpid, tci)) = tag else {
-        body.copy_from_slice(frame);
-        return Ok(len);
-    };
-    body[..ADDRS].copy_from_slice(&frame[..ADDRS]);
-    body[ADDRS..ADDRS + 2].copy_from_slice(&tpid.to_be_bytes());
-    body[ADDRS + 2..ADDRS + VLAN_TAG_LEN].copy_from_slice(&tci.to_be_bytes());
-    body[ADDRS + VLAN_TAG_LEN..].copy_from_slice(&frame[ADDRS..]);
-    VnetHeader::new_unchecked(&mut out[..VNET_HDR_LEN]).shift_offsets(VLAN_TAG_LEN as u16);
-    Ok(len)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,58 +157,17 @@ mod tests {
     }
 
     #[test]
-    fn untagged_copies_unchanged() {
-        let vnet = header(VNET_HDR_F_NEEDS_CSUM, 0, 0, 34);
-        let frame: Vec<u8> = (0..60).collect();
-        let mut out = [0u8; 100];
-        let len = copy_with_vlan_tag(&vnet, &frame, None, &mut out).unwrap();
-        assert_eq!(len, 70);
-        assert_eq!(&out[..10], &vnet);
-        assert_eq!(&out[10..70], &frame[..]);
-    }
-
-    #[test]
-    fn a_tag_goes_back_after_the_addresses_and_offsets_move() {
-        let vnet = header(VNET_HDR_F_NEEDS_CSUM, 1, 66, 34);
-        let frame: Vec<u8> = (0..60).collect();
-        let mut out = [0u8; 100];
-        let len = copy_with_vlan_tag(&vnet, &frame, Some((0x8100, 42)), &mut out).unwrap();
-        assert_eq!(len, 74);
-        assert_eq!(&out[10..22], &frame[..12]);
-        assert_eq!(&out[22..26], &[0x81, 0x00, 0x00, 42]);
-        assert_eq!(&out[26..74], &frame[12..]);
-        let view = VnetHeader::new_checked(&out[..10]).unwrap();
-        assert_eq!(view.hdr_len(), 70);
-        assert_eq!(view.csum_start(), 38);
-    }
-
-    #[test]
-    fn offsets_not_in_use_stay() {
-        let vnet = header(0, 0, 5, 7);
-        let mut out = [0u8; 100];
-        copy_with_vlan_tag(&vnet, &[0u8; 20], Some((0x88a8, 1)), &mut out).unwrap();
-        let view = VnetHeader::new_checked(&out[..10]).unwrap();
+    fn offsets_in_use_shift_and_others_stay() {
+        let mut bytes = header(VNET_HDR_F_NEEDS_CSUM, 1, 66, 34);
+        let mut view = VnetHeader::new_unchecked(&mut bytes[..]);
+        view.shift_offsets(4);
+        assert_eq!((view.hdr_len(), view.csum_start()), (70, 38));
+        // Back by a tag's length: the two's complement of 4.
+        view.shift_offsets(4u16.wrapping_neg());
+        assert_eq!((view.hdr_len(), view.csum_start()), (66, 34));
+        let mut bytes = header(0, 0, 5, 7);
+        let mut view = VnetHeader::new_unchecked(&mut bytes[..]);
+        view.shift_offsets(4);
         assert_eq!((view.hdr_len(), view.csum_start()), (5, 7));
-    }
-
-    #[test]
-    fn short_and_oversize_are_errors() {
-        let vnet = header(0, 0, 0, 0);
-        let mut out = [0u8; 30];
-        assert_eq!(
-            copy_with_vlan_tag(&vnet, &[0u8; 11], None, &mut out),
-            Err(CopyError::Runt)
-        );
-        assert_eq!(
-            copy_with_vlan_tag(&vnet[..9], &[0u8; 14], None, &mut out),
-            Err(CopyError::Runt)
-        );
-        assert_eq!(
-            copy_with_vlan_tag(&vnet, &[0u8; 17], Some((0x8100, 1)), &mut out),
-            Err(CopyError::Oversize {
-                len: 31,
-                capacity: 30
-            })
-        );
     }
 }

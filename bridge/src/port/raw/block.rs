@@ -48,7 +48,7 @@ pub struct RingFrame<'a> {
 /// and its `tp_vlan_tpid` and `tp_vlan_tci` fields, which are valid only as
 /// the status says: no TPID (kernels before 3.14) means 802.1Q.
 pub(super) fn taken_tag(status: u32, tpid: u16, tci: u16) -> Option<Tag> {
-    (status & libc::TP_STATUS_VLAN_VALID != 0).then(|| Tag {
+    (status & libc::TP_STATUS_VLAN_VALID != 0).then_some(Tag {
         tpid: if status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
             tpid
         } else {
