@@ -15,6 +15,15 @@ pub const VNET_HDR_F_NEEDS_CSUM: u8 = 1;
 /// No segmentation offload.
 pub const VNET_HDR_GSO_NONE: u8 = 0;
 
+/// Segmentation offload of TCP over IPv4.
+pub const VNET_HDR_GSO_TCPV4: u8 = 1;
+
+/// Segmentation offload of TCP over IPv6.
+pub const VNET_HDR_GSO_TCPV6: u8 = 4;
+
+/// A bit beside the GSO type: the segments carry ECN's congestion mark.
+pub const VNET_HDR_GSO_ECN: u8 = 0x80;
+
 /// The header's length: the 10-byte `struct virtio_net_hdr`, as mpbridge
 /// sets it on every tap (TUNSETVNETHDRSZ) and packet socket. The one
 /// statement of it; everyone else takes it from here.
@@ -101,14 +110,34 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> VnetHeader<T> {
         self.buffer.as_mut()[range].copy_from_slice(&value.to_ne_bytes());
     }
 
+    /// Sets the flags byte.
+    pub fn set_flags(&mut self, value: u8) {
+        self.buffer.as_mut()[field::FLAGS] = value;
+    }
+
+    /// Sets the segmentation offload type.
+    pub fn set_gso_type(&mut self, value: u8) {
+        self.buffer.as_mut()[field::GSO_TYPE] = value;
+    }
+
     /// Sets the length of the headers before the segmented payload.
     pub fn set_hdr_len(&mut self, value: u16) {
         self.set_u16_at(field::HDR_LEN, value);
     }
 
+    /// Sets the payload size of each segment.
+    pub fn set_gso_size(&mut self, value: u16) {
+        self.set_u16_at(field::GSO_SIZE, value);
+    }
+
     /// Sets where the checksum's coverage starts.
     pub fn set_csum_start(&mut self, value: u16) {
         self.set_u16_at(field::CSUM_START, value);
+    }
+
+    /// Sets where, from `csum_start`, the checksum goes.
+    pub fn set_csum_offset(&mut self, value: u16) {
+        self.set_u16_at(field::CSUM_OFFSET, value);
     }
 
     /// Moves the offsets that count from the frame's first byte by `by`
@@ -169,5 +198,18 @@ mod tests {
         let mut view = VnetHeader::new_unchecked(&mut bytes[..]);
         view.shift_offsets(4);
         assert_eq!((view.hdr_len(), view.csum_start()), (5, 7));
+    }
+
+    #[test]
+    fn setters_write_the_fields() {
+        let mut bytes = [0u8; VNET_HDR_LEN];
+        let mut view = VnetHeader::new_unchecked(&mut bytes[..]);
+        view.set_flags(VNET_HDR_F_NEEDS_CSUM);
+        view.set_gso_type(VNET_HDR_GSO_TCPV6);
+        view.set_hdr_len(74);
+        view.set_gso_size(1448);
+        view.set_csum_start(54);
+        view.set_csum_offset(16);
+        assert_eq!(bytes, header(VNET_HDR_F_NEEDS_CSUM, 4, 74, 54));
     }
 }
