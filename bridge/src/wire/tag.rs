@@ -211,6 +211,25 @@ pub fn outer_tag(frame: &[u8]) -> Option<Tag> {
     outer_view(frame).map(|view| Tag::parse(&view))
 }
 
+/// The EtherType past `frame`'s tags (802.1Q or 802.1ad, at most
+/// `max_tags` of them), and where its payload starts; `None` when the
+/// frame ends before an EtherType does. After `max_tags` tags the next
+/// field is the EtherType, whatever it says.
+#[inline]
+pub fn inner_ethertype(frame: &[u8], max_tags: usize) -> Option<(EtherType, usize)> {
+    let mut at = TAG_OFFSET;
+    let mut tags = 0;
+    loop {
+        let b = frame.get(at..at + 2)?;
+        let ethertype = EtherType(u16::from_be_bytes([b[0], b[1]]));
+        if tags == max_tags || !ethertype.is_vlan_tag() {
+            return Some((ethertype, at + 2));
+        }
+        at += TAG_LEN;
+        tags += 1;
+    }
+}
+
 /// The outer tag a frame leaves with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TagForm {
@@ -464,6 +483,21 @@ mod tests {
         assert_eq!(outer_tag(&QINQ[..15]), None);
         assert!(outer_tag(&QINQ[..16]).is_some());
         assert_eq!(outer_tag(&[]), None);
+    }
+
+    #[test]
+    fn the_inner_ethertype_lies_past_the_tags() {
+        assert_eq!(
+            inner_ethertype(&QINQ, usize::MAX),
+            Some((EtherType::IPV4, 22))
+        );
+        assert_eq!(inner_ethertype(&QINQ, 2), Some((EtherType::IPV4, 22)));
+        // Past one tag only, the next is taken as the EtherType.
+        assert_eq!(inner_ethertype(&QINQ, 1), Some((EtherType::VLAN, 18)));
+        assert_eq!(inner_ethertype(&QINQ, 0), Some((EtherType::QINQ, 14)));
+        // The frame ends inside a tag, or before the EtherType.
+        assert_eq!(inner_ethertype(&QINQ[..21], usize::MAX), None);
+        assert_eq!(inner_ethertype(&QINQ[..13], 0), None);
     }
 }
 
