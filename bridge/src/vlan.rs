@@ -11,13 +11,15 @@
 use std::fmt;
 
 use crate::decision::DropReason;
-use crate::wire::{EtherType, VlanId};
+use crate::wire::VlanId;
+
+/// How a frame leaves one port: as it came in, untagged, or with an outer
+/// tag (added, or its VLAN id set); `wire::tag::rewrite` makes it so.
+pub use crate::wire::tag::TagForm as Egress;
+pub use crate::wire::tag::{outer_tag, Tag, TAG_LEN};
 
 /// The highest usable VLAN id (4095 is reserved, 0 means untagged).
 pub const MAX_VID: VlanId = 4094;
-
-/// The length of a VLAN tag.
-pub const TAG_LEN: usize = 4;
 
 /// A set of VLAN ids, one bit each.
 #[derive(Clone, PartialEq, Eq)]
@@ -211,28 +213,6 @@ impl fmt::Display for PortVlans {
     }
 }
 
-/// An 802.1Q or 802.1ad tag: its protocol id and its control information
-/// (priority, DEI, VLAN id).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Tag {
-    /// 0x8100 or 0x88a8.
-    pub tpid: u16,
-    /// Priority (3 bits), DEI (1 bit), VLAN id (12 bits).
-    pub tci: u16,
-}
-
-/// The bytes of a frame's outer tag, if it has one.
-pub fn outer_tag(frame: &[u8]) -> Option<Tag> {
-    let ethertype = EtherType(u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]));
-    if !ethertype.is_vlan_tag() {
-        return None;
-    }
-    Some(Tag {
-        tpid: ethertype.0,
-        tci: u16::from_be_bytes([*frame.get(14)?, *frame.get(15)?]),
-    })
-}
-
 /// A frame admitted on a port: its VLAN, and the tag it leaves tagged
 /// ports with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -254,42 +234,24 @@ pub struct Admitted {
 #[inline]
 pub fn admit(port: &PortVlans, frame: &[u8]) -> Result<Admitted, DropReason> {
     let tag_in = outer_tag(frame);
-    let (vid, priority, tpid) = match tag_in {
-        Some(tag) if tag.tci & 0x0fff != 0 => {
-            let vid = tag.tci & 0x0fff;
+    let vid = match tag_in {
+        Some(tag) if tag.vid() != 0 => {
+            let vid = tag.vid();
             if vid > MAX_VID || !port.is_member(vid) {
                 return Err(DropReason::VlanIngress);
             }
-            (vid, tag.tci & 0xf000, tag.tpid)
+            vid
         }
-        _ => {
-            let vid = port.pvid.ok_or(DropReason::VlanUntagged)?;
-            // A priority tag keeps its priority and protocol; the PVID
-            // takes the place of its zero VLAN id.
-            let (priority, tpid) =
-                tag_in.map_or((0, EtherType::VLAN.0), |t| (t.tci & 0xf000, t.tpid));
-            (vid, priority, tpid)
-        }
+        _ => port.pvid.ok_or(DropReason::VlanUntagged)?,
     };
+    // A tag keeps its protocol, priority and DEI (a priority tag takes the
+    // PVID in place of its zero VLAN id); an untagged frame gets 802.1Q.
+    let tag_out = tag_in.map_or(Tag::dot1q(vid), |tag| tag.with_vid(vid));
     Ok(Admitted {
         vid,
         tag_in,
-        tag_out: Tag {
-            tpid,
-            tci: priority | vid,
-        },
+        tag_out,
     })
-}
-
-/// How a frame leaves one port.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Egress {
-    /// As it came in.
-    AsIs,
-    /// Without its outer tag.
-    Untagged,
-    /// With this outer tag (added, or its VLAN id set).
-    Tagged(Tag),
 }
 
 /// How an admitted frame leaves `port`, as br_handle_vlan does; `None`
@@ -315,6 +277,7 @@ pub fn egress(port: &PortVlans, frame: &Admitted) -> Option<Egress> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::tag::{push_into, rewrite};
     use crate::wire::{FrameSpec, MacAddr};
 
     const A: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
@@ -325,10 +288,12 @@ mod tests {
     }
 
     fn tagged(tpid: u16, tci: u16) -> Vec<u8> {
-        let mut frame = untagged();
-        frame.splice(
-            12..12,
-            [(tpid >> 8) as u8, tpid as u8, (tci >> 8) as u8, tci as u8],
+        let mut frame = Vec::new();
+        rewrite(
+            &untagged(),
+            0,
+            Egress::Tagged(Tag { tpid, tci }),
+            &mut frame,
         );
         frame
     }
@@ -428,8 +393,13 @@ mod tests {
     #[test]
     fn qinq_frames_belong_to_their_outer_vlan() {
         let trunk = PortVlans::trunk(VlanSet::parse("100").unwrap(), None);
-        let mut frame = tagged(0x88a8, 100);
-        frame.splice(16..16, [0x81, 0x00, 0x00, 0x05]);
+        let mut frame = vec![0; untagged().len() + 2 * TAG_LEN];
+        let inner = tagged(0x8100, 5);
+        let outer = Tag {
+            tpid: 0x88a8,
+            tci: 100,
+        };
+        push_into(&[], &inner, Some(outer), &mut frame).unwrap();
         let admitted = admit(&trunk, &frame).unwrap();
         assert_eq!(admitted.vid, 100);
         assert_eq!(egress(&trunk, &admitted), Some(Egress::AsIs));

@@ -14,6 +14,7 @@
 use std::ops::Range;
 
 use bridge::port::raw::block::{Block, BlockError, Frames, RingFrame};
+use bridge::wire::vnet::VNET_HDR_LEN;
 use libfuzzer_sys::fuzz_target;
 
 /// From linux/if_packet.h.
@@ -21,7 +22,6 @@ const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
 const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
 const BLOCK_DESC_LEN: usize = 48;
 const FRAME_HDR_LEN: usize = 48;
-const VNET_HDR_LEN: usize = 10;
 
 /// One item of the iteration, with slices turned into ranges of the block.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,7 +81,7 @@ fn item(bytes: &[u8], result: Result<RingFrame<'_>, BlockError>) -> Item {
             Item::Frame {
                 vnet,
                 frame: data,
-                vlan: frame.vlan,
+                vlan: frame.vlan.map(|tag| (tag.tpid, tag.tci)),
                 truncated: frame.truncated,
             }
         }

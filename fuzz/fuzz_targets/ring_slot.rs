@@ -14,7 +14,7 @@ use std::ops::Range;
 
 use bridge::port::raw::block::RingFrame;
 use bridge::port::raw::slot::{parse, Slot, SlotError};
-use bridge::wire::vnet::{copy_with_vlan_tag, CopyError, VLAN_TAG_LEN};
+use bridge::wire::tag::{push_into, EmitError, Tag, TAG_LEN};
 use libfuzzer_sys::fuzz_target;
 
 /// From linux/if_packet.h.
@@ -57,7 +57,7 @@ enum Expected {
     Slot {
         vnet: Range<usize>,
         frame: Range<usize>,
-        vlan: Option<(u16, u16)>,
+        vlan: Option<Tag>,
         truncated: bool,
         copied: bool,
         len: usize,
@@ -86,7 +86,10 @@ fn reference(bytes: &[u8]) -> Expected {
             // Kernels before TPID reporting only strip 802.1Q tags.
             0x8100
         };
-        Some((tpid, u16_at(bytes, 24)))
+        Some(Tag {
+            tpid,
+            tci: u16_at(bytes, 24),
+        })
     } else {
         None
     };
@@ -148,8 +151,8 @@ fuzz_target!(|bytes: &[u8]| {
         return;
     }
     let mut buffer = vec![0u8; BUFFER_LEN];
-    let tag = usize::from(slot.frame.vlan.is_some()) * VLAN_TAG_LEN;
-    match copy_with_vlan_tag(
+    let tag = usize::from(slot.frame.vlan.is_some()) * TAG_LEN;
+    match push_into(
         slot.frame.vnet,
         slot.frame.frame,
         slot.frame.vlan,
@@ -159,11 +162,11 @@ fuzz_target!(|bytes: &[u8]| {
             assert_eq!(n, VNET_HDR_LEN + slot.frame.frame.len() + tag);
             assert!(buffer[n..].iter().all(|&b| b == 0), "written past {n}");
         }
-        Err(CopyError::Runt) => {
+        Err(EmitError::Runt) => {
             assert!(slot.frame.frame.len() < 12);
             assert!(buffer.iter().all(|&b| b == 0), "written on an error");
         }
-        Err(CopyError::Oversize { len, capacity }) => {
+        Err(EmitError::Oversize { len, capacity }) => {
             assert_eq!(capacity, BUFFER_LEN);
             assert_eq!(len, VNET_HDR_LEN + slot.frame.frame.len() + tag);
             assert!(len > capacity);

@@ -1,11 +1,13 @@
 //! The zero-copy wire views over arbitrary bytes: `EthernetFrame`,
-//! `VnetHeader`, `MacAddr`, and `copy_with_vlan_tag`, each checked against
-//! what the bytes say, read here independently of the views.
+//! `VnetHeader`, `MacAddr`, and the tag emitters `push_into` and
+//! `rewrite`, each checked against what the bytes say, read here
+//! independently of the views.
 
 #![no_main]
 
 use arbitrary::Arbitrary;
-use bridge::wire::vnet::{copy_with_vlan_tag, CopyError, VLAN_TAG_LEN, VNET_HDR_F_NEEDS_CSUM};
+use bridge::wire::tag::{push_into, rewrite, EmitError, Tag, TagForm, TAG_LEN};
+use bridge::wire::vnet::{VNET_HDR_F_NEEDS_CSUM, VNET_HDR_LEN};
 use bridge::wire::{EtherType, EthernetFrame, MacAddr, MacKind, Truncated, VnetHeader};
 use libfuzzer_sys::fuzz_target;
 
@@ -29,9 +31,9 @@ impl Tpid {
 
 #[derive(Debug, Arbitrary)]
 struct Input<'a> {
-    /// The virtio-net header given to `copy_with_vlan_tag`: ten bytes, cut
-    /// or grown by `vnet_len_delta` to test the length check.
-    vnet: [u8; 10],
+    /// The metadata given to `push_into` and `rewrite`: a virtio-net
+    /// header, cut or grown by `vnet_len_delta` (then no header at all).
+    vnet: [u8; VNET_HDR_LEN],
     vnet_len_delta: i8,
     tag: Option<(Tpid, u16)>,
     /// The output buffer's size around the length needed.
@@ -150,12 +152,12 @@ fn check_ethernet(bytes: &[u8]) {
 
 fn check_vnet(bytes: &[u8]) {
     let result = VnetHeader::new_checked(bytes);
-    if bytes.len() < 10 {
+    if bytes.len() < VNET_HDR_LEN {
         assert_eq!(
             result.unwrap_err(),
             Truncated {
                 len: bytes.len(),
-                needed: 10
+                needed: VNET_HDR_LEN
             }
         );
         return;
@@ -170,30 +172,71 @@ fn check_vnet(bytes: &[u8]) {
     assert_eq!(view.csum_offset(), ne16(bytes, 8));
 }
 
-fn check_copy(input: &Input<'_>) {
-    let vnet_len = (10 + isize::from(input.vnet_len_delta)).clamp(0, 10) as usize;
+/// The header the input gives: ten bytes, cut or grown by
+/// `vnet_len_delta` (metadata of another length is no virtio-net header).
+fn metadata(input: &Input<'_>) -> Vec<u8> {
+    let vnet_len = (VNET_HDR_LEN as isize + isize::from(input.vnet_len_delta))
+        .clamp(0, VNET_HDR_LEN as isize) as usize;
     let mut vnet = input.vnet.to_vec();
     vnet.truncate(vnet_len);
     if input.vnet_len_delta > 0 && input.vnet_len_delta % 3 == 0 {
         // Too long, not only too short.
-        vnet.resize(10 + input.vnet_len_delta as usize / 3, 0);
+        vnet.resize(VNET_HDR_LEN + input.vnet_len_delta as usize / 3, 0);
     }
+    vnet
+}
+
+/// Whether `header` is `original` with the offsets in use moved by
+/// `shift` (when it is a virtio-net header at all) and all else unchanged.
+fn check_shifted(header: &[u8], original: &[u8], shift: i16) {
+    if original.len() != VNET_HDR_LEN || shift == 0 {
+        assert_eq!(header, original);
+        return;
+    }
+    let header = VnetHeader::new_checked(header).unwrap();
+    let original = VnetHeader::new_checked(original).unwrap();
+    let moved = |used: bool, before: u16| {
+        if used {
+            before.wrapping_add(shift as u16)
+        } else {
+            before
+        }
+    };
+    assert_eq!(header.flags(), original.flags());
+    assert_eq!(header.gso_type(), original.gso_type());
+    assert_eq!(header.gso_size(), original.gso_size());
+    assert_eq!(header.csum_offset(), original.csum_offset());
+    assert_eq!(
+        header.hdr_len(),
+        moved(original.gso_type() != 0, original.hdr_len())
+    );
+    assert_eq!(
+        header.csum_start(),
+        moved(original.needs_csum(), original.csum_start())
+    );
+}
+
+fn check_push(input: &Input<'_>) {
+    let vnet = metadata(input);
     let frame = input.frame;
-    let tag = input.tag.map(|(tpid, tci)| (tpid.value(), tci));
-    let tag_len = if tag.is_some() { VLAN_TAG_LEN } else { 0 };
-    let needed = 10 + frame.len() + tag_len;
+    let tag = input.tag.map(|(tpid, tci)| Tag {
+        tpid: tpid.value(),
+        tci,
+    });
+    let tag_len = if tag.is_some() { TAG_LEN } else { 0 };
+    let needed = vnet.len() + frame.len() + tag_len;
     let capacity = (needed as isize + isize::from(input.slack)).max(0) as usize;
     let mut out = vec![CANARY; capacity];
-    let result = copy_with_vlan_tag(&vnet, frame, tag, &mut out);
-    if vnet.len() != 10 || frame.len() < 12 {
-        assert_eq!(result, Err(CopyError::Runt));
+    let result = push_into(&vnet, frame, tag, &mut out);
+    if frame.len() < 12 {
+        assert_eq!(result, Err(EmitError::Runt));
         assert!(out.iter().all(|&b| b == CANARY), "an error wrote");
         return;
     }
     if needed > capacity {
         assert_eq!(
             result,
-            Err(CopyError::Oversize {
+            Err(EmitError::Oversize {
                 len: needed,
                 capacity
             })
@@ -207,11 +250,9 @@ fn check_copy(input: &Input<'_>) {
         out[len..].iter().all(|&b| b == CANARY),
         "wrote past the end"
     );
-    let body = &out[10..len];
-    let header = VnetHeader::new_checked(&out[..10]).unwrap();
-    let original = VnetHeader::new_checked(&vnet[..]).unwrap();
-    let Some((tpid, tci)) = tag else {
-        assert_eq!(&out[..10], &vnet[..]);
+    let (header, body) = out[..len].split_at(vnet.len());
+    let Some(Tag { tpid, tci }) = tag else {
+        assert_eq!(header, &vnet[..]);
         assert_eq!(body, frame);
         return;
     };
@@ -220,26 +261,7 @@ fn check_copy(input: &Input<'_>) {
     assert_eq!(be16(body, 12), tpid);
     assert_eq!(be16(body, 14), tci);
     assert_eq!(&body[16..], &frame[12..]);
-    // The header: offsets in use moved by the tag, the rest unchanged.
-    let shift = |used: bool, before: u16| {
-        if used {
-            before.wrapping_add(VLAN_TAG_LEN as u16)
-        } else {
-            before
-        }
-    };
-    assert_eq!(header.flags(), original.flags());
-    assert_eq!(header.gso_type(), original.gso_type());
-    assert_eq!(header.gso_size(), original.gso_size());
-    assert_eq!(header.csum_offset(), original.csum_offset());
-    assert_eq!(
-        header.hdr_len(),
-        shift(original.gso_type() != 0, original.hdr_len())
-    );
-    assert_eq!(
-        header.csum_start(),
-        shift(original.needs_csum(), original.csum_start())
-    );
+    check_shifted(header, &vnet, TAG_LEN as i16);
     // Read back as a frame, it carries the tag's VLAN.
     check_ethernet(body);
     if matches!(tpid, 0x8100 | 0x88a8) {
@@ -256,6 +278,54 @@ fn check_copy(input: &Input<'_>) {
                 assert_eq!(error.needed, 18);
             }
         }
+    }
+}
+
+/// `rewrite` of the input's metadata and frame into each form, against
+/// the layout written out here: a tag is four bytes after the addresses.
+fn check_rewrite(input: &Input<'_>) {
+    let vnet = metadata(input);
+    let buffer = [&vnet[..], input.frame].concat();
+    let frame = input.frame;
+    let tagged = frame.len() >= 16 && matches!(be16(frame, 12), 0x8100 | 0x88a8);
+    let mut forms = vec![TagForm::AsIs, TagForm::Untagged];
+    if let Some((tpid, tci)) = input.tag {
+        forms.push(TagForm::Tagged(Tag {
+            tpid: tpid.value(),
+            tci,
+        }));
+    }
+    for form in forms {
+        let mut out = vec![CANARY; 3];
+        let len = rewrite(&buffer, vnet.len(), form, &mut out);
+        assert_eq!(&out[..3], &[CANARY; 3], "wrote over what was there");
+        assert_eq!(len, out.len() - 3);
+        let (header, body) = out[3..].split_at(vnet.len().min(len));
+        let shift = match form {
+            TagForm::Untagged if tagged => {
+                assert_eq!(&body[..12], &frame[..12]);
+                assert_eq!(&body[12..], &frame[16..]);
+                -(TAG_LEN as i16)
+            }
+            TagForm::Tagged(tag) if tagged || frame.len() >= 12 => {
+                assert_eq!(&body[..12], &frame[..12]);
+                assert_eq!(be16(body, 12), tag.tpid);
+                assert_eq!(be16(body, 14), tag.tci);
+                let rest = if tagged { 16 } else { 12 };
+                assert_eq!(&body[16..], &frame[rest..]);
+                if tagged {
+                    0
+                } else {
+                    TAG_LEN as i16
+                }
+            }
+            // As it is: asked so, or nothing to do.
+            _ => {
+                assert_eq!(body, frame);
+                0
+            }
+        };
+        check_shifted(header, &vnet, shift);
     }
 }
 
@@ -284,7 +354,8 @@ fuzz_target!(|input: Input<'_>| {
     check_ethernet(input.frame);
     check_vnet(input.frame);
     check_vnet(&input.vnet[..]);
-    check_copy(&input);
+    check_push(&input);
+    check_rewrite(&input);
     if let Ok(text) = std::str::from_utf8(input.frame) {
         check_parse(text);
     }

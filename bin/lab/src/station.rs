@@ -4,6 +4,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
+use bridge::wire::tag::{TAG_LEN, TAG_OFFSET};
 use bridge::wire::{EtherType, FrameSpec, MacAddr, Payload};
 
 use crate::Netns;
@@ -110,11 +111,11 @@ fn is_test_frame(frame: &[u8]) -> bool {
             .map(|b| u16::from_be_bytes([b[0], b[1]]))
     };
     // Past any number of tags (802.1Q, and 802.1ad outside it).
-    let mut at = 12;
+    let mut at = TAG_OFFSET;
     loop {
-        match ethertype(at) {
-            Some(TEST_ETHERTYPE) => return true,
-            Some(0x8100 | 0x88a8) => at += 4,
+        match ethertype(at).map(EtherType) {
+            Some(EtherType(TEST_ETHERTYPE)) => return true,
+            Some(tpid) if tpid.is_vlan_tag() => at += TAG_LEN,
             _ => return false,
         }
     }

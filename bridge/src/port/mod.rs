@@ -24,7 +24,7 @@ pub use tap::TapPort;
 pub use vxlan::VxlanPort;
 
 /// The length of the virtio-net header before every frame of a real port.
-pub const VNET_HDR_LEN: usize = crate::wire::VnetHeader::<&[u8]>::LEN;
+pub use crate::wire::vnet::VNET_HDR_LEN;
 
 use std::io;
 use std::os::fd::RawFd;

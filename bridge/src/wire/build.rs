@@ -2,7 +2,7 @@
 //! generators that need many of them: one builder, so that they all make
 //! the same frames the same way.
 
-use super::{EtherType, EthernetFrame, MacAddr};
+use super::{EtherType, EthernetFrame, MacAddr, Tag};
 
 /// What fills a built frame after its header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,9 +89,11 @@ impl FrameSpec {
         frame.set_src_addr(self.src);
         match self.tci {
             Some(tci) => {
-                frame.set_ethertype(EtherType::VLAN);
-                frame.set_vlan_tci(tci);
-                bytes[16..18].copy_from_slice(&self.ethertype.0.to_be_bytes());
+                frame.set_tag(Tag {
+                    tpid: EtherType::VLAN.0,
+                    tci,
+                });
+                frame.set_tagged_ethertype(self.ethertype);
             }
             None => frame.set_ethertype(self.ethertype),
         }

@@ -1,5 +1,6 @@
 //! Ethernet II frames with an optional 802.1Q tag.
 
+use super::tag::{Tag, VlanTag, OUTER_TAG, TAG_LEN, TAG_OFFSET};
 use super::{MacAddr, Truncated};
 
 /// An EtherType value.
@@ -33,10 +34,15 @@ mod field {
     pub const DESTINATION: Range<usize> = 0..6;
     pub const SOURCE: Range<usize> = 6..12;
     pub const ETHERTYPE: Range<usize> = 12..14;
-    pub const HEADER_LEN: usize = 14;
-    pub const VLAN_TCI: Range<usize> = 14..16;
-    pub const TAGGED_HEADER_LEN: usize = 18;
+    pub const HEADER_LEN: usize = ETHERTYPE.end;
+    // The outer tag (see `wire::tag`) takes the EtherType's place, and the
+    // EtherType follows it.
+    pub const TAGGED_ETHERTYPE: Range<usize> = super::OUTER_TAG.end..TAGGED_HEADER_LEN;
+    pub const TAGGED_HEADER_LEN: usize = HEADER_LEN + super::TAG_LEN;
 }
+
+// The outer tag sits where an untagged frame has its EtherType.
+const _: () = assert!(field::ETHERTYPE.start == TAG_OFFSET);
 
 /// A view of an Ethernet II frame (without the FCS, as the kernel hands it).
 #[derive(Debug, Clone)]
@@ -104,16 +110,19 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
         EtherType(u16::from_be_bytes([b[0], b[1]]))
     }
 
+    /// The outer VLAN tag, when the EtherType announces one.
+    #[inline]
+    pub fn tag(&self) -> Option<VlanTag<&[u8]>> {
+        self.ethertype()
+            .is_vlan_tag()
+            .then(|| VlanTag::new_unchecked(&self.buffer.as_ref()[OUTER_TAG]))
+    }
+
     /// The VLAN a frame belongs to for learning: the outer tag's VLAN id, or
     /// 0 when untagged.
     #[inline]
     pub fn vlan_id(&self) -> VlanId {
-        if self.ethertype().is_vlan_tag() {
-            let b = &self.buffer.as_ref()[field::VLAN_TCI];
-            u16::from_be_bytes([b[0], b[1]]) & 0x0fff
-        } else {
-            0
-        }
+        self.tag().map_or(0, |tag| tag.vid())
     }
 
     /// The bytes after the header (after the tag, for a tagged frame).
@@ -146,7 +155,20 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
     /// Sets the tag control information (priority, DEI and VLAN id) of a
     /// tagged frame.
     pub fn set_vlan_tci(&mut self, tci: u16) {
-        self.buffer.as_mut()[field::VLAN_TCI].copy_from_slice(&tci.to_be_bytes());
+        VlanTag::new_unchecked(&mut self.buffer.as_mut()[OUTER_TAG]).set_tci(tci);
+    }
+
+    /// Writes `tag` as the outer tag, in the place of the EtherType and the
+    /// two bytes after it (the buffer must hold a tagged header).
+    pub fn set_tag(&mut self, tag: Tag) {
+        tag.emit(&mut VlanTag::new_unchecked(
+            &mut self.buffer.as_mut()[OUTER_TAG],
+        ));
+    }
+
+    /// Sets the EtherType that follows the outer tag of a tagged frame.
+    pub fn set_tagged_ethertype(&mut self, ethertype: EtherType) {
+        self.buffer.as_mut()[field::TAGGED_ETHERTYPE].copy_from_slice(&ethertype.0.to_be_bytes());
     }
 }
 
@@ -185,6 +207,8 @@ mod tests {
         let frame = EthernetFrame::new_checked(&TAGGED[..]).unwrap();
         assert_eq!(frame.ethertype(), EtherType::VLAN);
         assert_eq!(frame.vlan_id(), 42);
+        let tag = frame.tag().unwrap();
+        assert_eq!((tag.tpid(), tag.pcp(), tag.vid()), (0x8100, 5, 42));
         assert_eq!(frame.payload(), &[0x45, 0x00]);
     }
 
@@ -221,5 +245,12 @@ mod tests {
         assert_eq!(frame.vlan_id(), 7);
         frame.set_ethertype(EtherType::IPV4);
         assert_eq!(frame.vlan_id(), 0);
+        assert!(frame.tag().is_none());
+        frame.set_tag(Tag {
+            tpid: 0x88a8,
+            tci: 0x2064,
+        });
+        frame.set_tagged_ethertype(EtherType::ARP);
+        assert_eq!(&bytes[12..18], &[0x88, 0xa8, 0x20, 0x64, 0x08, 0x06]);
     }
 }

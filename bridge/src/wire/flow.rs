@@ -2,6 +2,12 @@
 //! keeping each flow on one (and so in order): the fields the kernel's
 //! flow dissector would take, hashed.
 
+use super::ip;
+use super::ipv4::Ipv4Packet;
+use super::ipv6::{self, Ipv6Packet};
+use super::tag::{inner_ethertype, TAG_OFFSET};
+use super::EtherType;
+
 /// A hash of what identifies `frame`'s flow: its MAC addresses and
 /// EtherType (past any VLAN tags), and for IPv4 and IPv6 the addresses,
 /// the protocol and, for TCP, UDP, SCTP and UDP-Lite, the ports (not for
@@ -10,66 +16,50 @@
 /// short for a layer is hashed on the layers before it.
 pub fn flow_hash(frame: &[u8]) -> u32 {
     let mut hash = Fnv::new();
-    let Some(macs) = frame.get(..12) else {
+    let Some(macs) = frame.get(..TAG_OFFSET) else {
         hash.write(frame);
         return hash.finish();
     };
     hash.write(macs);
-    let mut at = 12;
     // Past 802.1Q and 802.1ad tags, at most two.
-    let mut ethertype = read_u16(frame, at);
-    for _ in 0..2 {
-        match ethertype {
-            Some(0x8100 | 0x88a8) => {
-                at += 4;
-                ethertype = read_u16(frame, at);
-            }
-            _ => break,
-        }
-    }
-    let Some(ethertype) = ethertype else {
+    let Some((ethertype, l3)) = inner_ethertype(frame, 2) else {
         return hash.finish();
     };
-    hash.write(&ethertype.to_be_bytes());
-    let l3 = at + 2;
+    hash.write(&ethertype.0.to_be_bytes());
     let (protocol, l4) = match ethertype {
-        0x0800 => {
-            let Some(ip) = frame.get(l3..l3 + 20) else {
+        EtherType::IPV4 => {
+            let Ok(ip) = Ipv4Packet::new_checked(&frame[l3..]) else {
                 return hash.finish();
             };
-            hash.write(&ip[12..20]);
-            hash.write(&ip[9..10]);
+            hash.write(ip.addrs());
+            hash.write(&[ip.protocol()]);
             // More fragments, or an offset: a fragment.
-            let fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0;
-            if fragment {
+            if ip.is_fragment() {
                 return hash.finish();
             }
-            (ip[9], l3 + usize::from(ip[0] & 0x0f) * 4)
+            (ip.protocol(), l3 + ip.header_len())
         }
-        0x86dd => {
-            let Some(ip) = frame.get(l3..l3 + 40) else {
+        EtherType::IPV6 => {
+            let Ok(ip) = Ipv6Packet::new_checked(&frame[l3..]) else {
                 return hash.finish();
             };
-            hash.write(&ip[8..40]);
-            hash.write(&ip[6..7]);
-            (ip[6], l3 + 40)
+            hash.write(ip.addrs());
+            hash.write(&[ip.next_header()]);
+            (ip.next_header(), l3 + ipv6::HEADER_LEN)
         }
         _ => return hash.finish(),
     };
     // TCP, UDP, SCTP, UDP-Lite: the ports lead the header.
-    if matches!(protocol, 6 | 17 | 132 | 136) {
-        if let Some(ports) = frame.get(l4..l4 + 4) {
+    if matches!(protocol, ip::TCP | ip::UDP | ip::SCTP | ip::UDPLITE) {
+        if let Some(ports) = frame.get(l4..l4 + PORTS_LEN) {
             hash.write(ports);
         }
     }
     hash.finish()
 }
 
-fn read_u16(frame: &[u8], at: usize) -> Option<u16> {
-    frame
-        .get(at..at + 2)
-        .map(|b| u16::from_be_bytes([b[0], b[1]]))
-}
+/// The two ports that lead a TCP, UDP, SCTP or UDP-Lite header.
+const PORTS_LEN: usize = 4;
 
 /// FNV-1a, 32 bits: a few dozen bytes per frame, no key needed (the hash
 /// picks a path; nothing an attacker gains by steering it).

@@ -1,5 +1,6 @@
-//! Zero-copy views over Ethernet frames and the virtio-net header that
-//! real ports put before them.
+//! Zero-copy views over Ethernet frames, the VLAN tags, IPv4, IPv6 and
+//! TCP headers inside them, and the virtio-net header that real ports put
+//! before them.
 //!
 //! A view such as [`EthernetFrame`] wraps any `T: AsRef<[u8]>` without
 //! copying it. Build one with `new_checked`, which checks the length once;
@@ -10,15 +11,25 @@
 mod build;
 mod ethernet;
 mod flow;
+pub mod ip;
+pub mod ipv4;
+pub mod ipv6;
 mod mac;
 pub mod segment;
+pub mod tag;
+pub mod tcp;
+pub mod udp;
 pub mod vnet;
 pub mod vxlan;
 
 pub use build::{FrameSpec, Payload};
 pub use ethernet::{EtherType, EthernetFrame, VlanId};
 pub use flow::flow_hash;
+pub use ipv4::Ipv4Packet;
+pub use ipv6::Ipv6Packet;
 pub use mac::{MacAddr, MacKind, ParseMacError};
+pub use tag::{Tag, VlanTag};
+pub use tcp::TcpPacket;
 pub use vnet::VnetHeader;
 
 /// A frame too short for the headers it claims to carry.

@@ -12,15 +12,17 @@
 //! 64 KiB frame into 65,000 segments. Segment sizes below [`MIN_GSO_SIZE`]
 //! are refused before any segment is made.
 
-use super::vnet::{VnetHeader, VNET_HDR_F_NEEDS_CSUM, VNET_HDR_GSO_NONE};
-
-/// The virtio-net header's length.
-const VNET_HDR_LEN: usize = 10;
-
-/// GSO types of the virtio-net header.
-const GSO_TCPV4: u8 = 1;
-const GSO_TCPV6: u8 = 4;
-const GSO_ECN: u8 = 0x80;
+use super::ip;
+use super::ipv4::{self, Ipv4Packet};
+use super::ipv6::{self, Ipv6Packet};
+use super::tag::inner_ethertype;
+use super::tcp::{self, flags, TcpPacket};
+use super::udp;
+use super::vnet::{
+    VnetHeader, VNET_HDR_F_NEEDS_CSUM, VNET_HDR_GSO_ECN, VNET_HDR_GSO_NONE, VNET_HDR_GSO_TCPV4,
+    VNET_HDR_GSO_TCPV6, VNET_HDR_LEN,
+};
+use super::{EtherType, EthernetFrame};
 
 /// The smallest segment size (TCP payload bytes) a frame is cut into:
 /// Linux's TCP never sends with an MSS below `net.ipv4.tcp_min_snd_mss`
@@ -33,9 +35,8 @@ const GSO_ECN: u8 = 0x80;
 /// treats it ("too small packets are not really GSO ones").
 pub const MIN_GSO_SIZE: usize = 48;
 
-const TCP_FIN: u8 = 0x01;
-const TCP_PSH: u8 = 0x08;
-const TCP_CWR: u8 = 0x80;
+/// An untagged Ethernet header's length.
+const ETH_HEADER_LEN: usize = EthernetFrame::<&[u8]>::HEADER_LEN;
 
 /// Why a frame could not be made whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -62,9 +63,9 @@ pub fn make_whole(
     mut emit: impl FnMut(&[u8]),
 ) -> Result<(), SegmentError> {
     let header = VnetHeader::new_checked(vnet).map_err(|_| SegmentError::Malformed)?;
-    match header.gso_type() & !GSO_ECN {
+    match header.gso_type() & !VNET_HDR_GSO_ECN {
         VNET_HDR_GSO_NONE => {
-            if header.flags() & VNET_HDR_F_NEEDS_CSUM == 0 {
+            if !header.needs_csum() {
                 emit(frame);
                 return Ok(());
             }
@@ -77,21 +78,33 @@ pub fn make_whole(
             }
             let mut sum = !fold(sum16(&scratch[start..], 0));
             // A UDP checksum of zero means none: it is sent as all ones.
-            if header.csum_offset() == 6 && sum == 0 {
+            if usize::from(header.csum_offset()) == udp::CHECKSUM_OFFSET && sum == udp::NO_CHECKSUM
+            {
                 sum = 0xffff;
             }
             scratch[field..field + 2].copy_from_slice(&sum.to_be_bytes());
             emit(scratch);
             Ok(())
         }
-        kind @ (GSO_TCPV4 | GSO_TCPV6) => segment_tcp(
+        kind @ (VNET_HDR_GSO_TCPV4 | VNET_HDR_GSO_TCPV6) => segment_tcp(
             frame,
             usize::from(header.gso_size()),
-            kind == GSO_TCPV4,
+            kind == VNET_HDR_GSO_TCPV4,
             scratch,
             emit,
         ),
         other => Err(SegmentError::Unsupported(other)),
+    }
+}
+
+/// The addresses the TCP and UDP pseudo-header covers, of the IPv4 or
+/// IPv6 header `ip` starts with.
+#[inline]
+fn pseudo_addrs(ip: &[u8], v4: bool) -> &[u8] {
+    if v4 {
+        Ipv4Packet::new_unchecked(ip).addrs()
+    } else {
+        Ipv6Packet::new_unchecked(ip).addrs()
     }
 }
 
@@ -103,62 +116,53 @@ pub fn make_whole(
 /// whose checksum verifies, or that is neither partial nor whole (damaged),
 /// is left as it is. Returns whether it filled one in.
 pub fn complete_partial(frame: &mut [u8]) -> bool {
-    let get = |f: &[u8], at: usize| f.get(at).copied();
-    let mut l3 = 14;
-    while let (Some(a), Some(b)) = (get(frame, l3 - 2), get(frame, l3 - 1)) {
-        if !matches!(u16::from_be_bytes([a, b]), 0x8100 | 0x88a8) {
-            break;
-        }
-        l3 += 4;
-    }
-    let Some(ethertype) = frame
-        .get(l3 - 2..l3)
-        .map(|b| u16::from_be_bytes([b[0], b[1]]))
-    else {
+    let Some((ethertype, l3)) = inner_ethertype(frame, usize::MAX) else {
         return false;
     };
-    // (start of L4, protocol, pseudo-header address range, L4 length)
-    let (l4, proto, addrs, l4_len) = match ethertype {
-        0x0800 => {
-            let Some(&vihl) = frame.get(l3) else {
+    // (IPv4, start of L4, protocol, L4 length)
+    let (v4, l4, proto, l4_len) = match ethertype {
+        EtherType::IPV4 => {
+            let Ok(ip) = Ipv4Packet::new_checked(&frame[l3..]) else {
                 return false;
             };
-            let ihl = usize::from(vihl & 0x0f) * 4;
-            if frame.len() < l3 + 20 || ihl < 20 {
+            let ihl = ip.header_len();
+            if ihl < ipv4::HEADER_LEN {
                 return false;
             }
-            let total = usize::from(u16::from_be_bytes([frame[l3 + 2], frame[l3 + 3]]));
-            let fragment = u16::from_be_bytes([frame[l3 + 6], frame[l3 + 7]]) & 0x3fff;
-            if fragment != 0 || total < ihl || l3 + total > frame.len() {
+            let total = usize::from(ip.total_len());
+            if ip.is_fragment() || total < ihl || l3 + total > frame.len() {
                 return false;
             }
-            (l3 + ihl, frame[l3 + 9], l3 + 12..l3 + 20, total - ihl)
+            (true, l3 + ihl, ip.protocol(), total - ihl)
         }
-        0x86dd => {
-            if frame.len() < l3 + 40 {
+        EtherType::IPV6 => {
+            let Ok(ip) = Ipv6Packet::new_checked(&frame[l3..]) else {
+                return false;
+            };
+            let payload = usize::from(ip.payload_len());
+            if l3 + ipv6::HEADER_LEN + payload > frame.len() {
                 return false;
             }
-            let payload = usize::from(u16::from_be_bytes([frame[l3 + 4], frame[l3 + 5]]));
-            if l3 + 40 + payload > frame.len() {
-                return false;
-            }
-            (l3 + 40, frame[l3 + 6], l3 + 8..l3 + 40, payload)
+            (false, l3 + ipv6::HEADER_LEN, ip.next_header(), payload)
         }
         _ => return false,
     };
     let field = match proto {
-        6 => l4 + 16,
-        17 => l4 + 6,
+        ip::TCP => l4 + tcp::CHECKSUM_OFFSET,
+        ip::UDP => l4 + udp::CHECKSUM_OFFSET,
         _ => return false,
     };
     if field + 2 > l4 + l4_len {
         return false;
     }
     let stored = u16::from_be_bytes([frame[field], frame[field + 1]]);
-    if proto == 17 && stored == 0 && ethertype == 0x0800 {
+    if proto == ip::UDP && stored == udp::NO_CHECKSUM && v4 {
         return false; // no UDP checksum
     }
-    let pseudo = sum16(&frame[addrs], u32::from(proto) + l4_len as u32);
+    let pseudo = sum16(
+        pseudo_addrs(&frame[l3..], v4),
+        u32::from(proto) + l4_len as u32,
+    );
     let segment = &frame[l4..l4 + l4_len];
     if fold(sum16(segment, pseudo)) == 0xffff {
         return false; // whole already
@@ -167,7 +171,7 @@ pub fn complete_partial(frame: &mut [u8]) -> bool {
         return false; // damaged: the receiver drops it
     }
     let mut sum = !fold(sum16(segment, 0));
-    if proto == 17 && sum == 0 {
+    if proto == ip::UDP && sum == udp::NO_CHECKSUM {
         sum = 0xffff;
     }
     frame[field..field + 2].copy_from_slice(&sum.to_be_bytes());
@@ -182,13 +186,24 @@ pub fn complete_partial(frame: &mut [u8]) -> bool {
 /// marked, they reach a local stack whole (as GRO gives it frames) and are
 /// cut again wherever a link needs it. Returns whether it marked the frame.
 pub fn offload_large_tcp(vnet: &mut [u8], frame: &mut [u8], mtu: usize) -> bool {
-    if vnet.len() < 10 || frame.len() <= 14 + mtu {
+    if vnet.len() < VNET_HDR_LEN || frame.len() <= ETH_HEADER_LEN + mtu {
         return false;
     }
-    let ethertype = u16::from_be_bytes([frame[12], frame[13]]);
-    let v4 = match ethertype {
-        0x0800 if frame.len() > 34 && frame[23] == 6 => true,
-        0x86dd if frame.len() > 54 && frame[20] == 6 => false,
+    // Untagged only; more than a bare IP header.
+    let l3 = ETH_HEADER_LEN;
+    let v4 = match EthernetFrame::new_unchecked(&*frame).ethertype() {
+        EtherType::IPV4
+            if frame.len() > l3 + ipv4::HEADER_LEN
+                && Ipv4Packet::new_unchecked(&frame[l3..]).protocol() == ip::TCP =>
+        {
+            true
+        }
+        EtherType::IPV6
+            if frame.len() > l3 + ipv6::HEADER_LEN
+                && Ipv6Packet::new_unchecked(&frame[l3..]).next_header() == ip::TCP =>
+        {
+            false
+        }
         _ => return false,
     };
     let Ok(Layout { l3, l4, payload }) = layout(frame, v4) else {
@@ -196,14 +211,14 @@ pub fn offload_large_tcp(vnet: &mut [u8], frame: &mut [u8], mtu: usize) -> bool 
     };
     // The IP length must be the frame's, and an IPv4 frame whole (no
     // fragment).
-    let ip_len = if v4 {
-        usize::from(u16::from_be_bytes([frame[l3 + 2], frame[l3 + 3]]))
+    let (ip_len, fragment) = if v4 {
+        let ip = Ipv4Packet::new_unchecked(&frame[l3..]);
+        (usize::from(ip.total_len()), ip.is_fragment())
     } else {
-        40 + usize::from(u16::from_be_bytes([frame[l3 + 4], frame[l3 + 5]]))
+        let ip = Ipv6Packet::new_unchecked(&frame[l3..]);
+        (ipv6::HEADER_LEN + usize::from(ip.payload_len()), false)
     };
-    if l3 + ip_len != frame.len()
-        || (v4 && u16::from_be_bytes([frame[l3 + 6], frame[l3 + 7]]) & 0x3fff != 0)
-    {
+    if l3 + ip_len != frame.len() || fragment {
         return false;
     }
     // Segments of fewer than MIN_GSO_SIZE bytes are refused when cut: a
@@ -212,26 +227,30 @@ pub fn offload_large_tcp(vnet: &mut [u8], frame: &mut [u8], mtu: usize) -> bool 
         return false;
     }
     let l4_len = frame.len() - l4;
-    let pseudo = if v4 {
-        sum16(&frame[l3 + 12..l3 + 20], 6 + l4_len as u32)
-    } else {
-        sum16(&frame[l3 + 8..l3 + 40], 6 + l4_len as u32)
-    };
+    let pseudo = sum16(
+        pseudo_addrs(&frame[l3..], v4),
+        u32::from(ip::TCP) + l4_len as u32,
+    );
     // Damage in transit must not turn into a checksum that verifies: only
     // a whole or a partial checksum is taken.
-    let stored = u16::from_be_bytes([frame[l4 + 16], frame[l4 + 17]]);
+    let stored = TcpPacket::new_unchecked(&frame[l4..]).checksum();
     if fold(sum16(&frame[l4..], pseudo)) != 0xffff && stored != fold(pseudo) {
         return false;
     }
-    frame[l4 + 16..l4 + 18].copy_from_slice(&fold(pseudo).to_be_bytes());
+    TcpPacket::new_unchecked(&mut frame[l4..]).set_checksum(fold(pseudo));
     let headers = payload - l3;
     let mss = mtu.saturating_sub(headers).max(1) as u16;
-    vnet[0] = VNET_HDR_F_NEEDS_CSUM;
-    vnet[1] = if v4 { GSO_TCPV4 } else { GSO_TCPV6 };
-    vnet[2..4].copy_from_slice(&(payload as u16).to_ne_bytes());
-    vnet[4..6].copy_from_slice(&mss.to_ne_bytes());
-    vnet[6..8].copy_from_slice(&(l4 as u16).to_ne_bytes());
-    vnet[8..10].copy_from_slice(&16u16.to_ne_bytes());
+    let mut header = VnetHeader::new_unchecked(vnet);
+    header.set_flags(VNET_HDR_F_NEEDS_CSUM);
+    header.set_gso_type(if v4 {
+        VNET_HDR_GSO_TCPV4
+    } else {
+        VNET_HDR_GSO_TCPV6
+    });
+    header.set_hdr_len(payload as u16);
+    header.set_gso_size(mss);
+    header.set_csum_start(l4 as u16);
+    header.set_csum_offset(tcp::CHECKSUM_OFFSET as u16);
     true
 }
 
@@ -251,51 +270,68 @@ pub struct TcpRun {
     closed: bool,
 }
 
-const RUN_IP: usize = 14;
-const RUN_TCP: usize = 34;
+/// Where a joined frame's headers start: untagged IPv4 without options.
+const RUN_IP: usize = ETH_HEADER_LEN;
+const RUN_TCP: usize = RUN_IP + ipv4::HEADER_LEN;
+
+/// The IPv4 header of a frame that [`run_layout`] took.
+fn run_ip<T: AsRef<[u8]> + ?Sized>(frame: &T) -> Ipv4Packet<&[u8]> {
+    Ipv4Packet::new_unchecked(&frame.as_ref()[RUN_IP..])
+}
+
+/// The TCP header of a frame that [`run_layout`] took.
+fn run_tcp<T: AsRef<[u8]> + ?Sized>(frame: &T) -> TcpPacket<&[u8]> {
+    TcpPacket::new_unchecked(&frame.as_ref()[RUN_TCP..])
+}
 
 /// The parts of an untagged IPv4 TCP frame without IP options: (TCP
 /// header length, payload length, flags), or None.
 fn run_layout(frame: &[u8]) -> Option<(usize, usize, u8)> {
-    if frame.len() < RUN_TCP + 20
-        || frame[12..14] != [0x08, 0x00]
-        || frame[RUN_IP] != 0x45
-        || frame[RUN_IP + 9] != 6
-        // Fragments (MF or an offset) are not joined.
-        || u16::from_be_bytes([frame[RUN_IP + 6], frame[RUN_IP + 7]]) & 0x3fff != 0
+    if frame.len() < RUN_TCP + tcp::HEADER_LEN
+        || EthernetFrame::new_unchecked(frame).ethertype() != EtherType::IPV4
     {
         return None;
     }
-    let total = usize::from(u16::from_be_bytes([frame[RUN_IP + 2], frame[RUN_IP + 3]]));
-    let thl = usize::from(frame[RUN_TCP + 12] >> 4) * 4;
-    if thl < 20 || RUN_IP + total != frame.len() || total < 20 + thl {
+    let ip = run_ip(frame);
+    if ip.version_and_header_len() != 0x45
+        || ip.protocol() != ip::TCP
+        // Fragments (MF or an offset) are not joined.
+        || ip.is_fragment()
+    {
         return None;
     }
-    Some((thl, total - 20 - thl, frame[RUN_TCP + 13]))
+    let total = usize::from(ip.total_len());
+    let tcp = run_tcp(frame);
+    let thl = tcp.header_len();
+    if thl < tcp::HEADER_LEN || RUN_IP + total != frame.len() || total < ipv4::HEADER_LEN + thl {
+        return None;
+    }
+    Some((thl, total - ipv4::HEADER_LEN - thl, tcp.flags()))
 }
 
 fn run_key(frame: &[u8], thl: usize) -> Vec<u8> {
+    let eth = EthernetFrame::new_unchecked(frame);
+    let (ip, tcp) = (run_ip(frame), run_tcp(frame));
     let mut key = Vec::with_capacity(32 + thl);
-    key.extend_from_slice(&frame[..12]); // MACs
-    key.push(frame[RUN_IP + 1]); // TOS
-    key.push(frame[RUN_IP + 8]); // TTL
-    key.extend_from_slice(&frame[RUN_IP + 12..RUN_IP + 20]); // addresses
-    key.extend_from_slice(&frame[RUN_TCP..RUN_TCP + 4]); // ports
-    key.extend_from_slice(&frame[RUN_TCP + 8..RUN_TCP + 12]); // ack
-    key.push(frame[RUN_TCP + 12]); // header length
-    key.extend_from_slice(&frame[RUN_TCP + 20..RUN_TCP + thl]); // options
+    key.extend_from_slice(&eth.dst_addr().0);
+    key.extend_from_slice(&eth.src_addr().0);
+    key.push(ip.tos());
+    key.push(ip.ttl());
+    key.extend_from_slice(ip.addrs());
+    key.extend_from_slice(tcp.ports());
+    key.extend_from_slice(tcp.ack_bytes());
+    key.push(tcp.data_offset_byte()); // header length
+    key.extend_from_slice(tcp.options());
     key
 }
-
-const TCP_ACK: u8 = 0x10;
 
 /// Whether an untagged IPv4 TCP frame's checksum verifies, or holds the
 /// partial form (the pseudo-header sum) of a sender whose offload was never
 /// completed, which only a host-internal path leaves.
 fn tcp_checksum_acceptable(frame: &[u8]) -> bool {
     let tcp_len = frame.len() - RUN_TCP;
-    let pseudo = sum16(&frame[RUN_IP + 12..RUN_IP + 20], 6 + tcp_len as u32);
-    let stored = u16::from_be_bytes([frame[RUN_TCP + 16], frame[RUN_TCP + 17]]);
+    let pseudo = sum16(run_ip(frame).addrs(), u32::from(ip::TCP) + tcp_len as u32);
+    let stored = run_tcp(frame).checksum();
     fold(sum16(&frame[RUN_TCP..], pseudo)) == 0xffff || stored == fold(pseudo)
 }
 
@@ -307,16 +343,18 @@ impl TcpRun {
         let (thl, len, flags) = run_layout(frame)?;
         // The run leaves with its first segment's size as its gso_size:
         // one too small to be cut again is not started.
-        if len < MIN_GSO_SIZE || flags & !TCP_PSH != TCP_ACK || !tcp_checksum_acceptable(frame) {
+        if len < MIN_GSO_SIZE
+            || flags & !flags::PSH != flags::ACK
+            || !tcp_checksum_acceptable(frame)
+        {
             return None;
         }
         Some(TcpRun {
             key: run_key(frame, thl),
-            next_seq: u32::from_be_bytes(frame[RUN_TCP + 4..RUN_TCP + 8].try_into().ok()?)
-                .wrapping_add(len as u32),
+            next_seq: run_tcp(frame).seq_number().wrapping_add(len as u32),
             mss: len,
             segments: 1,
-            closed: flags & TCP_PSH != 0,
+            closed: flags & flags::PSH != 0,
         })
     }
 
@@ -330,12 +368,12 @@ impl TcpRun {
             return None;
         }
         let (thl, payload, flags) = run_layout(next)?;
-        let seq = u32::from_be_bytes(next[RUN_TCP + 4..RUN_TCP + 8].try_into().ok()?);
+        let seq = run_tcp(next).seq_number();
         let frame_len = len - VNET_HDR_LEN;
         let new_len = len + payload;
         if payload == 0
             || payload > self.mss
-            || flags & !TCP_PSH != TCP_ACK
+            || flags & !flags::PSH != flags::ACK
             || seq != self.next_seq
             || frame_len + payload - RUN_IP > 65_535
             || new_len > buffer.len()
@@ -348,25 +386,28 @@ impl TcpRun {
         buffer[len..new_len].copy_from_slice(data);
         let (vnet, frame) = buffer[..new_len].split_at_mut(VNET_HDR_LEN);
         let total = (frame.len() - RUN_IP) as u16;
-        frame[RUN_IP + 2..RUN_IP + 4].copy_from_slice(&total.to_be_bytes());
-        frame[RUN_IP + 10..RUN_IP + 12].fill(0);
+        let mut ip = Ipv4Packet::new_unchecked(&mut frame[RUN_IP..]);
+        ip.set_total_len(total);
+        ip.set_checksum(0);
         let ip_sum = !fold(sum16(&frame[RUN_IP..RUN_TCP], 0));
-        frame[RUN_IP + 10..RUN_IP + 12].copy_from_slice(&ip_sum.to_be_bytes());
+        Ipv4Packet::new_unchecked(&mut frame[RUN_IP..]).set_checksum(ip_sum);
         // The latest window, and PSH if the last segment had it.
-        frame[RUN_TCP + 14..RUN_TCP + 16].copy_from_slice(&next[RUN_TCP + 14..RUN_TCP + 16]);
-        frame[RUN_TCP + 13] |= flags & TCP_PSH;
+        let mut tcp = TcpPacket::new_unchecked(&mut frame[RUN_TCP..]);
+        tcp.set_window(run_tcp(next).window());
+        tcp.set_flags(tcp.flags() | (flags & flags::PSH));
         let tcp_len = frame.len() - RUN_TCP;
-        let pseudo = sum16(&frame[RUN_IP + 12..RUN_IP + 20], 6 + tcp_len as u32);
-        frame[RUN_TCP + 16..RUN_TCP + 18].copy_from_slice(&fold(pseudo).to_be_bytes());
-        vnet[0] = VNET_HDR_F_NEEDS_CSUM;
-        vnet[1] = GSO_TCPV4;
-        vnet[2..4].copy_from_slice(&((RUN_TCP + thl) as u16).to_ne_bytes());
-        vnet[4..6].copy_from_slice(&(self.mss as u16).to_ne_bytes());
-        vnet[6..8].copy_from_slice(&(RUN_TCP as u16).to_ne_bytes());
-        vnet[8..10].copy_from_slice(&16u16.to_ne_bytes());
+        let pseudo = sum16(run_ip(frame).addrs(), u32::from(ip::TCP) + tcp_len as u32);
+        TcpPacket::new_unchecked(&mut frame[RUN_TCP..]).set_checksum(fold(pseudo));
+        let mut header = VnetHeader::new_unchecked(vnet);
+        header.set_flags(VNET_HDR_F_NEEDS_CSUM);
+        header.set_gso_type(VNET_HDR_GSO_TCPV4);
+        header.set_hdr_len((RUN_TCP + thl) as u16);
+        header.set_gso_size(self.mss as u16);
+        header.set_csum_start(RUN_TCP as u16);
+        header.set_csum_offset(tcp::CHECKSUM_OFFSET as u16);
         self.next_seq = seq.wrapping_add(payload as u32);
         self.segments += 1;
-        self.closed = payload < self.mss || flags & TCP_PSH != 0;
+        self.closed = payload < self.mss || flags & flags::PSH != 0;
         Some(new_len)
     }
 }
@@ -378,41 +419,41 @@ struct Layout {
     payload: usize,
 }
 
+/// Where the IP header, the TCP header and the payload of a TCP frame
+/// start, past any VLAN tags. IPv6 extension headers are not walked: the
+/// kernel's TSO for veth and taps hands them over without.
 fn layout(frame: &[u8], v4: bool) -> Result<Layout, SegmentError> {
-    let get = |at: usize| frame.get(at).copied().ok_or(SegmentError::Malformed);
-    let mut l3 = 14;
-    // 802.1Q or 802.1ad tags.
-    while matches!(
-        u16::from_be_bytes([get(l3 - 2)?, get(l3 - 1)?]),
-        0x8100 | 0x88a8
-    ) {
-        l3 += 4;
-    }
+    let malformed = SegmentError::Malformed;
+    // 802.1Q or 802.1ad tags, however many.
+    let (ethertype, l3) = inner_ethertype(frame, usize::MAX).ok_or(malformed)?;
     // The header's GSO type must match the frame: a TCPv4 one on anything
     // but IPv4 TCP would rewrite bytes of another protocol at TCP's places
     // (the kernel refuses such a frame, as segmentation finds no handler).
-    let ethertype = u16::from_be_bytes([get(l3 - 2)?, get(l3 - 1)?]);
-    if ethertype != if v4 { 0x0800 } else { 0x86dd } {
-        return Err(SegmentError::Malformed);
+    if ethertype != if v4 { EtherType::IPV4 } else { EtherType::IPV6 } {
+        return Err(malformed);
     }
     let l4 = if v4 {
-        let ihl = usize::from(get(l3)? & 0x0f) * 4;
-        if ihl < 20 || get(l3 + 9)? != 6 {
-            return Err(SegmentError::Malformed);
+        let ip = Ipv4Packet::new_checked(&frame[l3..]).map_err(|_| malformed)?;
+        let ihl = ip.header_len();
+        if ihl < ipv4::HEADER_LEN || ip.protocol() != ip::TCP {
+            return Err(malformed);
         }
         l3 + ihl
     } else {
-        // Extension headers are not walked: the kernel's TSO for veth and
-        // taps hands them over without.
-        if get(l3 + 6)? != 6 {
-            return Err(SegmentError::Malformed);
+        let ip = Ipv6Packet::new_checked(&frame[l3..]).map_err(|_| malformed)?;
+        if ip.next_header() != ip::TCP {
+            return Err(malformed);
         }
-        l3 + 40
+        l3 + ipv6::HEADER_LEN
     };
-    let thl = usize::from(get(l4 + 12)? >> 4) * 4;
+    let tcp = frame
+        .get(l4..)
+        .and_then(|bytes| TcpPacket::new_checked(bytes).ok())
+        .ok_or(malformed)?;
+    let thl = tcp.header_len();
     let payload = l4 + thl;
-    if thl < 20 || payload > frame.len() {
-        return Err(SegmentError::Malformed);
+    if thl < tcp::HEADER_LEN || payload > frame.len() {
+        return Err(malformed);
     }
     Ok(Layout { l3, l4, payload })
 }
@@ -433,17 +474,18 @@ fn segment_tcp(
     // fit its 16 bits: a frame of more IP bytes than that (which no stack
     // sends, but a buffer of 64 KiB and more takes) would get lengths that
     // wrap.
-    let largest = payload - l3 + data.len().min(mss) - if v4 { 0 } else { 40 };
+    let largest = payload - l3 + data.len().min(mss) - if v4 { 0 } else { ipv6::HEADER_LEN };
     if largest > usize::from(u16::MAX) {
         return Err(SegmentError::Malformed);
     }
-    let seq = u32::from_be_bytes(frame[l4 + 4..l4 + 8].try_into().expect("4 bytes"));
+    let tcp = TcpPacket::new_unchecked(&frame[l4..]);
+    let seq = tcp.seq_number();
+    let flags = tcp.flags();
     let ip_id = if v4 {
-        u16::from_be_bytes([frame[l3 + 4], frame[l3 + 5]])
+        Ipv4Packet::new_unchecked(&frame[l3..]).ident()
     } else {
         0
     };
-    let flags = frame[l4 + 13];
     let chunks = data.len().div_ceil(mss).max(1);
     for i in 0..chunks {
         let chunk = &data[(i * mss).min(data.len())..((i + 1) * mss).min(data.len())];
@@ -453,34 +495,33 @@ fn segment_tcp(
         let tcp_len = scratch.len() - l4;
         if v4 {
             let total = (scratch.len() - l3) as u16;
-            scratch[l3 + 2..l3 + 4].copy_from_slice(&total.to_be_bytes());
-            let id = ip_id.wrapping_add(i as u16);
-            scratch[l3 + 4..l3 + 6].copy_from_slice(&id.to_be_bytes());
-            scratch[l3 + 10..l3 + 12].fill(0);
+            let mut ip = Ipv4Packet::new_unchecked(&mut scratch[l3..]);
+            ip.set_total_len(total);
+            ip.set_ident(ip_id.wrapping_add(i as u16));
+            ip.set_checksum(0);
             let sum = !fold(sum16(&scratch[l3..l4], 0));
-            scratch[l3 + 10..l3 + 12].copy_from_slice(&sum.to_be_bytes());
+            Ipv4Packet::new_unchecked(&mut scratch[l3..]).set_checksum(sum);
         } else {
-            let len = (scratch.len() - l3 - 40) as u16;
-            scratch[l3 + 4..l3 + 6].copy_from_slice(&len.to_be_bytes());
+            let len = (scratch.len() - l3 - ipv6::HEADER_LEN) as u16;
+            Ipv6Packet::new_unchecked(&mut scratch[l3..]).set_payload_len(len);
         }
-        let seq = seq.wrapping_add((i * mss) as u32);
-        scratch[l4 + 4..l4 + 8].copy_from_slice(&seq.to_be_bytes());
         let mut f = flags;
         if i + 1 < chunks {
-            f &= !(TCP_FIN | TCP_PSH);
+            f &= !(flags::FIN | flags::PSH);
         }
         if i > 0 {
-            f &= !TCP_CWR;
+            f &= !flags::CWR;
         }
-        scratch[l4 + 13] = f;
-        scratch[l4 + 16..l4 + 18].fill(0);
-        let pseudo = if v4 {
-            sum16(&scratch[l3 + 12..l3 + 20], 6 + tcp_len as u32)
-        } else {
-            sum16(&scratch[l3 + 8..l3 + 40], 6 + tcp_len as u32)
-        };
+        let mut tcp = TcpPacket::new_unchecked(&mut scratch[l4..]);
+        tcp.set_seq_number(seq.wrapping_add((i * mss) as u32));
+        tcp.set_flags(f);
+        tcp.set_checksum(0);
+        let pseudo = sum16(
+            pseudo_addrs(&scratch[l3..], v4),
+            u32::from(ip::TCP) + tcp_len as u32,
+        );
         let sum = !fold(sum16(&scratch[l4..], pseudo));
-        scratch[l4 + 16..l4 + 18].copy_from_slice(&sum.to_be_bytes());
+        TcpPacket::new_unchecked(&mut scratch[l4..]).set_checksum(sum);
         emit(scratch);
     }
     Ok(())
@@ -495,6 +536,10 @@ fn segment_tcp(
 /// folds to the same 16 bits whatever the word width, and summing in the
 /// other byte order gives the byte-swapped sum (RFC 1071, 2.(B)), swapped
 /// back once. 64 KiB of words cannot overflow the accumulator.
+///
+/// Kept out of line: copies inlined into its callers ran the same loop
+/// slower (its alignment), and one copy serves every caller.
+#[inline(never)]
 fn sum16(bytes: &[u8], initial: u32) -> u32 {
     let mut words = bytes.chunks_exact(4);
     let mut bulk = 0u64;
@@ -532,8 +577,14 @@ fn fold(mut sum: u32) -> u16 {
 mod tests {
     use super::*;
 
-    fn vnet(flags: u8, gso: u8, gso_size: u16, csum_start: u16, csum_offset: u16) -> [u8; 10] {
-        let mut h = [0u8; 10];
+    fn vnet(
+        flags: u8,
+        gso: u8,
+        gso_size: u16,
+        csum_start: u16,
+        csum_offset: u16,
+    ) -> [u8; VNET_HDR_LEN] {
+        let mut h = [0u8; VNET_HDR_LEN];
         h[0] = flags;
         h[1] = gso;
         h[4..6].copy_from_slice(&gso_size.to_ne_bytes());
@@ -635,7 +686,7 @@ mod tests {
         // As a sender with checksum offload leaves it: the partial form.
         let pseudo = fold(sum16(&f[26..34], 6 + (f.len() - 34) as u32));
         f[50..52].copy_from_slice(&pseudo.to_be_bytes());
-        let mut vnet = [0u8; 10];
+        let mut vnet = [0u8; VNET_HDR_LEN];
         assert!(
             !offload_large_tcp(&mut vnet, &mut f[..1514], 1500),
             "fits the MTU"
@@ -691,11 +742,16 @@ mod tests {
         let payload = vec![0x33u8; 1480];
         let mut f = tcp4(&payload, 0x10);
         f[46] = 0; // TCP data offset 0
-        let mut header = [0u8; 10];
+        let mut header = [0u8; VNET_HDR_LEN];
         assert!(!offload_large_tcp(&mut header, &mut f.clone(), 1500));
         let mut scratch = Vec::new();
         assert_eq!(
-            make_whole(&vnet(1, GSO_TCPV4, 1400, 34, 16), &f, &mut scratch, |_| {}),
+            make_whole(
+                &vnet(1, VNET_HDR_GSO_TCPV4, 1400, 34, 16),
+                &f,
+                &mut scratch,
+                |_| {}
+            ),
             Err(SegmentError::Malformed)
         );
         let mut g = tcp4(&payload, 0x10);
@@ -711,12 +767,15 @@ mod tests {
     #[test]
     fn segments_of_one_flow_join_and_cut_back_the_same() {
         let payload: Vec<u8> = (0..4000u32).map(|i| (i * 13) as u8).collect();
-        let f = tcp4(&payload, 0x10 | TCP_PSH);
+        let f = tcp4(&payload, 0x10 | flags::PSH);
         let mut scratch = Vec::new();
         let mut segments = Vec::new();
-        make_whole(&vnet(1, GSO_TCPV4, 1448, 34, 16), &f, &mut scratch, |w| {
-            segments.push(w.to_vec())
-        })
+        make_whole(
+            &vnet(1, VNET_HDR_GSO_TCPV4, 1448, 34, 16),
+            &f,
+            &mut scratch,
+            |w| segments.push(w.to_vec()),
+        )
         .unwrap();
         assert_eq!(segments.len(), 3);
         // Join them as a VXLAN port does on receive.
@@ -745,12 +804,15 @@ mod tests {
     #[test]
     fn a_tcp_segment_is_cut_at_the_mss() {
         let payload: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
-        let f = tcp4(&payload, TCP_PSH | TCP_FIN | 0x10 | TCP_CWR);
+        let f = tcp4(&payload, flags::PSH | flags::FIN | 0x10 | flags::CWR);
         let mut out = Vec::new();
         let mut scratch = Vec::new();
-        make_whole(&vnet(1, GSO_TCPV4, 1448, 34, 16), &f, &mut scratch, |w| {
-            out.push(w.to_vec())
-        })
+        make_whole(
+            &vnet(1, VNET_HDR_GSO_TCPV4, 1448, 34, 16),
+            &f,
+            &mut scratch,
+            |w| out.push(w.to_vec()),
+        )
         .unwrap();
         assert_eq!(out.len(), 3);
         let mut joined = Vec::new();
@@ -764,8 +826,12 @@ mod tests {
             let seq = u32::from_be_bytes(seg[38..42].try_into().unwrap());
             assert_eq!(seq, 1000 + 1448 * i as u32);
             let flags = seg[47];
-            assert_eq!(flags & (TCP_FIN | TCP_PSH) != 0, i == 2, "segment {i}");
-            assert_eq!(flags & TCP_CWR != 0, i == 0, "segment {i}");
+            assert_eq!(
+                flags & (flags::FIN | flags::PSH) != 0,
+                i == 2,
+                "segment {i}"
+            );
+            assert_eq!(flags & flags::CWR != 0, i == 0, "segment {i}");
             assert!(seg.len() - 54 <= 1448);
             joined.extend_from_slice(&seg[54..]);
         }
@@ -784,7 +850,7 @@ mod tests {
         for gso_size in [0, 1, 8, 47] {
             let mut made = 0;
             let result = make_whole(
-                &vnet(1, GSO_TCPV4, gso_size, 34, 16),
+                &vnet(1, VNET_HDR_GSO_TCPV4, gso_size, 34, 16),
                 &f,
                 &mut scratch,
                 |_| made += 1,
@@ -793,16 +859,22 @@ mod tests {
             assert_eq!(made, 0, "gso_size {gso_size}");
         }
         let mut made = 0;
-        make_whole(&vnet(1, GSO_TCPV4, 48, 34, 16), &f, &mut scratch, |_| {
-            made += 1
-        })
+        make_whole(
+            &vnet(1, VNET_HDR_GSO_TCPV4, 48, 34, 16),
+            &f,
+            &mut scratch,
+            |_| made += 1,
+        )
         .unwrap();
         assert_eq!(made, 3000usize.div_ceil(48));
         let small = tcp4(b"x", 0x18);
         let mut out = Vec::new();
-        make_whole(&vnet(1, GSO_TCPV4, 1, 34, 16), &small, &mut scratch, |w| {
-            out.push(w.to_vec())
-        })
+        make_whole(
+            &vnet(1, VNET_HDR_GSO_TCPV4, 1, 34, 16),
+            &small,
+            &mut scratch,
+            |w| out.push(w.to_vec()),
+        )
         .unwrap();
         assert_eq!(out.len(), 1);
         assert!(checksums_verify(&out[0]));
@@ -832,18 +904,18 @@ mod tests {
         udp[23] = 17;
         for f in [&not_ip, &udp] {
             assert_eq!(
-                cut(vnet(1, GSO_TCPV4, 1448, 34, 16), f, &mut scratch),
+                cut(vnet(1, VNET_HDR_GSO_TCPV4, 1448, 34, 16), f, &mut scratch),
                 (Err(SegmentError::Malformed), 0)
             );
         }
         // An IPv4 frame under a TCPv6 header.
         let f = tcp4(&payload, 0x10);
         assert_eq!(
-            cut(vnet(1, GSO_TCPV6, 1448, 34, 16), &f, &mut scratch),
+            cut(vnet(1, VNET_HDR_GSO_TCPV6, 1448, 34, 16), &f, &mut scratch),
             (Err(SegmentError::Malformed), 0)
         );
         assert_eq!(
-            cut(vnet(1, GSO_TCPV4, 1448, 34, 16), &f, &mut scratch),
+            cut(vnet(1, VNET_HDR_GSO_TCPV4, 1448, 34, 16), &f, &mut scratch),
             (Ok(()), 3)
         );
     }
@@ -856,7 +928,7 @@ mod tests {
         let mut scratch = Vec::new();
         assert_eq!(
             make_whole(
-                &vnet(1, GSO_TCPV4, 65_535, 34, 16),
+                &vnet(1, VNET_HDR_GSO_TCPV4, 65_535, 34, 16),
                 &f,
                 &mut scratch,
                 |_| { panic!("a segment emitted") }
@@ -865,9 +937,12 @@ mod tests {
         );
         // Cut smaller, every segment's length fits.
         let mut lens = Vec::new();
-        make_whole(&vnet(1, GSO_TCPV4, 32_768, 34, 16), &f, &mut scratch, |w| {
-            lens.push((u16::from_be_bytes([w[16], w[17]]) as usize, w.len()))
-        })
+        make_whole(
+            &vnet(1, VNET_HDR_GSO_TCPV4, 32_768, 34, 16),
+            &f,
+            &mut scratch,
+            |w| lens.push((u16::from_be_bytes([w[16], w[17]]) as usize, w.len())),
+        )
         .unwrap();
         assert_eq!(
             lens,
@@ -882,7 +957,7 @@ mod tests {
         v6.resize(14 + 40 + 20 + 65_515, 0x44);
         let mut n = 0;
         make_whole(
-            &vnet(1, GSO_TCPV6, 65_535, 54, 16),
+            &vnet(1, VNET_HDR_GSO_TCPV6, 65_535, 54, 16),
             &v6,
             &mut scratch,
             |w| {
@@ -895,7 +970,7 @@ mod tests {
         v6.push(0x44);
         assert_eq!(
             make_whole(
-                &vnet(1, GSO_TCPV6, 65_535, 54, 16),
+                &vnet(1, VNET_HDR_GSO_TCPV6, 65_535, 54, 16),
                 &v6,
                 &mut scratch,
                 |_| {}
@@ -918,7 +993,7 @@ mod tests {
         );
         assert_eq!(
             make_whole(
-                &vnet(0, GSO_TCPV4, 1400, 0, 0),
+                &vnet(0, VNET_HDR_GSO_TCPV4, 1400, 0, 0),
                 &f[..40],
                 &mut scratch,
                 |_| {}

@@ -7,9 +7,8 @@ use locks::Strategy;
 
 use super::{payload_len, Worker};
 use crate::decision::{Decision, DropReason};
-use crate::port::{Port, VNET_HDR_LEN};
+use crate::port::Port;
 use crate::vlan::{self, Egress};
-use crate::wire::VnetHeader;
 
 impl<S: Strategy, P: Port> Worker<S, P> {
     /// [`dispatch`](Self::dispatch)'s first half with VLAN filtering: a
@@ -72,40 +71,15 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         if let Some(r) = self.forms[index][slot] {
             return self.batch.len() + r;
         }
-        let buffer = self.batch.frame(index);
-        let meta = P::METADATA_LEN.min(buffer.len());
-        let (header, frame) = buffer.split_at(meta);
         let start = self.rewritten.len();
-        self.rewritten.extend_from_slice(header);
-        let tagged_in = vlan::outer_tag(frame).is_some();
-        let shift: i16 = match form {
-            Egress::AsIs => unreachable!("returned above"),
-            Egress::Untagged => {
-                self.rewritten.extend_from_slice(&frame[..12]);
-                self.rewritten.extend_from_slice(&frame[16..]);
-                -(vlan::TAG_LEN as i16)
-            }
-            Egress::Tagged(tag) => {
-                self.rewritten.extend_from_slice(&frame[..12]);
-                self.rewritten.extend_from_slice(&tag.tpid.to_be_bytes());
-                self.rewritten.extend_from_slice(&tag.tci.to_be_bytes());
-                let rest = if tagged_in { 16 } else { 12 };
-                self.rewritten.extend_from_slice(&frame[rest..]);
-                if tagged_in {
-                    0
-                } else {
-                    vlan::TAG_LEN as i16
-                }
-            }
-        };
-        // Offloaded segments and partial checksums count offsets from the
-        // frame's first byte: they move with the tag.
-        if meta == VNET_HDR_LEN && shift != 0 {
-            VnetHeader::new_unchecked(&mut self.rewritten[start..start + meta])
-                .shift_offsets(shift as u16);
-        }
+        let len = crate::wire::tag::rewrite(
+            self.batch.frame(index),
+            P::METADATA_LEN,
+            form,
+            &mut self.rewritten,
+        );
         let r = self.rewrites.len();
-        self.rewrites.push((start, self.rewritten.len() - start));
+        self.rewrites.push((start, len));
         self.forms[index][slot] = Some(r);
         self.batch.len() + r
     }
@@ -117,6 +91,7 @@ mod tests {
 
     use super::*;
     use crate::fdb::{FdbConfig, MacTable};
+    use crate::port::VNET_HDR_LEN;
     use crate::vlan::Tag;
     use crate::WorkerConfig;
 

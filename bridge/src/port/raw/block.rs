@@ -5,6 +5,7 @@
 //! ring (`ring.rs`) hands each block the kernel filled to this parser.
 
 use crate::port::VNET_HDR_LEN;
+use crate::wire::{EtherType, Tag};
 
 mod field {
     use std::ops::Range;
@@ -37,10 +38,24 @@ pub struct RingFrame<'a> {
     pub vnet: &'a [u8],
     /// The frame, without the VLAN tag the kernel took off.
     pub frame: &'a [u8],
-    /// That tag (TPID, TCI), if there was one.
-    pub vlan: Option<(u16, u16)>,
+    /// That tag, if there was one.
+    pub vlan: Option<Tag>,
     /// Whether the frame was cut short (longer than the ring keeps).
     pub truncated: bool,
+}
+
+/// The tag the kernel took off a frame, from a frame header's status word
+/// and its `tp_vlan_tpid` and `tp_vlan_tci` fields, which are valid only as
+/// the status says: no TPID (kernels before 3.14) means 802.1Q.
+pub(super) fn taken_tag(status: u32, tpid: u16, tci: u16) -> Option<Tag> {
+    (status & libc::TP_STATUS_VLAN_VALID != 0).then_some(Tag {
+        tpid: if status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
+            tpid
+        } else {
+            EtherType::VLAN.0
+        },
+        tci,
+    })
 }
 
 /// A block whose contents contradict themselves.
@@ -193,15 +208,12 @@ impl<'a> Frames<'a> {
             .checked_add(snaplen)
             .filter(|&end| end <= len)
             .ok_or(outside)?;
-        let status = u32_at(header, field::STATUS);
-        let vlan = (status & libc::TP_STATUS_VLAN_VALID != 0).then(|| {
-            let tpid = if status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
-                u16_at(header, field::VLAN_TPID)
-            } else {
-                0x8100
-            };
-            (tpid, u32_at(header, field::VLAN_TCI) as u16)
-        });
+        let vlan = taken_tag(
+            u32_at(header, field::STATUS),
+            u16_at(header, field::VLAN_TPID),
+            // A u32 in tpacket3_hdr; a TCI is 16 bits.
+            u32_at(header, field::VLAN_TCI) as u16,
+        );
         let frame = RingFrame {
             vnet: &bytes[vnet_start..mac],
             frame: &bytes[mac..frame_end],
@@ -267,7 +279,7 @@ mod tests {
     /// Lays frames out as the kernel does: descriptor, then per frame a
     /// header, a gap, the virtio-net header and the frame, 16-aligned.
     /// A frame and the tag the kernel took off it.
-    type Entry<'a> = (&'a [u8], Option<(u16, u16)>);
+    type Entry<'a> = (&'a [u8], Option<Tag>);
 
     fn block(frames: &[Entry<'_>]) -> Vec<u8> {
         let mut bytes = vec![0u8; 4096];
@@ -286,7 +298,7 @@ mod tests {
             put32(&mut bytes, offset + 12, frame.len() as u32);
             put32(&mut bytes, offset + 16, frame.len() as u32);
             let mut status = 0;
-            if let Some((tpid, tci)) = vlan {
+            if let Some(Tag { tpid, tci }) = vlan {
                 status |= libc::TP_STATUS_VLAN_VALID | libc::TP_STATUS_VLAN_TPID_VALID;
                 put32(&mut bytes, offset + 32, u32::from(*tci));
                 bytes[offset + 36..offset + 38].copy_from_slice(&tpid.to_ne_bytes());
@@ -304,7 +316,7 @@ mod tests {
     fn frames_come_out_in_order_with_their_tags() {
         let a = [1u8; 60];
         let b = [2u8; 100];
-        let bytes = block(&[(&a, None), (&b, Some((0x8100, 42)))]);
+        let bytes = block(&[(&a, None), (&b, Some(Tag::dot1q(42)))]);
         let parsed = Block::new_checked(&bytes).unwrap();
         assert_eq!(parsed.status(), libc::TP_STATUS_USER);
         let frames: Vec<_> = parsed.frames().collect::<Result<_, _>>().unwrap();
@@ -314,7 +326,7 @@ mod tests {
         assert_eq!(frames[0].vnet[0], 0x77);
         assert_eq!(frames[0].vlan, None);
         assert_eq!(frames[1].frame, &b);
-        assert_eq!(frames[1].vlan, Some((0x8100, 42)));
+        assert_eq!(frames[1].vlan, Some(Tag::dot1q(42)));
         assert!(!frames[1].truncated);
     }
 

@@ -12,7 +12,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
 use super::{fd, netdev, Port, PortError, RxBatch, RxReport, SendReport, VNET_HDR_LEN};
-use crate::wire::vnet::{copy_with_vlan_tag, CopyError};
+use crate::wire::tag::{push_into, EmitError};
 use ring::RxRing;
 use sys::Fanout;
 
@@ -118,13 +118,15 @@ impl Port for RawPort {
                     report.oversize += 1;
                     return true;
                 }
-                match copy_with_vlan_tag(frame.vnet, frame.frame, frame.vlan, buffer) {
+                // The ring's parsers cut the header to its length.
+                debug_assert_eq!(frame.vnet.len(), VNET_HDR_LEN);
+                match push_into(frame.vnet, frame.frame, frame.vlan, buffer) {
                     Ok(len) => {
                         batch.commit(len);
                         report.received += 1;
                     }
-                    Err(CopyError::Oversize { .. }) => report.oversize += 1,
-                    Err(CopyError::Runt) => report.malformed += 1,
+                    Err(EmitError::Oversize { .. }) => report.oversize += 1,
+                    Err(EmitError::Runt) => report.malformed += 1,
                 }
                 !batch.is_full()
             },

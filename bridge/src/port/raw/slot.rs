@@ -3,7 +3,7 @@
 //! wrote is checked against the slot before a slice is made. The frame ring
 //! (`ring.rs`) hands each slot the kernel filled to this parser.
 
-use super::block::RingFrame;
+use super::block::{taken_tag, RingFrame};
 use crate::port::VNET_HDR_LEN;
 
 mod field {
@@ -79,14 +79,11 @@ pub fn parse(slot: &[u8]) -> Result<Slot<'_>, SlotError> {
     if end > len {
         return Err(outside);
     }
-    let vlan = (status & libc::TP_STATUS_VLAN_VALID != 0).then(|| {
-        let tpid = if status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
-            u16_at(slot, field::VLAN_TPID)
-        } else {
-            0x8100
-        };
-        (tpid, u16_at(slot, field::VLAN_TCI))
-    });
+    let vlan = taken_tag(
+        status,
+        u16_at(slot, field::VLAN_TPID),
+        u16_at(slot, field::VLAN_TCI),
+    );
     Ok(Slot {
         frame: RingFrame {
             vnet: &slot[mac - VNET_HDR_LEN..mac],
@@ -102,6 +99,7 @@ pub fn parse(slot: &[u8]) -> Result<Slot<'_>, SlotError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::Tag;
 
     fn put16(bytes: &mut [u8], at: usize, value: u16) {
         bytes[at..at + 2].copy_from_slice(&value.to_ne_bytes());
@@ -143,7 +141,13 @@ mod tests {
         put16(&mut tagged, 24, 0xa02a);
         put16(&mut tagged, 26, 0x88a8);
         let parsed = parse(&tagged).unwrap();
-        assert_eq!(parsed.frame.vlan, Some((0x88a8, 0xa02a)));
+        assert_eq!(
+            parsed.frame.vlan,
+            Some(Tag {
+                tpid: 0x88a8,
+                tci: 0xa02a
+            })
+        );
         assert!(parsed.frame.truncated && parsed.copied);
         assert_eq!(parsed.len, 9000);
 
@@ -156,7 +160,7 @@ mod tests {
             &frame,
         );
         put16(&mut old, 24, 7);
-        assert_eq!(parse(&old).unwrap().frame.vlan, Some((0x8100, 7)));
+        assert_eq!(parse(&old).unwrap().frame.vlan, Some(Tag::dot1q(7)));
     }
 
     #[test]

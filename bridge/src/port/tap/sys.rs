@@ -5,7 +5,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
 use crate::port::{fd, netdev};
-use crate::wire::VnetHeader;
+use crate::wire::vnet::VNET_HDR_LEN;
 
 /// Opens one queue of tap `name` (creating the tap if it does not exist):
 /// no packet information, virtio-net headers of exactly the size mpbridge
@@ -29,7 +29,7 @@ pub fn open_queue(name: &str, multi_queue: bool) -> io::Result<OwnedFd> {
     // The size is the device's, not the queue's: a tap made by another tool
     // may carry the 12-byte header of virtio 1.0, which would shift every
     // frame by two bytes.
-    let size = VnetHeader::<&[u8]>::LEN as libc::c_int;
+    let size = VNET_HDR_LEN as libc::c_int;
     // SAFETY: TUNSETVNETHDRSZ reads an int through the pointer it is given.
     fd::check(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETVNETHDRSZ, &size) })?;
     let offloads = libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6 | libc::TUN_F_TSO_ECN;
