@@ -157,7 +157,7 @@ pub struct BridgeState {
     config: Option<(PathBuf, Config)>,
     /// What ports are opened with.
     port_settings: PortSettings,
-    /// The VXLAN ports' remote tables and counters, by port label.
+    /// The VXLAN ports' settings, static VTEPs and counters, by port label.
     vxlans: BTreeMap<String, Arc<VxlanShared>>,
     /// Whether rtnetlink tells the monitor of link changes; without it the
     /// monitor looks at every link once a second.
@@ -372,7 +372,7 @@ impl BridgeState {
         for entry in statics {
             let port = self.port(&entry.port).map_err(|e| e.0)?;
             self.fdb
-                .add_static(FdbKey::new(entry.vlan, entry.mac), port);
+                .add_static(FdbKey::new(entry.vlan, entry.mac), port, None);
         }
         Ok(())
     }
@@ -439,7 +439,7 @@ impl BridgeState {
             )));
         }
         let label = self.label(port);
-        match (dst, self.vxlans.get(&label)) {
+        let vtep = match (dst, self.vxlans.get(&label)) {
             (Some(dst), Some(vxlan)) => {
                 let ip: std::net::IpAddr = dst
                     .parse()
@@ -451,16 +451,17 @@ impl BridgeState {
                 if ip.is_ipv4() != vxlan.config.local.is_ipv4() {
                     return Err(ApiError(format!("dst {ip} is not of {label}'s IP version")));
                 }
-                vxlan.remotes.add_static(key, ip);
+                Some(ip)
             }
             (Some(_), None) => {
                 return Err(ApiError(format!(
                     "dst is for VXLAN ports; {label} is not one"
                 )))
             }
-            (None, _) => {}
-        }
-        let replaced_learned = self.fdb.add_static(key, port);
+            (None, _) => None,
+        };
+        let replaced_learned = self.fdb.add_static(key, port, vtep);
+        self.sync_static_vteps();
         Ok(protocol::FdbAdded { replaced_learned })
     }
 
@@ -472,10 +473,8 @@ impl BridgeState {
                 self.label(local)
             )));
         }
-        for vxlan in self.vxlans.values() {
-            vxlan.remotes.remove(&key);
-        }
         if self.fdb.remove_static(key) || self.fdb.forget(key) {
+            self.sync_static_vteps();
             Ok(protocol::FdbRemoved { removed: true })
         } else {
             Err(ApiError(format!("no entry for {mac} in vlan {vlan}")))
@@ -508,7 +507,7 @@ impl BridgeState {
             Ok(sets) => sets,
             Err(error) => return Err(self.fail(format!("lock set {kind}: {error}"))),
         };
-        let entries = old.export();
+        let entries = old.records();
         let totals = old.stats();
         let started = locks::with_strategy!(kind, S => {
             let table = Arc::new(bridge::MacTable::<S>::with_clock(old.config(), old.clock()));
@@ -788,11 +787,9 @@ impl BridgeState {
                     );
                     continue;
                 }
-                self.fdb.add_static(key, port);
-                if let (Some(dst), Some(vxlan)) = (dst, self.vxlans.get(&spec.label())) {
-                    vxlan.remotes.add_static(key, dst);
-                }
+                self.fdb.add_static(key, port, dst);
             }
+            self.sync_static_vteps();
             reply.ports_changed.push(spec.describe());
         }
         let fresh: Vec<StaticEntry> = new
@@ -813,20 +810,32 @@ impl BridgeState {
         let Ok(port) = self.port(label) else {
             return Vec::new();
         };
-        let remotes = self
-            .vxlans
-            .get(label)
-            .map(|shared| shared.remotes.entries())
-            .unwrap_or_default();
         self.fdb
-            .snapshot(self.fdb.now())
+            .records()
             .into_iter()
             .filter(|r| r.port == port && r.is_static && !r.is_local)
-            .map(|r| {
-                let dst = remotes.iter().find(|e| e.key == r.key).map(|e| e.addr);
-                (r.key, dst)
-            })
+            .map(|r| (r.key, r.vtep))
             .collect()
+    }
+
+    /// Tells each VXLAN port the VTEPs of its static entries, which a port
+    /// that does not learn hears beside its listed remotes.
+    fn sync_static_vteps(&self) {
+        if self.vxlans.is_empty() {
+            return;
+        }
+        let records = self.fdb.records();
+        for (label, shared) in &self.vxlans {
+            let Ok(port) = self.port(label) else {
+                continue;
+            };
+            let vteps = records
+                .iter()
+                .filter(|r| r.port == port && r.is_static)
+                .filter_map(|r| r.vtep)
+                .collect();
+            shared.set_static_vteps(vteps);
+        }
     }
 
     /// The port whose own address `key` is, if it is a local entry.
@@ -878,14 +887,8 @@ impl BridgeState {
 
     fn fdb_entries(&self, port: Option<PortId>, vlan: Option<u16>) -> Vec<FdbEntry> {
         let now = self.fdb.now();
-        // Each VXLAN port's stations and their VTEPs.
-        let vteps: BTreeMap<&String, Vec<bridge::port::vxlan::RemoteEntry>> = self
-            .vxlans
-            .iter()
-            .map(|(label, shared)| (label, shared.remotes.entries()))
-            .collect();
         self.fdb
-            .snapshot(now)
+            .records()
             .into_iter()
             .filter(|r| port.is_none_or(|p| r.port == p) && vlan.is_none_or(|v| r.key.vlan == v))
             .map(|r| {
@@ -899,13 +902,8 @@ impl BridgeState {
                         (false, false) => "learned",
                     }
                     .to_owned(),
-                    age_s: r.idle_secs,
-                    dst: vteps.get(&label).and_then(|entries| {
-                        entries
-                            .iter()
-                            .find(|e| e.key == r.key)
-                            .map(|e| e.addr.to_string())
-                    }),
+                    age_s: r.idle_secs(now),
+                    dst: r.vtep.map(|vtep| vtep.to_string()),
                     port: label,
                 }
             })
@@ -958,6 +956,17 @@ impl BridgeState {
         let sets: Vec<&[PortCounters]> = self.counters.iter().map(|set| &set[..]).collect();
         let totals = counters::sum(sets.iter().copied());
         let states = self.port_states();
+        // Per VXLAN port, its stations that have a VTEP.
+        let records = match self.vxlans.is_empty() {
+            true => Vec::new(),
+            false => self.fdb.records(),
+        };
+        let remotes = |port: PortId| {
+            records
+                .iter()
+                .filter(|r| r.port == port && r.vtep.is_some())
+                .count() as u64
+        };
         let ports = self
             .live_ports()
             .into_iter()
@@ -982,12 +991,8 @@ impl BridgeState {
                             .into_iter()
                             .map(|(name, n)| (name.to_owned(), n))
                             .collect();
-                        counters.insert(
-                            "remotes_refused".to_owned(),
-                            shared.remotes.refused.load(Ordering::Relaxed),
-                        );
-                        counters
-                            .insert("remotes".to_owned(), shared.remotes.entries().len() as u64);
+                        counters.insert("remotes_refused".to_owned(), stats.refused);
+                        counters.insert("remotes".to_owned(), remotes(id));
                         counters
                     }),
                     link: Self::link(&spec, state).to_owned(),
@@ -1034,7 +1039,7 @@ impl BridgeState {
             })
             .collect();
         let fdb = &self.fdb;
-        let records = fdb.snapshot(fdb.now());
+        let records = fdb.records();
         let local = records.iter().filter(|r| r.is_local).count() as u64;
         let configured = records.iter().filter(|r| r.is_static).count() as u64;
         let totals = fdb.stats();

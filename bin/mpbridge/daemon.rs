@@ -48,8 +48,6 @@ pub fn run<S: Strategy>(
     // privileges are dropped (a port below 1024 needs them).
     let metrics = args.metrics.map(metrics::MetricsServer::bind).transpose()?;
     let port_settings = ports::PortSettings {
-        max_entries: args.max_entries,
-        age_secs: args.age,
         rx_ring: match args.rx_ring {
             RxRingArg::Frame => RingKind::Frame,
             RxRingArg::Block => RingKind::Block,

@@ -6,7 +6,6 @@ use std::io;
 
 use bridge::port::tap::TapError;
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
 
 use bridge::port::raw::RingKind;
 use bridge::port::vxlan::VxlanConfig;
@@ -287,15 +286,9 @@ fn tap_error(spec: &PortSpec, error: &TapError) -> String {
     }
 }
 
-/// What ports are opened with: the bridge's learning limit and ageing time
-/// (a VXLAN port's remote table keeps them too), and raw ports' receive
-/// ring layout.
+/// What ports are opened with: raw ports' receive ring layout.
 #[derive(Debug, Clone, Copy)]
 pub struct PortSettings {
-    /// Most learned stations (0: no limit).
-    pub max_entries: usize,
-    /// Seconds after which a silent station is forgotten.
-    pub age_secs: u32,
     /// How raw ports' receive rings hand frames over.
     pub rx_ring: RingKind,
 }
@@ -311,17 +304,11 @@ pub fn open_queues(
             let config = spec.vxlan.clone().expect("a vxlan port has its settings");
             // An address that cannot be bound comes with the reason (none
             // of this host's, or IPv6 still tentative).
-            VxlanPort::open(
-                &spec.name,
-                config,
-                workers,
-                settings.max_entries,
-                Duration::from_secs(u64::from(settings.age_secs)),
-            )
-            .map_err(|e| format!("cannot open port {}: {e}", spec.label()))?
-            .into_iter()
-            .map(LinkPort::Vxlan)
-            .collect()
+            VxlanPort::open(&spec.name, config, workers)
+                .map_err(|e| format!("cannot open port {}: {e}", spec.label()))?
+                .into_iter()
+                .map(LinkPort::Vxlan)
+                .collect()
         }
         Kind::Tap => {
             let tap = TapPort::open(&spec.name, workers).map_err(|e| tap_error(spec, &e))?;

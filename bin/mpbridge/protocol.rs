@@ -374,8 +374,8 @@ pub struct PortStats {
     /// `flags`, `reserved`, `unknown_vni`, `unlisted_source`, `truncated`,
     /// `pending_full`), frames not sent (`no_remote`, `offload_errors`,
     /// `small_gso`: a GSO size under 48 bytes),
-    /// stations its remote table refused (`remotes_refused`) and holds
-    /// (`remotes`).
+    /// new stations heard on it that a full fdb refused
+    /// (`remotes_refused`), and its stations with a VTEP (`remotes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vxlan: Option<std::collections::BTreeMap<String, u64>>,
     /// Received frames not forwarded, by reason: `runt`, `bad_source`,

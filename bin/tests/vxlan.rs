@@ -723,6 +723,98 @@ fn static_remotes_and_the_learning_limit() {
     let _ = std::fs::remove_file(PathBuf::from(&socket));
 }
 
+/// With VLAN filtering, a VXLAN port in access VLAN 10 keeps its stations'
+/// VTEPs in their VLAN-10 entries: a static entry's `dst` and a station
+/// learned from a VTEP both steer unicast to that VTEP alone.
+fn vteps_of_an_access_vlan_port() {
+    if !privileged("vteps_of_an_access_vlan_port") {
+        return;
+    }
+    let (_underlay, vteps) = Underlay::with_vteps(3);
+    let h1 = host(0, &vteps[0], "p1", Family::V4);
+    let (socket, ctl) = netns::ctl_socket("mpbvxvlan");
+    let vxlan = format!(
+        "--port=vxlan:vx0,vni=42,local={},remote={},access=10",
+        vtep(0),
+        vtep(1)
+    );
+    let _daemon = Daemon::start(
+        &vteps[0],
+        &[
+            "run",
+            "--vlan-filtering",
+            "--port=raw:p1,access=10",
+            &vxlan,
+            &ctl,
+        ],
+    );
+    let (b, c) = (listener(&vteps[1], 1), listener(&vteps[2], 2));
+    let far = [0x02, 0x42, 0, 0, 0x0a, 0x0a];
+    netns::ctl_ok(
+        &socket,
+        &[
+            "fdb",
+            "add",
+            &mac_text(far),
+            "port",
+            "vxlan:vx0",
+            "vlan",
+            "10",
+            "dst",
+            &vtep(2),
+        ],
+    );
+    let mut st = Station::on(&h1);
+    let unicast = test_frame(far, mac(1), 1, 60);
+    st.send(&unicast);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        received(&c),
+        [datagram(42, &unicast)],
+        "C, the static entry's VTEP"
+    );
+    assert!(
+        received(&b).iter().all(|d| d[8..] != unicast[..]),
+        "the unicast to a static VTEP went to the flood list too"
+    );
+    // A station heard from C (untagged inside, VLAN 10 on this port) is
+    // learned with C as its VTEP.
+    let behind_c = [0x02, 0x42, 0, 0, 0x0c, 0x01];
+    let hello = datagram(42, &test_frame(BROADCAST, behind_c, 3, 60));
+    let target = format!("{}:4789", vtep(0));
+    vteps[2].run(move || {
+        let socket = std::net::UdpSocket::bind(format!("{}:0", vtep(2))).unwrap();
+        socket.send_to(&hello, &target).unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let shown = ctl_json(&socket, &["fdb", "show", "--json"]);
+    let entry = shown
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["mac"] == mac_text(behind_c).as_str())
+        .unwrap_or_else(|| panic!("the station behind C not learned: {shown}"))
+        .clone();
+    assert_eq!(
+        (&entry["vlan"], &entry["dst"]),
+        (&10.into(), &vtep(2).into()),
+        "{entry}"
+    );
+    received(&b);
+    received(&c);
+    let reply = test_frame(behind_c, mac(1), 4, 60);
+    st.send(&reply);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(received(&c), [datagram(42, &reply)], "C, the learned VTEP");
+    assert!(
+        received(&b).iter().all(|d| d[8..] != reply[..]),
+        "the unicast to a learned VTEP went to the flood list too"
+    );
+    let port = port_stats(&socket, "vxlan:vx0");
+    assert_eq!(port["vxlan"]["remotes"], 2, "{port}");
+    let _ = std::fs::remove_file(PathBuf::from(&socket));
+}
+
 /// With learning off, only listed VTEPs are heard.
 fn learning_off_hears_listed_vteps_only() {
     if !privileged("learning_off_hears_listed_vteps_only") {
@@ -1100,6 +1192,7 @@ lab::test_main! {
         bad_datagrams_are_counted_and_dropped,
         a_full_mesh_of_four_vteps,
         static_remotes_and_the_learning_limit,
+        vteps_of_an_access_vlan_port,
         learning_off_hears_listed_vteps_only,
         tcp_from_taps_across_two_mpbridge_vteps,
         frames_too_big_for_the_underlay_are_dropped_and_counted,

@@ -33,6 +33,8 @@ pub struct PortStats {
     pub tx_errors: u64,
     /// Stations that moved onto this port from another one.
     pub moves: u64,
+    /// New stations heard on this port that a full fdb did not learn.
+    pub refused: u64,
 }
 
 impl PortStats {
@@ -61,6 +63,7 @@ impl AddAssign for PortStats {
         self.tx_dropped += other.tx_dropped;
         self.tx_errors += other.tx_errors;
         self.moves += other.moves;
+        self.refused += other.refused;
     }
 }
 
@@ -77,6 +80,7 @@ pub struct PortCounters {
     tx_dropped: AtomicU64,
     tx_errors: AtomicU64,
     moves: AtomicU64,
+    refused: AtomicU64,
     state: AtomicU8,
 }
 
@@ -125,6 +129,7 @@ impl PortCounters {
         add(&self.tx_dropped, stats.tx_dropped);
         add(&self.tx_errors, stats.tx_errors);
         add(&self.moves, stats.moves);
+        add(&self.refused, stats.refused);
     }
 
     /// Zeroes every counter and marks the port forwarding: for a port id
@@ -141,6 +146,7 @@ impl PortCounters {
             &self.tx_dropped,
             &self.tx_errors,
             &self.moves,
+            &self.refused,
         ] {
             zero(counter);
         }
@@ -177,6 +183,7 @@ impl PortCounters {
             tx_dropped: get(&self.tx_dropped),
             tx_errors: get(&self.tx_errors),
             moves: get(&self.moves),
+            refused: get(&self.refused),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The forwarding decision: a pure function of the ingress port, the frame
 //! and a read section of the MAC table.
 
-use crate::fdb::{FdbKey, FdbLookup, Location, PortId};
+use crate::fdb::{FdbKey, FdbLookup, Location, PortId, Vtep};
 use crate::wire::{EthernetFrame, MacKind, VlanId};
 
 /// Why a frame is not forwarded.
@@ -117,19 +117,33 @@ pub fn decide_in(
     vlan: Option<VlanId>,
     fdb: &impl FdbLookup,
 ) -> Decision {
+    decide_to(ingress, frame, vlan, fdb).0
+}
+
+/// [`decide_in`], with the VTEP of a unicast destination behind a VXLAN
+/// port (`None` for every other decision).
+#[inline]
+pub fn decide_to(
+    ingress: PortId,
+    frame: &[u8],
+    vlan: Option<VlanId>,
+    fdb: &impl FdbLookup,
+) -> (Decision, Option<Vtep>) {
     let (dst, _) = match classify_in(frame, vlan) {
         Ok(keys) => keys,
-        Err(reason) => return Decision::Drop(reason),
+        Err(reason) => return (Decision::Drop(reason), None),
     };
-    match dst.mac.kind() {
+    let decision = match dst.mac.kind() {
         MacKind::Reserved => Decision::Drop(DropReason::Reserved),
         MacKind::Broadcast | MacKind::Multicast => Decision::Flood,
         // A zero destination is not a station anyone can learn: flooding it
         // is what an unknown unicast gets.
-        MacKind::Unicast | MacKind::Zero => match fdb.locate(&dst) {
-            Some(Location::Local(_)) => Decision::Drop(DropReason::Local),
-            Some(Location::Port(port)) if port == ingress => Decision::Drop(DropReason::SamePort),
-            Some(Location::Port(port)) => Decision::Unicast(port),
+        MacKind::Unicast | MacKind::Zero => match fdb.locate_vtep(&dst) {
+            Some((Location::Local(_), _)) => Decision::Drop(DropReason::Local),
+            Some((Location::Port(port), _)) if port == ingress => {
+                Decision::Drop(DropReason::SamePort)
+            }
+            Some((Location::Port(port), vtep)) => return (Decision::Unicast(port), vtep),
             // The host's addresses are local in every VLAN, as on a Linux
             // bridge without VLAN filtering.
             None if dst.vlan != 0
@@ -142,5 +156,6 @@ pub fn decide_in(
             }
             None => Decision::Flood,
         },
-    }
+    };
+    (decision, None)
 }

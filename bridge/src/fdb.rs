@@ -8,6 +8,11 @@
 //! store and only when the second changed, inside a read section. New
 //! stations and stations that moved go through the write path, which callers
 //! batch ([`MacTable::learn_batch`]).
+//!
+//! A station behind a VXLAN port also has its VTEP in its entry, as in
+//! Linux's vxlan fdb (`bridge fdb ... dst`): the remote address a frame to
+//! it is sent to. The VTEP is learned from the outer source of the
+//! station's frames; a station heard from another VTEP has moved.
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -16,6 +21,7 @@ use std::time::Instant;
 
 use locks::{LockedMap, ReadSection, Strategy, Update, WriteSection};
 
+pub use crate::wire::vxlan::Vtep;
 use crate::wire::{MacAddr, VlanId};
 
 /// A bridge port's index.
@@ -66,6 +72,9 @@ impl Hash for FdbKey {
 #[derive(Debug)]
 pub struct FdbEntry {
     port: PortId,
+    /// Where behind the port (a VXLAN port's VTEP); `None` for every other
+    /// port, and for a VXLAN station sent to the port's flood list.
+    vtep: Option<Vtep>,
     is_static: bool,
     /// The address of the port's own interface: frames to it are the
     /// host's, never forwarded. Local entries are static.
@@ -77,18 +86,20 @@ pub struct FdbEntry {
 }
 
 impl FdbEntry {
-    fn learned(port: PortId, now: Seconds) -> FdbEntry {
+    fn learned(port: PortId, vtep: Option<Vtep>, now: Seconds) -> FdbEntry {
         FdbEntry {
             port,
+            vtep,
             is_static: false,
             is_local: false,
             last_seen: AtomicU32::new(now),
         }
     }
 
-    fn configured(port: PortId, is_local: bool) -> FdbEntry {
+    fn configured(port: PortId, vtep: Option<Vtep>, is_local: bool) -> FdbEntry {
         FdbEntry {
             port,
+            vtep,
             is_static: true,
             is_local,
             last_seen: AtomicU32::new(0),
@@ -98,6 +109,11 @@ impl FdbEntry {
     /// The port the station is reached through.
     pub fn port(&self) -> PortId {
         self.port
+    }
+
+    /// The VTEP behind the port, for a VXLAN port's station.
+    pub fn vtep(&self) -> Option<Vtep> {
+        self.vtep
     }
 
     /// Whether the entry was configured rather than learned.
@@ -148,7 +164,8 @@ impl Default for FdbConfig {
 pub enum Learned {
     /// A new station was added.
     New,
-    /// A known station moved to another port.
+    /// A known station moved to another port, or to another VTEP behind
+    /// its port.
     Moved,
     /// A known station on the same port; only its time was refreshed.
     Refreshed,
@@ -188,34 +205,45 @@ pub struct FdbStatsSnapshot {
     pub own_sources: u64,
 }
 
-/// One entry as shown to a user.
+/// One entry with everything it holds: for display, and for a table of
+/// another strategy to take over ([`MacTable::import`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct FdbRecord {
     /// VLAN and address.
     pub key: FdbKey,
     /// The port.
     pub port: PortId,
+    /// The VTEP behind a VXLAN port.
+    pub vtep: Option<Vtep>,
     /// Whether the entry is static.
     pub is_static: bool,
     /// Whether the entry is a port's own address (static too).
     pub is_local: bool,
-    /// Seconds since the station was last seen (0 for static entries).
-    pub idle_secs: Seconds,
-}
-
-/// One entry as [`MacTable::export`] gives it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ExportedEntry {
-    /// VLAN and address.
-    pub key: FdbKey,
-    /// The port.
-    pub port: PortId,
-    /// Configured rather than learned.
-    pub is_static: bool,
-    /// A port's own address.
-    pub is_local: bool,
     /// When last seen, on the table's clock.
     pub last_seen: Seconds,
+}
+
+impl FdbRecord {
+    /// Seconds since the station was last seen at `now` (0 for static
+    /// entries).
+    pub fn idle_secs(&self, now: Seconds) -> Seconds {
+        if self.is_static {
+            0
+        } else {
+            now.saturating_sub(self.last_seen)
+        }
+    }
+}
+
+/// A source to learn: a station heard on a port, from a VTEP there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Source {
+    /// VLAN and address.
+    pub key: FdbKey,
+    /// The port it was heard on.
+    pub port: PortId,
+    /// The outer source of its frame, on a VXLAN port that learns VTEPs.
+    pub vtep: Option<Vtep>,
 }
 
 /// A MAC table of any strategy, for the control plane (which may work
@@ -240,12 +268,12 @@ pub trait Table: Send + Sync {
     fn learned_len(&self) -> usize;
     /// See [`MacTable::stats`].
     fn stats(&self) -> FdbStatsSnapshot;
-    /// See [`MacTable::snapshot`].
-    fn snapshot(&self, now: Seconds) -> Vec<FdbRecord>;
+    /// See [`MacTable::records`].
+    fn records(&self) -> Vec<FdbRecord>;
     /// Where `key` is, telling local entries apart.
     fn locate(&self, key: &FdbKey) -> Option<Location>;
-    /// See [`MacTable::add_static`].
-    fn add_static(&self, key: FdbKey, port: PortId) -> bool;
+    /// See [`MacTable::add_static_at`].
+    fn add_static(&self, key: FdbKey, port: PortId, vtep: Option<Vtep>) -> bool;
     /// See [`MacTable::add_local`].
     fn add_local(&self, key: FdbKey, port: PortId) -> bool;
     /// See [`MacTable::remove_static`].
@@ -260,8 +288,6 @@ pub trait Table: Send + Sync {
     fn purge_port(&self, port: PortId) -> usize;
     /// See [`MacTable::age`].
     fn age(&self, now: Seconds) -> usize;
-    /// See [`MacTable::export`].
-    fn export(&self) -> Vec<ExportedEntry>;
 }
 
 impl<S: Strategy> Table for MacTable<S> {
@@ -286,14 +312,14 @@ impl<S: Strategy> Table for MacTable<S> {
     fn stats(&self) -> FdbStatsSnapshot {
         MacTable::stats(self)
     }
-    fn snapshot(&self, now: Seconds) -> Vec<FdbRecord> {
-        MacTable::snapshot(self, now)
+    fn records(&self) -> Vec<FdbRecord> {
+        MacTable::records(self)
     }
     fn locate(&self, key: &FdbKey) -> Option<Location> {
         self.read(|r| r.locate(key))
     }
-    fn add_static(&self, key: FdbKey, port: PortId) -> bool {
-        MacTable::add_static(self, key, port)
+    fn add_static(&self, key: FdbKey, port: PortId, vtep: Option<Vtep>) -> bool {
+        MacTable::add_static_at(self, key, port, vtep)
     }
     fn add_local(&self, key: FdbKey, port: PortId) -> bool {
         MacTable::add_local(self, key, port)
@@ -315,9 +341,6 @@ impl<S: Strategy> Table for MacTable<S> {
     }
     fn age(&self, now: Seconds) -> usize {
         MacTable::age(self, now)
-    }
-    fn export(&self) -> Vec<ExportedEntry> {
-        MacTable::export(self)
     }
 }
 
@@ -388,6 +411,11 @@ pub trait FdbLookup {
     fn locate(&self, key: &FdbKey) -> Option<Location> {
         self.lookup(key).map(Location::Port)
     }
+
+    /// [`locate`](Self::locate), with the VTEP behind the port.
+    fn locate_vtep(&self, key: &FdbKey) -> Option<(Location, Option<Vtep>)> {
+        self.locate(key).map(|location| (location, None))
+    }
 }
 
 impl<R: ReadSection<FdbKey, FdbEntry>> FdbLookup for FdbReader<'_, R> {
@@ -398,10 +426,23 @@ impl<R: ReadSection<FdbKey, FdbEntry>> FdbLookup for FdbReader<'_, R> {
 
     #[inline]
     fn locate(&self, key: &FdbKey) -> Option<Location> {
-        self.section.get_with(key, |entry| match entry.is_local {
-            true => Location::Local(entry.port),
-            false => Location::Port(entry.port),
-        })
+        self.section.get_with(key, FdbEntry::location)
+    }
+
+    #[inline]
+    fn locate_vtep(&self, key: &FdbKey) -> Option<(Location, Option<Vtep>)> {
+        self.section
+            .get_with(key, |entry| (entry.location(), entry.vtep))
+    }
+}
+
+impl FdbEntry {
+    #[inline]
+    fn location(&self) -> Location {
+        match self.is_local {
+            true => Location::Local(self.port),
+            false => Location::Port(self.port),
+        }
     }
 }
 
@@ -433,15 +474,21 @@ impl<R: ReadSection<FdbKey, FdbEntry>> FdbReader<'_, R> {
     #[inline]
     pub fn refresh_source(&self, key: &FdbKey, port: PortId, now: Seconds) -> bool {
         matches!(
-            self.source_state(key, port, now),
+            self.source_state(key, port, None, now),
             SourceState::Known | SourceState::Local
         )
     }
 
-    /// [`refresh_source`](Self::refresh_source), telling a move from a new
-    /// station.
+    /// [`refresh_source`](Self::refresh_source) of a station heard from
+    /// `vtep` (a VXLAN port's), telling a move from a new station.
     #[inline]
-    pub fn source_state(&self, key: &FdbKey, port: PortId, now: Seconds) -> SourceState {
+    pub fn source_state(
+        &self,
+        key: &FdbKey,
+        port: PortId,
+        vtep: Option<Vtep>,
+        now: Seconds,
+    ) -> SourceState {
         let state = self.section.get_with(key, |entry| {
             if entry.is_local {
                 return SourceState::Local;
@@ -449,7 +496,7 @@ impl<R: ReadSection<FdbKey, FdbEntry>> FdbReader<'_, R> {
             if entry.is_static {
                 return SourceState::Known;
             }
-            if entry.port != port {
+            if entry.port != port || entry.vtep != vtep {
                 return SourceState::Moved;
             }
             // Only a changed second is written, so a busy station dirties
@@ -500,33 +547,16 @@ impl<S: Strategy> MacTable<S> {
         }
     }
 
-    /// Every entry with everything it holds, for a table of another
-    /// strategy to take over ([`import`](Self::import)).
-    pub fn export(&self) -> Vec<ExportedEntry> {
-        let mut entries = Vec::with_capacity(self.len());
-        self.map.read(|r| {
-            r.for_each(|key, entry| {
-                entries.push(ExportedEntry {
-                    key: *key,
-                    port: entry.port,
-                    is_static: entry.is_static,
-                    is_local: entry.is_local,
-                    last_seen: entry.last_seen(),
-                })
-            })
-        });
-        entries
-    }
-
-    /// Takes over `entries` (from [`export`](Self::export)) in one write
+    /// Takes over `entries` (from [`records`](Self::records)) in one write
     /// section, ages and kinds kept, and the totals of the table they came
     /// from.
-    pub fn import(&self, entries: &[ExportedEntry], totals: FdbStatsSnapshot) {
+    pub fn import(&self, entries: &[FdbRecord], totals: FdbStatsSnapshot) {
         let learned = self.map.write(|w| {
             let mut learned = 0;
             for entry in entries {
                 let value = FdbEntry {
                     port: entry.port,
+                    vtep: entry.vtep,
                     is_static: entry.is_static,
                     is_local: entry.is_local,
                     last_seen: AtomicU32::new(entry.last_seen),
@@ -595,20 +625,41 @@ impl<S: Strategy> MacTable<S> {
 
     /// Learns that `key` was seen on `port` at `now`.
     pub fn learn(&self, key: FdbKey, port: PortId, now: Seconds) -> Learned {
-        self.map.write(|w| self.learn_in(w, key, port, now).0)
+        let source = Source {
+            key,
+            port,
+            vtep: None,
+        };
+        self.map.write(|w| self.learn_in(w, source, now).0)
     }
 
     /// Learns a batch of sources in one write section; returns how many were
     /// refused for lack of room.
     pub fn learn_batch(&self, sources: &[(FdbKey, PortId)], now: Seconds) -> usize {
-        self.learn_batch_with(sources, now, |_, _, _| {})
+        if sources.is_empty() {
+            return 0;
+        }
+        self.map.write(|w| {
+            let mut refused = 0;
+            for &(key, port) in sources {
+                let source = Source {
+                    key,
+                    port,
+                    vtep: None,
+                };
+                refused += usize::from(self.learn_in(w, source, now).0 == Learned::Refused);
+            }
+            refused
+        })
     }
 
-    /// [`learn_batch`](Self::learn_batch), calling `moved(key, from, to)`
-    /// for each station that moved.
+    /// [`learn_batch`](Self::learn_batch) of sources that may name their
+    /// VTEP, calling `moved(key, from, to)` for each station that moved to
+    /// another port (one that moved to another VTEP behind the same port
+    /// is counted as moved, but calls nothing).
     pub fn learn_batch_with(
         &self,
-        sources: &[(FdbKey, PortId)],
+        sources: &[Source],
         now: Seconds,
         mut moved: impl FnMut(FdbKey, PortId, PortId),
     ) -> usize {
@@ -617,10 +668,12 @@ impl<S: Strategy> MacTable<S> {
         }
         self.map.write(|w| {
             let mut refused = 0;
-            for &(key, port) in sources {
-                match self.learn_in(w, key, port, now) {
+            for &source in sources {
+                match self.learn_in(w, source, now) {
                     (Learned::Refused, _) => refused += 1,
-                    (Learned::Moved, Some(from)) => moved(key, from, port),
+                    (Learned::Moved, Some(from)) if from != source.port => {
+                        moved(source.key, from, source.port)
+                    }
                     _ => {}
                 }
             }
@@ -658,10 +711,10 @@ impl<S: Strategy> MacTable<S> {
     fn learn_in(
         &self,
         w: &mut impl WriteSection<FdbKey, FdbEntry>,
-        key: FdbKey,
-        port: PortId,
+        source: Source,
         now: Seconds,
     ) -> (Learned, Option<PortId>) {
+        let Source { key, port, vtep } = source;
         // The host's addresses are local in every VLAN (see `source_state`).
         let host = key.vlan != 0
             && w.update(FdbKey::new(0, key.mac), |old| {
@@ -671,19 +724,19 @@ impl<S: Strategy> MacTable<S> {
             _ if host => (Update::Keep, (Learned::Local, None)),
             Some(entry) if entry.is_local => (Update::Keep, (Learned::Local, None)),
             None if self.reserve() => (
-                Update::Put(FdbEntry::learned(port, now)),
+                Update::Put(FdbEntry::learned(port, vtep, now)),
                 (Learned::New, None),
             ),
             None => (Update::Keep, (Learned::Refused, None)),
             Some(entry) if entry.is_static => (Update::Keep, (Learned::Static, None)),
-            Some(entry) if entry.port == port => {
+            Some(entry) if entry.port == port && entry.vtep == vtep => {
                 entry.last_seen.store(now, Ordering::Relaxed);
                 (Update::Keep, (Learned::Refreshed, None))
             }
             // A move replaces the entry rather than editing it, so that
             // readers of `rcu` and `epoch` see the old entry or the new one.
             Some(entry) => (
-                Update::Put(FdbEntry::learned(port, now)),
+                Update::Put(FdbEntry::learned(port, vtep, now)),
                 (Learned::Moved, Some(entry.port)),
             ),
         });
@@ -716,7 +769,13 @@ impl<S: Strategy> MacTable<S> {
     /// Adds or replaces a static entry: it never ages, and learning never
     /// overwrites it. Returns `true` when it replaced a learned entry.
     pub fn add_static(&self, key: FdbKey, port: PortId) -> bool {
-        self.add_configured(key, port, false)
+        self.add_configured(key, port, None, false)
+    }
+
+    /// [`add_static`](Self::add_static) of a station behind a VXLAN port,
+    /// at `vtep` (`None`: sent to the port's flood list).
+    pub fn add_static_at(&self, key: FdbKey, port: PortId, vtep: Option<Vtep>) -> bool {
+        self.add_configured(key, port, vtep, false)
     }
 
     /// Adds the address of port `port`'s own interface as a local entry:
@@ -727,7 +786,7 @@ impl<S: Strategy> MacTable<S> {
     /// before it became the port's are forgotten. Returns `true` when it
     /// replaced or removed a learned entry.
     pub fn add_local(&self, key: FdbKey, port: PortId) -> bool {
-        let replaced = self.add_configured(key, port, true);
+        let replaced = self.add_configured(key, port, None, true);
         if key.vlan != 0 {
             return replaced;
         }
@@ -739,10 +798,16 @@ impl<S: Strategy> MacTable<S> {
         replaced || removed > 0
     }
 
-    fn add_configured(&self, key: FdbKey, port: PortId, is_local: bool) -> bool {
+    fn add_configured(
+        &self,
+        key: FdbKey,
+        port: PortId,
+        vtep: Option<Vtep>,
+        is_local: bool,
+    ) -> bool {
         let replaced_learned = self.map.write(|w| {
             w.update(key, |old| {
-                let entry = FdbEntry::configured(port, is_local);
+                let entry = FdbEntry::configured(port, vtep, is_local);
                 (Update::Put(entry), old.is_some_and(|e| !e.is_static))
             })
         });
@@ -824,21 +889,18 @@ impl<S: Strategy> MacTable<S> {
         removed
     }
 
-    /// Every entry, sorted by VLAN and address, for display.
-    pub fn snapshot(&self, now: Seconds) -> Vec<FdbRecord> {
+    /// Every entry, sorted by VLAN and address.
+    pub fn records(&self) -> Vec<FdbRecord> {
         let mut records = Vec::with_capacity(self.len());
         self.map.read(|r| {
             r.for_each(|key, entry| {
                 records.push(FdbRecord {
                     key: *key,
                     port: entry.port,
+                    vtep: entry.vtep,
                     is_static: entry.is_static,
                     is_local: entry.is_local,
-                    idle_secs: if entry.is_static {
-                        0
-                    } else {
-                        now.saturating_sub(entry.last_seen())
-                    },
+                    last_seen: entry.last_seen(),
                 })
             })
         });

@@ -3,8 +3,8 @@
 
 mod common;
 
-use bridge::decision::DropReason;
-use bridge::fdb::{FdbKey, FdbRecord, Learned, PortId};
+use bridge::decision::{Decision, DropReason};
+use bridge::fdb::{FdbKey, FdbRecord, Learned, PortId, SourceState};
 use bridge::vlan::PortVlans;
 use bridge::wire::MacAddr;
 use bridge::{FdbConfig, MacTable, WorkerConfig};
@@ -13,6 +13,7 @@ use locks::Strategy;
 
 const A: u32 = 1;
 const B: u32 = 2;
+const C: u32 = 3;
 
 fn key(n: u32) -> FdbKey {
     FdbKey::new(0, station(n))
@@ -332,26 +333,89 @@ fn snapshots_list_every_entry<S: Strategy>() {
         FdbRecord {
             key: key(A),
             port: PortId(2),
+            vtep: None,
             is_static: true,
             is_local: false,
-            idle_secs: 0,
+            last_seen: 0,
         },
         FdbRecord {
             key: key(B),
             port: PortId(0),
+            vtep: None,
             is_static: false,
             is_local: false,
-            idle_secs: 6,
+            last_seen: 4,
         },
         FdbRecord {
             key: FdbKey::new(5, station(B)),
             port: PortId(1),
+            vtep: None,
             is_static: false,
             is_local: false,
-            idle_secs: 7,
+            last_seen: 3,
         },
     ];
-    assert_eq!(table.snapshot(10), expected);
+    let records = table.records();
+    assert_eq!(records, expected);
+    let idle: Vec<u32> = records.iter().map(|r| r.idle_secs(10)).collect();
+    assert_eq!(idle, [0, 6, 7], "static entries are never idle");
+}
+
+/// Stations behind a VXLAN port keep their VTEP in their entry, as a
+/// Linux vxlan fdb entry keeps its `dst`: a frame to one is decided with
+/// it, a station heard from another VTEP has moved, a static entry's VTEP
+/// stays, and a table of another strategy takes the VTEPs over.
+fn stations_keep_their_vtep<S: Strategy>() {
+    use bridge::decision::decide_to;
+    use bridge::fdb::Source;
+    let table = MacTable::<S>::new(FdbConfig::default());
+    let vtep = |n: u8| Some(std::net::IpAddr::from([198, 18, 0, n]));
+    let heard = |port: u16, n: u8| Source {
+        key: key(B),
+        port: PortId(port),
+        vtep: vtep(n),
+    };
+    assert_eq!(table.learn_batch_with(&[heard(1, 2)], 1, |_, _, _| {}), 0);
+    let to_b = frame(station(B), station(A), 60);
+    let decided = table.read(|r| decide_to(PortId(0), &to_b, None, r));
+    assert_eq!(decided, (Decision::Unicast(PortId(1)), vtep(2)));
+    // The same station from the same VTEP is known; from another, moved.
+    let state = |n: u8| table.read(|r| r.source_state(&key(B), PortId(1), vtep(n), 1));
+    assert_eq!(state(2), SourceState::Known);
+    assert_eq!(state(3), SourceState::Moved);
+    let mut moves = 0;
+    table.learn_batch_with(&[heard(1, 3)], 2, |_, _, _| moves += 1);
+    assert_eq!(moves, 0, "a new VTEP behind the same port is no port move");
+    assert_eq!(table.stats().moved, 1);
+    let decided = table.read(|r| decide_to(PortId(0), &to_b, None, r));
+    assert_eq!(decided, (Decision::Unicast(PortId(1)), vtep(3)));
+    // A frame to a port without VTEPs, or a flood, names none.
+    table.learn(key(A), PortId(0), 2);
+    let to_a = frame(station(A), station(B), 60);
+    let decided = table.read(|r| decide_to(PortId(1), &to_a, None, r));
+    assert_eq!(decided, (Decision::Unicast(PortId(0)), None));
+    // A static entry's VTEP: learning moves it neither to another VTEP
+    // nor to another port.
+    table.add_static_at(key(C), PortId(1), vtep(9));
+    table.learn_batch_with(
+        &[Source {
+            key: key(C),
+            port: PortId(1),
+            vtep: vtep(4),
+        }],
+        3,
+        |_, _, _| {},
+    );
+    let to_c = frame(station(C), station(A), 60);
+    let decided = table.read(|r| decide_to(PortId(0), &to_c, None, r));
+    assert_eq!(decided, (Decision::Unicast(PortId(1)), vtep(9)));
+    // Ageing covers remote stations too.
+    assert_eq!(table.age(2 + FdbConfig::DEFAULT_AGE_SECS), 2);
+    assert_eq!(table.lookup(&key(B)), None);
+    // Another strategy's table takes the entries over, VTEPs and all.
+    let other = MacTable::<locks::Mutex>::new(FdbConfig::default());
+    other.import(&table.records(), table.stats());
+    assert_eq!(other.records(), table.records());
 }
 
 /// A full table refuses each new station once per batch however many of
@@ -540,11 +604,12 @@ fn a_thousand_stations_round_trip<S: Strategy>() {
         );
     }
     assert_eq!(table.lookup(&key(1000)), None);
-    assert_eq!(table.snapshot(1).len(), 1000);
+    assert_eq!(table.records().len(), 1000);
 }
 
 for_each_strategy!(
     runts_are_dropped,
+    stations_keep_their_vtep,
     bad_sources_are_dropped_and_not_learned,
     reserved_destinations_are_never_forwarded,
     group_and_unknown_destinations_flood,

@@ -76,7 +76,7 @@ fn concurrent_learning_ageing_and_flushing<S: Strategy>() {
                 match round % 3 {
                     0 => table.age(round / 50),
                     1 => table.flush_port(PortId((round % (PORTS as u32 - 1)) as u16)),
-                    _ => table.snapshot(round).len(),
+                    _ => table.records().len(),
                 };
                 thread::yield_now();
             }
@@ -87,7 +87,7 @@ fn concurrent_learning_ageing_and_flushing<S: Strategy>() {
         learners_done.store(true, Ordering::Relaxed);
     });
 
-    let records = table.snapshot(u32::MAX);
+    let records = table.records();
     assert_eq!(records.len(), table.len());
     let learned = records.iter().filter(|r| !r.is_static).count();
     assert_eq!(learned, table.learned_len(), "learned count drifted");

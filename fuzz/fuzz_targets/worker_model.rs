@@ -484,7 +484,7 @@ fn run<S: Strategy>(input: &Input) {
             );
         }
         let table: Vec<_> = fdb
-            .snapshot(0)
+            .records()
             .into_iter()
             .map(|r: FdbRecord| (r.key, r.port, r.is_static, r.is_local))
             .collect();

@@ -4,6 +4,8 @@
 use std::io;
 use std::os::fd::RawFd;
 
+use crate::wire::vxlan::Vtep;
+
 use super::{
     Port, PortError, RawPort, RxBatch, RxReport, SendReport, TapPort, VxlanPort, VNET_HDR_LEN,
 };
@@ -53,6 +55,17 @@ impl Port for LinkPort {
             LinkPort::Tap(port) => port.send_batch(frames),
             LinkPort::Raw(port) => port.send_batch(frames),
             LinkPort::Vxlan(port) => port.send_batch(frames),
+        }
+    }
+
+    fn send_batch_to<'a>(
+        &mut self,
+        frames: impl Iterator<Item = (&'a [u8], Option<Vtep>)>,
+    ) -> SendReport {
+        match self {
+            LinkPort::Tap(port) => port.send_batch_to(frames),
+            LinkPort::Raw(port) => port.send_batch_to(frames),
+            LinkPort::Vxlan(port) => port.send_batch_to(frames),
         }
     }
 

@@ -29,6 +29,8 @@ pub use crate::wire::vnet::VNET_HDR_LEN;
 use std::io;
 use std::os::fd::RawFd;
 
+use crate::wire::vxlan::Vtep;
+
 /// A fixed set of reusable receive buffers.
 ///
 /// Frames are packed one after the other (each at a 64-byte boundary), and
@@ -42,6 +44,8 @@ pub struct RxBatch {
     frame_capacity: usize,
     starts: Box<[usize]>,
     lens: Box<[usize]>,
+    /// Per frame, the VTEP it came from (a VXLAN port's frames).
+    vteps: Box<[Option<Vtep>]>,
     count: usize,
     /// Where the next frame goes.
     end: usize,
@@ -78,6 +82,7 @@ impl RxBatch {
             frame_capacity,
             starts: vec![0; frames].into_boxed_slice(),
             lens: vec![0; frames].into_boxed_slice(),
+            vteps: vec![None; frames].into_boxed_slice(),
             count: 0,
             end: 0,
         }
@@ -125,6 +130,22 @@ impl RxBatch {
         &self.slab[start..start + self.lens[index]]
     }
 
+    /// The VTEP frame `index` came from, if a VXLAN port said.
+    #[inline]
+    pub fn vtep(&self, index: usize) -> Option<Vtep> {
+        assert!(index < self.count, "frame {index} of {}", self.count);
+        self.vteps[index]
+    }
+
+    /// Says that the last frame came from `vtep`.
+    ///
+    /// # Panics
+    /// When the batch is empty.
+    pub fn set_last_vtep(&mut self, vtep: Vtep) {
+        assert!(self.count > 0, "no frame to name a VTEP of");
+        self.vteps[self.count - 1] = Some(vtep);
+    }
+
     /// The frames, in order of arrival.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + Clone + '_ {
         (0..self.count).map(|index| self.frame(index))
@@ -149,6 +170,7 @@ impl RxBatch {
         assert!(!self.is_full() && len <= self.frame_capacity);
         self.starts[self.count] = self.end;
         self.lens[self.count] = len;
+        self.vteps[self.count] = None;
         self.count += 1;
         self.end = align_frame(self.end + len);
     }
@@ -348,6 +370,16 @@ pub trait Port: Send {
 
     /// Sends the frames, in order, and says what became of each.
     fn send_batch<'a>(&mut self, frames: impl Iterator<Item = &'a [u8]>) -> SendReport;
+
+    /// [`send_batch`](Self::send_batch) of frames each with the VTEP its
+    /// destination's fdb entry names: a VXLAN port sends a frame there, or
+    /// to its flood list for `None`; other ports have no VTEPs.
+    fn send_batch_to<'a>(
+        &mut self,
+        frames: impl Iterator<Item = (&'a [u8], Option<Vtep>)>,
+    ) -> SendReport {
+        self.send_batch(frames.map(|(frame, _)| frame))
+    }
 
     /// Reads and clears an error the port signals out of band (POLLERR on
     /// its descriptor): a packet socket's SO_ERROR, a tap's detached queue.

@@ -24,6 +24,10 @@ pub type Vni = u32;
 /// The largest VNI.
 pub const MAX_VNI: Vni = (1 << 24) - 1;
 
+/// A VXLAN tunnel endpoint: the remote address a station behind a VXLAN
+/// port is reached at.
+pub type Vtep = std::net::IpAddr;
+
 /// Why a datagram is not a VXLAN frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum VxlanError {

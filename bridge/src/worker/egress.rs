@@ -79,7 +79,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             &mut self.rewritten,
         );
         let r = self.rewrites.len();
-        self.rewrites.push((start, len));
+        self.rewrites.push((start, len, index));
         self.forms[index][slot] = Some(r);
         self.batch.len() + r
     }
@@ -158,7 +158,7 @@ mod tests {
     /// and its frame.
     fn output(worker: &Worker<locks::Epoch, HeaderPort>, index: usize) -> (u16, Vec<u8>) {
         let r = index - worker.batch.len();
-        let (start, len) = worker.rewrites[r];
+        let (start, len, _) = worker.rewrites[r];
         let buffer = &worker.rewritten[start..start + len];
         let csum_start = u16::from_ne_bytes([buffer[6], buffer[7]]);
         (csum_start, buffer[VNET_HDR_LEN..].to_vec())

@@ -31,8 +31,8 @@ pub use stopper::Stopper;
 
 use crate::capture::{self, CaptureHub};
 use crate::counters::{PortCounters, PortStats, WorkerCounters};
-use crate::decision::{classify_in, decide_in, Decision};
-use crate::fdb::{FdbKey, FdbReader, FdbSection, MacTable, PortId, Seconds, SourceState};
+use crate::decision::{classify_in, decide_to, Decision};
+use crate::fdb::{FdbReader, FdbSection, MacTable, PortId, Seconds, Source, SourceState, Vtep};
 use crate::port::{wake, Port, PortError, RxBatch};
 use crate::vlan::{self, Admitted, PortVlans};
 use changes::Change;
@@ -75,9 +75,11 @@ pub struct Worker<S: Strategy, P: Port> {
     capturing: bool,
     batch: RxBatch,
     decisions: Vec<Decision>,
+    /// Per frame of the batch, the VTEP its destination's entry names.
+    vteps: Vec<Option<Vtep>>,
     /// The batch's sources to learn, once each, with what the fast path saw.
-    to_learn: Vec<(FdbKey, PortId, SourceState)>,
-    learn_buffer: Vec<(FdbKey, PortId)>,
+    to_learn: Vec<(Source, SourceState)>,
+    learn_buffer: Vec<Source>,
     /// When this worker last warned of a port's own address as a source.
     own_source_warned: Option<Instant>,
     /// When the ports' links are to be looked at next.
@@ -96,7 +98,9 @@ pub struct Worker<S: Strategy, P: Port> {
     /// Frames rewritten for egress (a tag removed, added or changed), one
     /// after the other; an output index past the batch's frames names one.
     rewritten: Vec<u8>,
-    rewrites: Vec<(usize, usize)>,
+    /// Per rewrite: its start and length in `rewritten`, and the frame of
+    /// the batch it was made of.
+    rewrites: Vec<(usize, usize, usize)>,
     /// Per frame of the batch, the rewrite index of its untagged and its
     /// tagged form, once made.
     forms: Vec<[Option<usize>; 2]>,
@@ -149,6 +153,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             capturing: false,
             batch: RxBatch::new(config.batch_size, config.frame_capacity),
             decisions: Vec::with_capacity(config.batch_size),
+            vteps: Vec::with_capacity(config.batch_size),
             to_learn: Vec::with_capacity(config.batch_size),
             learn_buffer: Vec::with_capacity(config.batch_size),
             own_source_warned: None,
@@ -451,48 +456,48 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             fdb,
             batch,
             decisions,
+            vteps,
             to_learn,
             slots,
             admitted,
             ..
         } = self;
         decisions.clear();
+        vteps.clear();
         admitted.clear();
         if self.config.mode == Mode::Relay {
             let other = Decision::Unicast(PortId(1 - port.0));
             decisions.extend(std::iter::repeat_n(other, batch.len()));
+            vteps.resize(batch.len(), None);
             self.dispatch(ingress);
             return;
         }
         let filtering = self.config.vlan_filtering;
         let port_vlans = &slots[ingress].vlans;
+        let mut decide = |section: &FdbReader<'_, FdbSection<'_, S>>, index: usize| {
+            let buffer = batch.frame(index);
+            let heard = Heard {
+                port,
+                vtep: batch.vtep(index),
+                frame: &buffer[P::METADATA_LEN.min(buffer.len())..],
+            };
+            let (decision, vtep) = if filtering {
+                admit_and_decide::<S>(section, heard, port_vlans, now, to_learn, admitted)
+            } else {
+                decide_and_refresh::<S>(section, heard, None, now, to_learn)
+            };
+            decisions.push(decision);
+            vteps.push(vtep);
+        };
         match self.config.section {
             SectionMode::PerBatch => fdb.read(|section| {
-                for frame in batch.iter() {
-                    let frame = &frame[P::METADATA_LEN.min(frame.len())..];
-                    let decision = if filtering {
-                        admit_and_decide::<S>(
-                            section, port, port_vlans, frame, now, to_learn, admitted,
-                        )
-                    } else {
-                        decide_and_refresh::<S>(section, port, frame, None, now, to_learn)
-                    };
-                    decisions.push(decision);
+                for index in 0..batch.len() {
+                    decide(section, index);
                 }
             }),
             SectionMode::PerFrame => {
-                for frame in batch.iter() {
-                    let frame = &frame[P::METADATA_LEN.min(frame.len())..];
-                    let decision = fdb.read(|section| {
-                        if filtering {
-                            admit_and_decide::<S>(
-                                section, port, port_vlans, frame, now, to_learn, admitted,
-                            )
-                        } else {
-                            decide_and_refresh::<S>(section, port, frame, None, now, to_learn)
-                        }
-                    });
-                    decisions.push(decision);
+                for index in 0..batch.len() {
+                    fdb.read(|section| decide(section, index));
                 }
             }
         }
@@ -510,7 +515,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         // ignores it too), counted, and reported at a bounded rate.
         let before = self.to_learn.len();
         self.to_learn
-            .retain(|(_, _, state)| *state != SourceState::Local);
+            .retain(|(_, state)| *state != SourceState::Local);
         let own = before - self.to_learn.len();
         if own > 0 {
             self.fdb.refuse_own(own);
@@ -521,19 +526,23 @@ impl<S: Strategy, P: Port> Worker<S, P> {
         if self.fdb.is_full() {
             let before = self.to_learn.len();
             self.to_learn
-                .retain(|(_, _, state)| *state == SourceState::Moved);
-            self.fdb.refuse(before - self.to_learn.len());
+                .retain(|(_, state)| *state == SourceState::Moved);
+            let refused = before - self.to_learn.len();
+            self.fdb.refuse(refused);
+            self.slots[ingress].stats.refused += refused as u64;
         }
         let mut moves = 0u32;
         let mut last_move = None;
-        let sources = self.to_learn.iter().map(|&(key, port, _)| (key, port));
+        let sources = self.to_learn.iter().map(|&(source, _)| source);
         self.learn_buffer.clear();
         self.learn_buffer.extend(sources);
-        self.fdb
+        let refused = self
+            .fdb
             .learn_batch_with(&self.learn_buffer, now, |key, from, to| {
                 moves += 1;
                 last_move = Some((key, from, to));
             });
+        self.slots[ingress].stats.refused += refused as u64;
         self.to_learn.clear();
         if moves == 0 {
             return;
@@ -637,13 +646,14 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             }
             let output = &mut slot.output;
             let (batch, rewritten, rewrites) = (&self.batch, &self.rewritten, &self.rewrites);
+            let vteps = &self.vteps;
             let frames = output
                 .iter()
                 .map(|&index| match index.checked_sub(batch.len()) {
-                    None => batch.frame(index),
+                    None => (batch.frame(index), vteps[index]),
                     Some(r) => {
-                        let (start, len) = rewrites[r];
-                        &rewritten[start..start + len]
+                        let (start, len, frame) = rewrites[r];
+                        (&rewritten[start..start + len], vteps[frame])
                     }
                 });
             let offered = output.len() as u64;
@@ -651,7 +661,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
                 .queue
                 .as_mut()
                 .expect("sendable ports are in use")
-                .send_batch(frames.clone());
+                .send_batch_to(frames.clone());
             if self.capturing && report.sent > 0 {
                 // The frames offered up to the last one the port took (a
                 // refused or dropped one among them shows too).
@@ -660,7 +670,9 @@ impl<S: Strategy, P: Port> Worker<S, P> {
                     PortId(egress as u16),
                     capture::Direction::Out,
                     P::METADATA_LEN,
-                    frames.take(report.sent + report.refused),
+                    frames
+                        .take(report.sent + report.refused)
+                        .map(|(frame, _)| frame),
                 );
             }
             output.clear();
@@ -685,26 +697,34 @@ impl<S: Strategy, P: Port> Worker<S, P> {
     }
 }
 
+/// A frame as the decision sees it: the port it came in on, the VTEP it
+/// came from there (a VXLAN port's), and its Ethernet bytes.
+#[derive(Clone, Copy)]
+struct Heard<'a> {
+    port: PortId,
+    vtep: Option<Vtep>,
+    frame: &'a [u8],
+}
+
 /// Admits a frame on its port's VLANs (see [`vlan::admit`]) and decides it
 /// within its VLAN.
 #[inline]
 fn admit_and_decide<S: Strategy>(
     section: &FdbReader<'_, FdbSection<'_, S>>,
-    ingress: PortId,
+    heard: Heard<'_>,
     vlans: &PortVlans,
-    frame: &[u8],
     now: Seconds,
-    to_learn: &mut Vec<(FdbKey, PortId, SourceState)>,
+    to_learn: &mut Vec<(Source, SourceState)>,
     admitted: &mut Vec<Option<Admitted>>,
-) -> Decision {
-    match vlan::admit(vlans, frame) {
+) -> (Decision, Option<Vtep>) {
+    match vlan::admit(vlans, heard.frame) {
         Ok(frame_vlan) => {
             admitted.push(Some(frame_vlan));
-            decide_and_refresh::<S>(section, ingress, frame, Some(frame_vlan.vid), now, to_learn)
+            decide_and_refresh::<S>(section, heard, Some(frame_vlan.vid), now, to_learn)
         }
         Err(reason) => {
             admitted.push(None);
-            Decision::Drop(reason)
+            (Decision::Drop(reason), None)
         }
     }
 }
@@ -719,18 +739,21 @@ pub(super) fn payload_len<P: Port>(buffer: &[u8]) -> u64 {
 #[inline]
 fn decide_and_refresh<S: Strategy>(
     section: &FdbReader<'_, FdbSection<'_, S>>,
-    ingress: PortId,
-    frame: &[u8],
+    heard: Heard<'_>,
     vlan: Option<crate::wire::VlanId>,
     now: Seconds,
-    to_learn: &mut Vec<(FdbKey, PortId, SourceState)>,
-) -> Decision {
-    if let Ok((_, source)) = classify_in(frame, vlan) {
-        let state = section.source_state(&source, ingress, now);
+    to_learn: &mut Vec<(Source, SourceState)>,
+) -> (Decision, Option<Vtep>) {
+    let Heard { port, vtep, frame } = heard;
+    if let Ok((_, key)) = classify_in(frame, vlan) {
+        let state = section.source_state(&key, port, vtep, now);
         // A station sends many frames of a batch: learn it once.
-        if state != SourceState::Known && !to_learn.iter().any(|(key, ..)| *key == source) {
-            to_learn.push((source, ingress, state));
+        if state != SourceState::Known && !to_learn.iter().any(|(s, _)| s.key == key) {
+            to_learn.push((Source { key, port, vtep }, state));
         }
     }
-    decide_in(ingress, frame, vlan, section)
+    decide_to(port, frame, vlan, section)
 }
+
+#[cfg(test)]
+mod tests;

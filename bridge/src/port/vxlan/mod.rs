@@ -12,10 +12,13 @@
 //!   RFC 7348 recommends and the Linux vxlan device does, so that a
 //!   receiving VTEP's RSS or SO_REUSEPORT group spreads the flows over its
 //!   cores while each flow stays in order.
-//! - Received frames teach the port's [`RemoteTable`] which VTEP each inner
-//!   source station is behind; known unicast goes to that VTEP, and
-//!   broadcast, multicast and unknown unicast to every listed remote
-//!   (head-end replication). The bridge never sends a frame back out of the
+//! - Each received frame carries the VTEP it came from, which the bridge
+//!   learns into the fdb beside the inner source station's port, as a
+//!   Linux vxlan fdb entry carries its `dst`: ageing, the learning limit,
+//!   static entries and the lock strategy cover remote stations as they
+//!   cover every other. Known unicast goes to the VTEP its entry names, and
+//!   broadcast, multicast, unknown unicast and stations without a VTEP to
+//!   every listed remote (head-end replication). The bridge never sends a frame back out of the
 //!   port it came in on, so what comes from one VTEP never goes to another
 //!   (split horizon: a full mesh needs no loop prevention).
 //! - The far end gets the inner frame only, not the virtio-net header: a
@@ -27,7 +30,6 @@
 //!   sets don't-fragment) and counted, never sent in fragments.
 
 pub mod datagrams;
-mod remotes;
 mod sys;
 
 use std::collections::{HashMap, VecDeque};
@@ -36,16 +38,14 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::{Duration, Instant};
 
-pub use remotes::{Remote, RemoteEntry, RemoteTable};
+use arc_swap::ArcSwap;
 use socket2::SockAddr;
 
 use super::{fd, Port, PortError, RxBatch, RxReport, SendReport, VNET_HDR_LEN};
-use crate::fdb::FdbKey;
+use crate::wire::flow_hash;
 use crate::wire::segment::{complete_partial, make_whole, offload_large_tcp, SegmentError, TcpRun};
-use crate::wire::vxlan::{self, Vni};
-use crate::wire::{flow_hash, EthernetFrame, MacKind};
+use crate::wire::vxlan::{self, Vni, Vtep};
 use datagrams::{Datagrams, Dropped};
 
 /// Datagrams one receive call takes at most.
@@ -158,10 +158,26 @@ impl VxlanCounters {
 pub struct VxlanShared {
     /// Its settings.
     pub config: VxlanConfig,
-    /// Stations behind it and their VTEPs.
-    pub remotes: RemoteTable,
+    /// The VTEPs of its static fdb entries, which a port that does not
+    /// learn hears beside its listed remotes; the control plane keeps it
+    /// (see [`set_static_vteps`](Self::set_static_vteps)).
+    static_vteps: ArcSwap<Vec<Vtep>>,
     /// What it dropped.
     pub counters: VxlanCounters,
+}
+
+impl VxlanShared {
+    /// Whether `addr` is a listed remote or the VTEP of a static entry.
+    pub fn is_known_vtep(&self, addr: Vtep) -> bool {
+        self.config.remotes.contains(&addr) || self.static_vteps.load().contains(&addr)
+    }
+
+    /// Sets the VTEPs of the port's static fdb entries.
+    pub fn set_static_vteps(&self, mut vteps: Vec<Vtep>) {
+        vteps.sort_unstable();
+        vteps.dedup();
+        self.static_vteps.store(Arc::new(vteps));
+    }
 }
 
 /// One worker's socket on one local address, and the datagrams it took for
@@ -290,8 +306,7 @@ pub struct VxlanPort {
     /// The whole frames of the frames offered, one round of a send at a
     /// time.
     wholes: Wholes,
-    keys: Vec<FdbKey>,
-    found: Vec<Option<IpAddr>>,
+    found: Vec<Option<Vtep>>,
     lanes: Vec<usize>,
     addrs: Vec<SockAddr>,
 }
@@ -306,17 +321,10 @@ impl std::fmt::Debug for VxlanPort {
 }
 
 impl VxlanPort {
-    /// Opens `queues` queues of VXLAN port `name`, one per worker, whose
-    /// remote table holds at most `max_entries` learned stations for `age`.
-    pub fn open(
-        name: &str,
-        config: VxlanConfig,
-        queues: usize,
-        max_entries: usize,
-        age: Duration,
-    ) -> io::Result<Vec<VxlanPort>> {
+    /// Opens `queues` queues of VXLAN port `name`, one per worker.
+    pub fn open(name: &str, config: VxlanConfig, queues: usize) -> io::Result<Vec<VxlanPort>> {
         let shared = Arc::new(VxlanShared {
-            remotes: RemoteTable::new(config.remotes.clone(), max_entries, age),
+            static_vteps: ArcSwap::from_pointee(Vec::new()),
             config,
             counters: VxlanCounters::default(),
         });
@@ -335,7 +343,6 @@ impl VxlanPort {
                     endpoint,
                     fd,
                     wholes: Wholes::default(),
-                    keys: Vec::new(),
                     found: Vec::new(),
                     lanes: Vec::new(),
                     addrs: Vec::new(),
@@ -344,30 +351,35 @@ impl VxlanPort {
             .collect()
     }
 
-    /// What the port's queues share: its remote table and counters.
+    /// What the port's queues share: its settings, static VTEPs and
+    /// counters.
     pub fn shared(&self) -> &Arc<VxlanShared> {
         &self.shared
     }
 
-    /// Takes one inner frame from `source` into the batch, and learns its
-    /// source station's VTEP.
+    /// Takes one inner frame from `source` into the batch, with `source` as
+    /// its VTEP when the port learns.
     /// A TCP segment that continues the flow of the batch's last frame
     /// (`run`) joins it instead (see `wire::segment::TcpRun`).
     fn deliver(
         shared: &VxlanShared,
         frame: &[u8],
         source: IpAddr,
-        now: Instant,
         batch: &mut RxBatch,
         report: &mut RxReport,
         run: &mut Option<TcpRun>,
     ) {
         let config = &shared.config;
-        if !config.learning && !shared.remotes.is_known_vtep(source) {
+        if !config.learning && !shared.is_known_vtep(source) {
             VxlanCounters::bump(&shared.counters.unlisted_source);
             return;
         }
-        if let (Some(tcp), Some((buffer, len))) = (run.as_mut(), batch.last_mut()) {
+        let vtep = config.learning.then_some(source);
+        // Segments of one flow from two VTEPs are two stations' (or one
+        // that moved): never one frame.
+        let same_vtep = !batch.is_empty() && batch.vtep(batch.len() - 1) == vtep;
+        if let (Some(tcp), true, Some((buffer, len))) = (run.as_mut(), same_vtep, batch.last_mut())
+        {
             if let Some(joined) = tcp.join(buffer, len, frame) {
                 batch.set_last_len(joined);
                 return;
@@ -389,15 +401,10 @@ impl VxlanPort {
             *run = TcpRun::start(inner);
         }
         batch.commit(VNET_HDR_LEN + frame.len());
-        report.received += 1;
-        if let Ok(eth) = EthernetFrame::new_checked(frame) {
-            let src = eth.src_addr();
-            if config.learning && src.is_valid_source() {
-                shared
-                    .remotes
-                    .learn(FdbKey::new(eth.vlan_id(), src), source, now);
-            }
+        if let Some(vtep) = vtep {
+            batch.set_last_vtep(vtep);
         }
+        report.received += 1;
     }
 }
 
@@ -412,13 +419,12 @@ impl VxlanPort {
         vni: Vni,
         frame: &[u8],
         source: IpAddr,
-        now: Instant,
         batch: &mut RxBatch,
         report: &mut RxReport,
         run: &mut Option<TcpRun>,
     ) -> bool {
         if vni == shared.config.vni {
-            Self::deliver(shared, frame, source, now, batch, report, run);
+            Self::deliver(shared, frame, source, batch, report, run);
             return false;
         }
         match pending.get_mut(&vni) {
@@ -453,7 +459,6 @@ impl Port for VxlanPort {
 
     fn recv_batch(&mut self, batch: &mut RxBatch) -> Result<RxReport, PortError> {
         let mut report = RxReport::default();
-        let now = Instant::now();
         let shared = &*self.shared;
         let vni = shared.config.vni;
         let mut endpoint = self.endpoint.lock().unwrap_or_else(PoisonError::into_inner);
@@ -472,7 +477,7 @@ impl Port for VxlanPort {
                 let Some((frame, source)) = queue.pop_front() else {
                     break;
                 };
-                Self::deliver(shared, &frame, source, now, batch, &mut report, &mut run);
+                Self::deliver(shared, &frame, source, batch, &mut report, &mut run);
             }
         }
         // Bounded: datagrams that take no place in the batch (other VNIs,
@@ -534,7 +539,6 @@ impl Port for VxlanPort {
                             v,
                             frame,
                             source,
-                            now,
                             batch,
                             &mut report,
                             &mut run,
@@ -553,7 +557,14 @@ impl Port for VxlanPort {
         Ok(report)
     }
 
-    fn send_batch<'a>(&mut self, mut frames: impl Iterator<Item = &'a [u8]>) -> SendReport {
+    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = &'a [u8]>) -> SendReport {
+        self.send_batch_to(frames.map(|frame| (frame, None)))
+    }
+
+    fn send_batch_to<'a>(
+        &mut self,
+        mut frames: impl Iterator<Item = (&'a [u8], Option<Vtep>)>,
+    ) -> SendReport {
         let mut report = SendReport::default();
         loop {
             let filled = self
@@ -598,7 +609,7 @@ struct Filled {
 
 /// The whole frames of the frames offered to one send: packed in `bytes`,
 /// `spans` saying where each is and which frame offered it came from, and
-/// per frame offered its Ethernet length.
+/// per frame offered its Ethernet length and VTEP.
 #[derive(Debug, Default)]
 struct Wholes {
     /// Segments and checksummed copies, one at a time.
@@ -606,6 +617,7 @@ struct Wholes {
     bytes: Vec<u8>,
     spans: Vec<(usize, usize, usize)>,
     lens: Vec<usize>,
+    vteps: Vec<Option<Vtep>>,
 }
 
 impl Wholes {
@@ -613,18 +625,20 @@ impl Wholes {
     /// completed checksums included, until they hold [`WHOLE_MAX`] bytes.
     fn fill<'a>(
         &mut self,
-        frames: &mut impl Iterator<Item = &'a [u8]>,
+        frames: &mut impl Iterator<Item = (&'a [u8], Option<Vtep>)>,
         counters: &VxlanCounters,
         name: &str,
     ) -> Filled {
         self.bytes.clear();
         self.spans.clear();
         self.lens.clear();
+        self.vteps.clear();
         let mut filled = Filled::default();
-        for buffer in frames.by_ref() {
+        for (buffer, vtep) in frames.by_ref() {
             let index = filled.taken;
             filled.taken += 1;
             self.lens.push(buffer.len().saturating_sub(VNET_HDR_LEN));
+            self.vteps.push(vtep);
             if buffer.len() < VNET_HDR_LEN {
                 filled.refused += 1;
                 continue;
@@ -675,23 +689,18 @@ impl VxlanPort {
     fn send_wholes(&mut self, offered: usize, report: &mut SendReport) -> bool {
         let shared = &*self.shared;
         let wholes = &self.wholes;
-        // One read lock for the batch's destinations.
-        self.keys.clear();
-        for i in 0..wholes.spans.len() {
-            let frame = wholes.frame(i);
-            let key = EthernetFrame::new_checked(frame)
-                .ok()
-                .filter(|eth| eth.dst_addr().kind() == MacKind::Unicast)
-                .map_or(FdbKey::new(0, crate::wire::MacAddr::BROADCAST), |eth| {
-                    FdbKey::new(eth.vlan_id(), eth.dst_addr())
-                });
-            self.keys.push(key);
-        }
-        shared.remotes.lookup_all(&self.keys, &mut self.found);
+        // Each whole frame's VTEP: its offered frame's.
+        self.found.clear();
+        self.found.extend(
+            wholes
+                .spans
+                .iter()
+                .map(|&(_, _, owner)| wholes.vteps[owner]),
+        );
         // The addresses: one per known VTEP, and the flood list.
         let port = shared.config.local.port();
         self.addrs.clear();
-        let flood = shared.remotes.flood_list();
+        let flood = &shared.config.remotes;
         for &ip in flood {
             self.addrs.push(SockAddr::from(SocketAddr::new(ip, port)));
         }
@@ -851,7 +860,7 @@ mod tests {
         let batch: Vec<Vec<u8>> = (0..64).map(|_| frame.clone()).collect();
         let mut wholes = Wholes::default();
         let counters = VxlanCounters::default();
-        let mut frames = batch.iter().map(Vec::as_slice);
+        let mut frames = batch.iter().map(|f| (f.as_slice(), None));
         let (mut rounds, mut taken, mut segments) = (0, 0, 0);
         loop {
             let filled = wholes.fill(&mut frames, &counters, "test");
@@ -885,7 +894,7 @@ mod tests {
         ];
         let mut wholes = Wholes::default();
         let counters = VxlanCounters::default();
-        let mut frames = batch.iter().map(Vec::as_slice);
+        let mut frames = batch.iter().map(|f| (f.as_slice(), None));
         let filled = wholes.fill(&mut frames, &counters, "test");
         assert_eq!(
             filled,
@@ -941,7 +950,7 @@ mod tests {
             remotes: Vec::new(),
             learning: true,
         };
-        match VxlanPort::open("t", config, 1, 16, Duration::from_secs(300)) {
+        match VxlanPort::open("t", config, 1) {
             Ok(_) => panic!("{local} opened"),
             Err(error) if error.raw_os_error() == Some(libc::EAFNOSUPPORT) => {
                 eprintln!("skipped: this kernel has no IPv6");
