@@ -3,19 +3,28 @@
 //! the same `Stats` that the control socket's `stats` request returns, so
 //! the two always agree. docs/control.md lists every metric.
 //!
+//! The exposition is written by the `prometheus-client` crate: each scrape
+//! hands it a snapshot of `Stats` as a collector, which describes every
+//! family and its samples.
+//!
 //! The server is one thread serving up to 32 clients at once from one
 //! `poll(2)` loop: for each it reads a request head (at most 8 KiB), writes
 //! the whole response and closes the connection, all within 2 s, after
 //! which a silent or slow client is dropped. A silent client delays nobody
 //! else; the stop flag is looked at every 200 ms.
 
-use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{prometheus_text, DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
 use crate::protocol::{PortStats, Stats};
 
@@ -26,7 +35,7 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often the stop flag is looked at.
 const TICK: Duration = Duration::from_millis(200);
 /// The exposition format's media type.
-const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
 /// The kind of a metric family.
 #[derive(Clone, Copy, PartialEq)]
@@ -36,110 +45,105 @@ enum Kind {
 }
 
 impl Kind {
-    fn name(self) -> &'static str {
+    fn metric_type(self) -> MetricType {
         match self {
-            Kind::Counter => "counter",
-            Kind::Gauge => "gauge",
+            Kind::Counter => MetricType::Counter,
+            Kind::Gauge => MetricType::Gauge,
         }
     }
 }
 
-/// One sample's value, written exactly.
+/// One sample's value.
 #[derive(Clone, Copy)]
 enum Value {
-    /// An integer count or gauge.
+    /// An integer count or gauge, written exactly.
     Int(u64),
-    /// A ratio or other fraction, with three decimals.
+    /// A ratio or other fraction, rounded to three decimals.
     Ratio(f64),
-    /// Nanoseconds, written as seconds with nine decimals.
+    /// Nanoseconds, written as seconds.
     Nanos(u64),
 }
 
-impl std::fmt::Display for Value {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match *self {
-            Value::Int(n) => write!(f, "{n}"),
-            Value::Ratio(x) if x.is_nan() => f.write_str("NaN"),
-            Value::Ratio(x) if x.is_infinite() => {
-                f.write_str(if x > 0.0 { "+Inf" } else { "-Inf" })
-            }
-            Value::Ratio(x) => write!(f, "{x:.3}"),
-            Value::Nanos(ns) => write!(f, "{}.{:09}", ns / 1_000_000_000, ns % 1_000_000_000),
+impl Value {
+    /// The value as a float, for the kinds that are not integers.
+    fn as_f64(self) -> f64 {
+        match self {
+            Value::Int(n) => n as f64,
+            Value::Ratio(x) => (x * 1000.0).round() / 1000.0,
+            // The nearest float to the exact figure while it is below
+            // 2^53 ns (104 days); its shortest form, which the encoder
+            // writes, is the exact figure below 2^22 s (48 days).
+            Value::Nanos(ns) => ns as f64 / 1e9,
         }
     }
 }
 
-/// The exposition being written. Every family goes through `family`, which
-/// writes its HELP and TYPE lines and then its samples, so that a family's
-/// name, HELP and TYPE are written in one place and its lines stay one
-/// group.
-struct Exposition {
-    text: String,
-}
+/// A sample's label pairs.
+type Labels<'a> = Vec<(&'a str, &'a str)>;
 
-impl Exposition {
-    /// Writes family `name` (`mpbridge_` is prefixed) with `samples`, each
-    /// its label pairs and value; a family without samples is left out.
-    fn family<'a>(
-        &mut self,
-        name: &str,
-        kind: Kind,
-        help: &str,
-        samples: impl IntoIterator<Item = (Vec<(&'a str, &'a str)>, Value)>,
-    ) {
-        debug_assert!(
-            (kind == Kind::Counter) == name.ends_with("_total"),
-            "{name}: counters, and only counters, end in _total"
-        );
-        let mut samples = samples.into_iter().peekable();
-        if samples.peek().is_none() {
-            return;
-        }
-        let text = &mut self.text;
-        let _ = writeln!(text, "# HELP mpbridge_{name} {}", escape_help(help));
-        let _ = writeln!(text, "# TYPE mpbridge_{name} {}", kind.name());
-        for (labels, value) in samples {
-            let _ = write!(text, "mpbridge_{name}");
-            for (i, (label, value)) in labels.iter().enumerate() {
-                let open = if i == 0 { '{' } else { ',' };
-                let _ = write!(text, "{open}{label}=\"{}\"", escape_label(value));
-            }
-            if !labels.is_empty() {
-                text.push('}');
-            }
-            let _ = writeln!(text, " {value}");
+/// Writes family `name` (the registry prefixes `mpbridge_`) with `samples`,
+/// each its label pairs and value; a family without samples is left out.
+/// `name` is the family's whole name: for a counter it ends in `_total`,
+/// which is taken off here because the encoder adds it to counters.
+fn family<'a>(
+    out: &mut DescriptorEncoder,
+    name: &str,
+    kind: Kind,
+    help: &str,
+    samples: impl IntoIterator<Item = (Labels<'a>, Value)>,
+) -> std::fmt::Result {
+    debug_assert!(
+        (kind == Kind::Counter) == name.ends_with("_total"),
+        "{name}: counters, and only counters, end in _total"
+    );
+    let mut samples = samples.into_iter().peekable();
+    if samples.peek().is_none() {
+        return Ok(());
+    }
+    let base = match kind {
+        Kind::Counter => name.strip_suffix("_total").unwrap_or(name),
+        Kind::Gauge => name,
+    };
+    let mut metric = out.encode_descriptor(base, help, None, kind.metric_type())?;
+    for (labels, value) in samples {
+        let series = metric.encode_family(&labels)?;
+        match (kind, value) {
+            (Kind::Counter, Value::Int(n)) => ConstCounter::new(n).encode(series)?,
+            (Kind::Counter, value) => ConstCounter::new(value.as_f64()).encode(series)?,
+            (Kind::Gauge, Value::Int(n)) => ConstGauge::new(n).encode(series)?,
+            (Kind::Gauge, value) => ConstGauge::new(value.as_f64()).encode(series)?,
         }
     }
+    Ok(())
 }
 
-/// A label value as the format writes it: `\`, `"` and newline escaped.
-fn escape_label(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
+/// One scrape's figures, as the registry's collector.
+#[derive(Debug)]
+struct Snapshot(Stats);
+
+impl Collector for Snapshot {
+    fn encode(&self, mut out: DescriptorEncoder) -> std::fmt::Result {
+        write_families(&mut out, &self.0)
     }
-    out
-}
-
-/// HELP text as the format writes it: `\` and newline escaped.
-fn escape_help(text: &str) -> String {
-    text.replace('\\', "\\\\").replace('\n', "\\n")
 }
 
 /// The exposition text of `stats`.
 pub fn render(stats: &Stats) -> String {
-    let mut out = Exposition {
-        text: String::with_capacity(8 * 1024),
-    };
+    let mut registry = Registry::with_prefix("mpbridge");
+    // A collector is kept by the registry, so it holds its own copy.
+    registry.register_collector(Box::new(Snapshot(stats.clone())));
+    let mut text = String::with_capacity(8 * 1024);
+    prometheus_text::encode(&mut text, &registry).expect("a String takes any text");
+    text
+}
+
+/// Every family of `stats`, in the order docs/control.md lists them.
+fn write_families(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Result {
     let bridge = stats.name.as_str();
     let one = |value: Value| [(vec![("bridge", bridge)], value)];
 
-    out.family(
+    family(
+        out,
         "info",
         Kind::Gauge,
         "The bridge: its name and MAC table lock strategy; always 1.",
@@ -147,13 +151,14 @@ pub fn render(stats: &Stats) -> String {
             vec![("bridge", bridge), ("lock", stats.lock.as_str())],
             Value::Int(1),
         )],
-    );
-    out.family(
+    )?;
+    family(
+        out,
         "uptime_seconds",
         Kind::Gauge,
         "Seconds since the bridge started.",
         one(Value::Int(stats.uptime_s)),
-    );
+    )?;
 
     type PortField = fn(&PortStats) -> u64;
     let port_counters: [(&str, &str, PortField); 9] = [
@@ -201,7 +206,7 @@ pub fn render(stats: &Stats) -> String {
             |p| p.moves,
         ),
     ];
-    fn labels<'a>(bridge: &'a str, port: &'a PortStats) -> Vec<(&'a str, &'a str)> {
+    fn labels<'a>(bridge: &'a str, port: &'a PortStats) -> Labels<'a> {
         vec![("bridge", bridge), ("port", port.name.as_str())]
     }
     let port_labels = |port| labels(bridge, port);
@@ -210,9 +215,10 @@ pub fn render(stats: &Stats) -> String {
             .ports
             .iter()
             .map(|port| (port_labels(port), Value::Int(field(port))));
-        out.family(name, Kind::Counter, help, samples);
+        family(out, name, Kind::Counter, help, samples)?;
     }
-    out.family(
+    family(
+        out,
         "port_drops_total",
         Kind::Counter,
         "Received frames not forwarded, by reason (runt, bad_source, reserved, same_port, local).",
@@ -223,8 +229,9 @@ pub fn render(stats: &Stats) -> String {
                 (labels, Value::Int(*count))
             })
         }),
-    );
-    out.family(
+    )?;
+    family(
+        out,
         "port_up",
         Kind::Gauge,
         "1 if the port's link is up (running), else 0 (down, deleted, or not visible).",
@@ -232,8 +239,9 @@ pub fn render(stats: &Stats) -> String {
             .ports
             .iter()
             .map(|port| (port_labels(port), Value::Int(u64::from(port.link == "up")))),
-    );
-    out.family(
+    )?;
+    family(
+        out,
         "port_forwarding",
         Kind::Gauge,
         "1 if every worker forwards on the port, else 0 (faulted or gone).",
@@ -241,12 +249,13 @@ pub fn render(stats: &Stats) -> String {
             let forwarding = port.state == "forwarding";
             (port_labels(port), Value::Int(u64::from(forwarding)))
         }),
-    );
+    )?;
 
     let worker_ids: Vec<String> = stats.workers.iter().map(|w| w.id.to_string()).collect();
     let worker_labels =
         |index: usize| vec![("bridge", bridge), ("worker", worker_ids[index].as_str())];
-    out.family(
+    family(
+        out,
         "worker_frames_total",
         Kind::Counter,
         "Frames the worker received, all ports together.",
@@ -255,8 +264,9 @@ pub fn render(stats: &Stats) -> String {
             .iter()
             .enumerate()
             .map(|(i, w)| (worker_labels(i), Value::Int(w.frames))),
-    );
-    out.family(
+    )?;
+    family(
+        out,
         "worker_batches_total",
         Kind::Counter,
         "Batches the worker received and forwarded.",
@@ -265,8 +275,9 @@ pub fn render(stats: &Stats) -> String {
             .iter()
             .enumerate()
             .map(|(i, w)| (worker_labels(i), Value::Int(w.batches))),
-    );
-    out.family(
+    )?;
+    family(
+        out,
         "worker_busy_ratio",
         Kind::Gauge,
         "Share of the bridge's uptime the worker spent receiving and forwarding rather than waiting (0 to 1).",
@@ -275,7 +286,7 @@ pub fn render(stats: &Stats) -> String {
             .iter()
             .enumerate()
             .map(|(i, w)| (worker_labels(i), Value::Ratio(w.busy_percent / 100.0))),
-    );
+    )?;
 
     let fdb = &stats.fdb;
     let fdb_gauges: [(&str, &str, u64); 6] = [
@@ -311,7 +322,7 @@ pub fn render(stats: &Stats) -> String {
         ),
     ];
     for (name, help, value) in fdb_gauges {
-        out.family(name, Kind::Gauge, help, one(Value::Int(value)));
+        family(out, name, Kind::Gauge, help, one(Value::Int(value)))?;
     }
     let fdb_counters: [(&str, &str, u64); 5] = [
         (
@@ -333,16 +344,17 @@ pub fn render(stats: &Stats) -> String {
         ),
     ];
     for (name, help, value) in fdb_counters {
-        out.family(name, Kind::Counter, help, one(Value::Int(value)));
+        family(out, name, Kind::Counter, help, one(Value::Int(value)))?;
     }
 
     let lock = &stats.lockstat;
-    out.family(
+    family(
+        out,
         "lockstat_enabled",
         Kind::Gauge,
         "1 if the MAC table's lock statistics are counted (--lockstat), else 0.",
         one(Value::Int(u64::from(lock.enabled))),
-    );
+    )?;
     if lock.enabled {
         let lock_families: [(&str, &str, Value); 3] = [
             (
@@ -363,10 +375,10 @@ pub fn render(stats: &Stats) -> String {
         ];
         for (name, help, value) in lock_families {
             let labels = vec![("bridge", bridge), ("lock", stats.lock.as_str())];
-            out.family(name, Kind::Counter, help, [(labels, value)]);
+            family(out, name, Kind::Counter, help, [(labels, value)])?;
         }
     }
-    out.text
+    Ok(())
 }
 
 /// The address `--metrics` listens on: `PORT` (on 127.0.0.1), `ADDR:PORT`
@@ -919,18 +931,46 @@ mod tests {
             Some(109.0)
         );
         assert!(e.samples.iter().all(|s| s.labels["bridge"] == stats.name));
-        assert_eq!(escape_help("a\\b\nc"), "a\\\\b\\nc");
     }
 
     #[test]
-    fn values_are_written_exactly() {
-        assert_eq!(Value::Nanos(0).to_string(), "0.000000000");
-        assert_eq!(Value::Nanos(12).to_string(), "0.000000012");
-        assert_eq!(Value::Nanos(u64::MAX).to_string(), "18446744073.709551615");
-        assert_eq!(Value::Ratio(1.0).to_string(), "1.000");
-        assert_eq!(Value::Ratio(f64::NAN).to_string(), "NaN");
-        assert_eq!(Value::Ratio(f64::INFINITY).to_string(), "+Inf");
-        assert_eq!(Value::Int(u64::MAX).to_string(), "18446744073709551615");
+    fn values_are_written_as_prometheus_reads_them() {
+        /// The value of the first sample of `name`, as written.
+        fn written(text: &str, name: &str) -> String {
+            let line = text
+                .lines()
+                .find(|line| line.starts_with(&format!("mpbridge_{name}{{")))
+                .unwrap_or_else(|| panic!("no {name}: {text}"));
+            line.rsplit(' ').next().unwrap().to_owned()
+        }
+        let mut stats = sample_stats();
+        stats.ports[0].rx_bytes = u64::MAX;
+        stats.fdb.max_entries = u64::MAX;
+        let text = render(&stats);
+        assert_eq!(
+            written(&text, "port_rx_bytes_total"),
+            "18446744073709551615"
+        );
+        assert_eq!(written(&text, "fdb_max_entries"), "18446744073709551615");
+        // Seconds from nanoseconds and the busy share: floats, in their
+        // shortest form, exact to the nanosecond (below 2^22 s) and to the
+        // three decimals kept.
+        let cases = [
+            (0, 0.0, "0.0", "0.0"),
+            (12, 100.0, "1.2e-8", "1.0"),
+            (3_000_000_000, 50.0, "3.0", "0.5"),
+            (1_500_000_007, 12.3456, "1.500000007", "0.123"),
+            (4_194_303_999_999_999, 99.9999, "4194303.999999999", "1.0"),
+            (1, f64::NAN, "1e-9", "NaN"),
+        ];
+        for (wait_ns, busy_percent, wait, busy) in cases {
+            stats.lockstat.wait_ns = wait_ns;
+            stats.workers[0].busy_percent = busy_percent;
+            let text = render(&stats);
+            assert_eq!(written(&text, "lock_wait_seconds_total"), wait, "{wait_ns}");
+            assert_eq!(written(&text, "worker_busy_ratio"), busy, "{busy_percent}");
+            checked(&stats);
+        }
     }
 
     #[test]
