@@ -7,24 +7,38 @@
 //! hands it a snapshot of `Stats` as a collector, which describes every
 //! family and its samples.
 //!
-//! The server is one thread serving up to 32 clients at once from one
-//! `poll(2)` loop: for each it reads a request head (at most 8 KiB), writes
-//! the whole response and closes the connection, all within 2 s, after
-//! which a silent or slow client is dropped. A silent client delays nobody
-//! else; the stop flag is looked at every 200 ms.
+//! The HTTP side is `hyper`'s HTTP/1 server on a single-threaded `tokio`
+//! runtime, in the metrics thread alone: it serves up to 32 clients at
+//! once, each a task of that thread; for each, hyper reads a request head
+//! (at most 8 KiB, else 431), the response is written whole and the
+//! connection closed, all within 2 s, after which a silent or slow client
+//! is dropped. A silent client delays nobody else; the stop flag is looked
+//! at every 200 ms. docs/design.md says why these crates and not a
+//! thread-per-connection server such as `tiny_http`.
 
-use std::io::{self, Read, Write};
+use std::cell::Cell;
+use std::convert::Infallible;
+use std::io::Read;
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
-use std::time::{Duration, Instant};
+use std::rc::Rc;
+use std::time::Duration;
 
-use nix::poll::{PollFd, PollFlags, PollTimeout};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{prometheus_text, DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+use tokio::runtime::Runtime;
+use tokio::sync::Notify;
+use tokio::task::LocalSet;
 
 use crate::protocol::{PortStats, Stats};
 
@@ -404,22 +418,11 @@ pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
     Ok(addr)
 }
 
-/// The listening socket of the metrics endpoint.
+/// The listening socket of the metrics endpoint, and the runtime that will
+/// serve it.
 pub struct MetricsServer {
     listener: TcpListener,
-}
-
-/// What a request head asks.
-#[derive(Debug, PartialEq)]
-enum Answer {
-    /// The metrics, with or without the body (HEAD).
-    Metrics {
-        body: bool,
-    },
-    NotFound,
-    MethodNotAllowed,
-    BadRequest,
-    TooLarge,
+    runtime: Runtime,
 }
 
 impl MetricsServer {
@@ -431,7 +434,13 @@ impl MetricsServer {
         listener
             .set_nonblocking(true)
             .map_err(|e| format!("metrics on {addr}: {e}"))?;
-        Ok(MetricsServer { listener })
+        // One thread: the one that calls `serve`.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(|e| format!("metrics on {addr}: {e}"))?;
+        Ok(MetricsServer { listener, runtime })
     }
 
     /// Where it listens (with the port chosen, if `bind` was given 0).
@@ -442,211 +451,154 @@ impl MetricsServer {
     }
 
     /// Serves scrapes until `stopped()` is true, up to [`MAX_CLIENTS`] at
-    /// once from one `poll(2)` loop, so that a silent or slow client delays
+    /// once on the calling thread, so that a silent or slow client delays
     /// nobody; `stats()` is asked once per scrape (`None`: the bridge is
-    /// stopping). Meant as a thread's body.
-    pub fn serve(self, stats: impl Fn() -> Option<Stats>, stopped: impl Fn() -> bool) {
-        let mut clients: Vec<Client> = Vec::new();
-        let mut rest_until: Option<Instant> = None;
-        while !stopped() {
-            let now = Instant::now();
-            let accepting =
-                clients.len() < MAX_CLIENTS && rest_until.is_none_or(|until| now >= until);
-            let ready = {
-                let mut fds = Vec::with_capacity(clients.len() + 1);
-                let events = if accepting {
-                    PollFlags::POLLIN
-                } else {
-                    PollFlags::empty()
-                };
-                fds.push(PollFd::new(self.listener.as_fd(), events));
-                for client in &clients {
-                    let events = match client.output {
-                        None => PollFlags::POLLIN,
-                        Some(_) => PollFlags::POLLOUT,
-                    };
-                    fds.push(PollFd::new(client.stream.as_fd(), events));
-                }
-                let tick = PollTimeout::from(TICK.as_millis() as u16);
-                match nix::poll::poll(&mut fds, tick) {
-                    Ok(_) => {}
-                    Err(nix::errno::Errno::EINTR) => continue,
-                    Err(error) => {
-                        log::warn!("metrics: poll: {error}");
-                        std::thread::sleep(TICK);
-                        continue;
-                    }
-                }
-                fds.iter()
-                    .map(|fd| fd.revents().unwrap_or(PollFlags::empty()))
-                    .collect::<Vec<_>>()
-            };
-            let now = Instant::now();
-            for (client, events) in clients.iter_mut().zip(&ready[1..]) {
-                if !events.is_empty() {
-                    client.step(&stats);
-                }
-            }
-            clients.retain_mut(|client| {
-                if client.done {
-                    linger(&mut client.stream);
-                    return false;
-                }
-                now < client.deadline
-            });
-            if accepting && !ready[0].is_empty() {
-                rest_until = self.accept_all(&mut clients, now);
-            }
-        }
-    }
-
-    /// Takes the clients waiting, up to [`MAX_CLIENTS`]; returns until when
-    /// to rest, when accepting failed for want of descriptors.
-    fn accept_all(&self, clients: &mut Vec<Client>, now: Instant) -> Option<Instant> {
-        while clients.len() < MAX_CLIENTS {
-            match self.listener.accept() {
-                Ok((stream, _)) => {
-                    // Replies are written whole; no need to wait to coalesce
-                    // them.
-                    if stream.set_nonblocking(true).is_err() || stream.set_nodelay(true).is_err() {
-                        continue;
-                    }
-                    clients.push(Client {
-                        stream,
-                        head: Vec::with_capacity(1024),
-                        output: None,
-                        written: 0,
-                        deadline: now + CLIENT_TIMEOUT,
-                        done: false,
-                    });
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    // Out of descriptors, say: try again a little later.
-                    log::warn!("metrics: accept: {e}");
-                    return Some(now + TICK);
-                }
-            }
-        }
-        None
+    /// stopping). Every client still open is dropped when it returns.
+    /// Meant as a thread's body.
+    pub fn serve(self, stats: impl Fn() -> Option<Stats> + 'static, stopped: impl Fn() -> bool) {
+        let MetricsServer { listener, runtime } = self;
+        // The clients are tasks of this thread alone.
+        let clients = LocalSet::new();
+        clients.block_on(&runtime, accept(listener, Rc::new(stats), &stopped));
     }
 }
 
 /// The most scrapers served at once; more wait in the listen backlog.
 const MAX_CLIENTS: usize = 32;
 
-/// One scraper: its request head so far, then its response.
-struct Client {
-    stream: TcpStream,
-    head: Vec<u8>,
-    output: Option<Vec<u8>>,
-    written: usize,
-    /// It must have sent its head and taken its response by then.
-    deadline: Instant,
-    done: bool,
-}
-
-impl Client {
-    /// Reads what came, answers a whole head, writes what it can.
-    fn step(&mut self, stats: &impl Fn() -> Option<Stats>) {
-        if self.output.is_none() {
-            let mut buffer = [0u8; 2048];
-            loop {
-                // Never read past MAX_HEAD (+1 to tell a longer head).
-                let room = (MAX_HEAD + 1 - self.head.len()).min(buffer.len());
-                match self.stream.read(&mut buffer[..room]) {
-                    Ok(0) => {
-                        // Closed before its request was complete.
-                        self.done = true;
-                        return;
-                    }
-                    Ok(n) => self.head.extend_from_slice(&buffer[..n]),
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(_) => {
-                        self.done = true;
-                        return;
-                    }
-                }
-                if head_end(&self.head).is_some() || self.head.len() > MAX_HEAD {
-                    break;
-                }
-            }
-            let answer = match head_end(&self.head) {
-                Some(end) => answer(&self.head[..end]),
-                None if self.head.len() > MAX_HEAD => Answer::TooLarge,
-                None => return,
-            };
-            self.output = Some(respond(answer, stats).into_bytes());
+/// Takes clients, up to [`MAX_CLIENTS`] at once, each a task of its own,
+/// until `stopped()`, which is looked at every [`TICK`].
+async fn accept(
+    listener: TcpListener,
+    stats: Rc<dyn Fn() -> Option<Stats>>,
+    stopped: &dyn Fn() -> bool,
+) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(listener) => listener,
+        Err(e) => {
+            log::warn!("metrics: {e}");
+            return;
         }
-        let Some(output) = &self.output else { return };
-        while self.written < output.len() {
-            match self.stream.write(&output[self.written..]) {
-                Ok(0) => break,
-                Ok(n) => self.written += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(_) => break,
+    };
+    let slots = Rc::new(Slots {
+        taken: Cell::new(0),
+        freed: Notify::new(),
+    });
+    while !stopped() {
+        if slots.taken.get() >= MAX_CLIENTS {
+            let _ = tokio::time::timeout(TICK, slots.freed.notified()).await;
+            continue;
+        }
+        match tokio::time::timeout(TICK, listener.accept()).await {
+            // A tick: look at the stop flag again.
+            Err(_) => {}
+            Ok(Ok((stream, _))) => {
+                let slot = Slot::take(&slots);
+                tokio::task::spawn_local(serve_client(stream, Rc::clone(&stats), slot));
+            }
+            Ok(Err(e)) => {
+                // Out of descriptors, say: try again a little later.
+                log::warn!("metrics: accept: {e}");
+                tokio::time::sleep(TICK).await;
             }
         }
-        self.done = true;
     }
 }
 
-/// The whole response to what a head asked.
-fn respond(answer: Answer, stats: &impl Fn() -> Option<Stats>) -> String {
-    match answer {
-        Answer::Metrics { body } => match stats() {
-            Some(stats) => response("200 OK", CONTENT_TYPE, &render(&stats), body, ""),
-            // The bridge is stopping.
-            None => response(
-                "503 Service Unavailable",
-                "text/plain; charset=utf-8",
-                "The bridge is stopping.\n",
-                body,
-                "",
-            ),
-        },
-        Answer::NotFound => response(
-            "404 Not Found",
-            "text/plain; charset=utf-8",
-            "Not found: the metrics are at /metrics.\n",
-            true,
-            "",
-        ),
-        Answer::MethodNotAllowed => response(
-            "405 Method Not Allowed",
-            "text/plain; charset=utf-8",
-            "Only GET and HEAD are allowed.\n",
-            true,
-            "Allow: GET, HEAD\r\n",
-        ),
-        Answer::BadRequest => response(
-            "400 Bad Request",
-            "text/plain; charset=utf-8",
-            "Bad request.\n",
-            true,
-            "",
-        ),
-        Answer::TooLarge => response(
-            "431 Request Header Fields Too Large",
-            "text/plain; charset=utf-8",
-            "Request head over 8 KiB.\n",
-            true,
-            "",
+/// The clients being served, and a wake-up when one is done.
+struct Slots {
+    taken: Cell<usize>,
+    freed: Notify,
+}
+
+/// One client's place among [`MAX_CLIENTS`], given back on drop.
+struct Slot(Rc<Slots>);
+
+impl Slot {
+    fn take(slots: &Rc<Slots>) -> Slot {
+        slots.taken.set(slots.taken.get() + 1);
+        Slot(Rc::clone(slots))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.taken.set(self.0.taken.get() - 1);
+        self.0.freed.notify_one();
+    }
+}
+
+/// Serves one connection: one request, then the connection is closed;
+/// whatever the client does, it is done with in [`CLIENT_TIMEOUT`].
+async fn serve_client(
+    stream: tokio::net::TcpStream,
+    stats: Rc<dyn Fn() -> Option<Stats>>,
+    _slot: Slot,
+) {
+    // Replies are written whole; no need to wait to coalesce them.
+    let _ = stream.set_nodelay(true);
+    // A second descriptor of the socket keeps it open after hyper closes
+    // its own, so that `linger` can end the connection gently.
+    let keeper = stream.as_fd().try_clone_to_owned().map(TcpStream::from);
+    let service = service_fn(move |request| {
+        let response = respond(&request, &*stats);
+        async move { Ok::<_, Infallible>(response) }
+    });
+    let connection = http1::Builder::new()
+        .keep_alive(false)
+        // Also the longest request head: a longer one gets 431.
+        .max_buf_size(MAX_HEAD)
+        .title_case_headers(true)
+        .serve_connection(TokioIo::new(stream), service);
+    let _ = tokio::time::timeout(CLIENT_TIMEOUT, connection).await;
+    if let Ok(mut keeper) = keeper {
+        linger(&mut keeper);
+    }
+}
+
+/// The response to `request`, a request hyper has read whole (hyper itself
+/// answers one it cannot read: 400, or 431 for a head over [`MAX_HEAD`]).
+fn respond(request: &Request<Incoming>, stats: &dyn Fn() -> Option<Stats>) -> Response<String> {
+    if request.uri().path() != "/metrics" {
+        return response(
+            StatusCode::NOT_FOUND,
+            TEXT,
+            "Not found: the metrics are at /metrics.\n".to_owned(),
+        );
+    }
+    if request.method() != Method::GET && request.method() != Method::HEAD {
+        let mut refused = response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            TEXT,
+            "Only GET and HEAD are allowed.\n".to_owned(),
+        );
+        let allow = HeaderValue::from_static("GET, HEAD");
+        refused.headers_mut().insert(header::ALLOW, allow);
+        return refused;
+    }
+    // hyper leaves out the body of a response to HEAD, not its length.
+    match stats() {
+        Some(stats) => response(StatusCode::OK, CONTENT_TYPE, render(&stats)),
+        None => response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            TEXT,
+            "The bridge is stopping.\n".to_owned(),
         ),
     }
 }
 
-/// Where the head in `bytes` ends (before its blank line), if it does.
-fn head_end(bytes: &[u8]) -> Option<usize> {
-    let crlf = bytes.windows(4).position(|w| w == b"\r\n\r\n");
-    let lf = bytes.windows(2).position(|w| w == b"\n\n");
-    match (crlf, lf) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+/// The media type of the other responses' text.
+const TEXT: &str = "text/plain; charset=utf-8";
+
+/// A whole response; hyper adds its `Content-Length`.
+fn response(status: StatusCode, content_type: &'static str, text: String) -> Response<String> {
+    let mut response = Response::new(text);
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    // Said to HTTP/1.0 clients too, whose connections close all the same.
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 /// Ends the connection gently: sends FIN, and reads what the client sent
@@ -666,48 +618,14 @@ fn linger(stream: &mut TcpStream) {
     }
 }
 
-/// What the request head `head` asks for.
-fn answer(head: &[u8]) -> Answer {
-    let Ok(head) = std::str::from_utf8(head) else {
-        return Answer::BadRequest;
-    };
-    let line = head.lines().next().unwrap_or("");
-    let mut parts = line.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Answer::BadRequest;
-    };
-    if !version.starts_with("HTTP/1.") || method.is_empty() || !target.starts_with('/') {
-        return Answer::BadRequest;
-    }
-    let path = target.split(['?', '#']).next().unwrap_or(target);
-    match (method, path) {
-        ("GET", "/metrics") => Answer::Metrics { body: true },
-        ("HEAD", "/metrics") => Answer::Metrics { body: false },
-        (_, "/metrics") => Answer::MethodNotAllowed,
-        _ => Answer::NotFound,
-    }
-}
-
-/// A whole response; `body: false` leaves out the body, not its length.
-fn response(status: &str, content_type: &str, text: &str, body: bool, extra: &str) -> String {
-    let mut out = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
-        text.len()
-    );
-    if body {
-        out.push_str(text);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::protocol::{FdbStats, LockStats, WorkerStats};
+    use std::io::{self, Write};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
+    use std::time::Instant;
 
     fn port(name: &str, base: u64, link: &str, state: &str) -> PortStats {
         let reasons = ["runt", "bad_source", "reserved", "same_port", "local"];
@@ -1008,36 +926,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn request_heads() {
-        let cases: [(&[u8], Answer); 10] = [
-            (
-                b"GET /metrics HTTP/1.1\r\nHost: x",
-                Answer::Metrics { body: true },
-            ),
-            (
-                b"GET /metrics?name[]=x HTTP/1.0",
-                Answer::Metrics { body: true },
-            ),
-            (b"HEAD /metrics HTTP/1.1", Answer::Metrics { body: false }),
-            (b"POST /metrics HTTP/1.1", Answer::MethodNotAllowed),
-            (b"GET / HTTP/1.1", Answer::NotFound),
-            (b"GET /metrics/ HTTP/1.1", Answer::NotFound),
-            (b"GET /metrics", Answer::BadRequest),
-            (b"GET /metrics HTTP/2.0", Answer::BadRequest),
-            (b"GET metrics HTTP/1.1", Answer::BadRequest),
-            (b"\xff\xfe", Answer::BadRequest),
-        ];
-        for (head, want) in cases {
-            assert_eq!(answer(head), want, "{:?}", String::from_utf8_lossy(head));
-        }
-        assert_eq!(head_end(b"GET / HTTP/1.1\r\nA: b\r\n\r\nrest"), Some(20));
-        assert_eq!(head_end(b"GET / HTTP/1.1\n\n"), Some(14));
-        assert_eq!(head_end(b"GET / HTTP/1.1\r\n"), None);
-    }
-
-    /// A server on a free loopback port, serving `sample_stats`; stopped
-    /// and joined on drop.
+    /// A server on a free loopback port, serving `sample_stats` (or, with
+    /// `stopping`, answering as a stopping bridge does); stopped and joined
+    /// on drop.
     struct Running {
         addr: SocketAddr,
         stop: Arc<AtomicBool>,
@@ -1046,15 +937,20 @@ mod tests {
 
     impl Running {
         fn start() -> Running {
+            Running::serving(|| Some(sample_stats()))
+        }
+
+        fn stopping() -> Running {
+            Running::serving(|| None)
+        }
+
+        fn serving(stats: fn() -> Option<Stats>) -> Running {
             let server = MetricsServer::bind("127.0.0.1:0".parse().unwrap()).unwrap();
             let addr = server.local_addr();
             let stop = Arc::new(AtomicBool::new(false));
             let flag = Arc::clone(&stop);
             let thread = std::thread::spawn(move || {
-                server.serve(
-                    || Some(sample_stats()),
-                    move || flag.load(Ordering::Relaxed),
-                )
+                server.serve(stats, move || flag.load(Ordering::Relaxed))
             });
             Running {
                 addr,
@@ -1103,6 +999,10 @@ mod tests {
         assert_eq!(body, render(&sample_stats()));
         let head_only = exchange(server.addr, b"HEAD /metrics HTTP/1.1\r\n\r\n");
         assert!(head_only.ends_with("\r\n\r\n"), "{head_only}");
+        assert!(
+            head_only.contains(&format!("\r\nContent-Length: {}\r\n", body.len())),
+            "{head_only}"
+        );
         let cases: [(&[u8], &str); 4] = [
             (b"GET / HTTP/1.1\r\n\r\n", "404"),
             (b"DELETE /metrics HTTP/1.1\r\n\r\n", "405"),
@@ -1115,7 +1015,61 @@ mod tests {
                 response.starts_with(&format!("HTTP/1.1 {status} ")),
                 "{response}"
             );
+            assert!(response.contains("\r\nConnection: close\r\n"), "{response}");
         }
+        let refused = exchange(server.addr, b"POST /metrics HTTP/1.1\r\n\r\n");
+        assert!(refused.contains("\r\nAllow: GET, HEAD\r\n"), "{refused}");
+    }
+
+    #[test]
+    fn request_heads() {
+        let server = Running::start();
+        // The status each head gets, and the version of the status line: a
+        // request of HTTP/1.0 is answered in HTTP/1.0.
+        let cases: [(&[u8], &str); 11] = [
+            (b"GET /metrics HTTP/1.1\r\nHost: x", "HTTP/1.1 200"),
+            (b"GET /metrics?name[]=x HTTP/1.0", "HTTP/1.0 200"),
+            (b"GET /metrics HTTP/1.1\nHost: x\n", "HTTP/1.1 200"),
+            (b"HEAD /metrics HTTP/1.1", "HTTP/1.1 200"),
+            (b"POST /metrics HTTP/1.1", "HTTP/1.1 405"),
+            (b"GET / HTTP/1.1", "HTTP/1.1 404"),
+            (b"GET /metrics/ HTTP/1.1", "HTTP/1.1 404"),
+            (b"GET /metrics", "HTTP/1.1 400"),
+            (b"GET /metrics HTTP/2.0", "HTTP/1.1 400"),
+            (b"\xff\xfe", "HTTP/1.1 400"),
+            (b"GET /metrics HTTP/1.1\r\nbad header", "HTTP/1.1 400"),
+        ];
+        for (head, want) in cases {
+            let mut request = head.to_vec();
+            request.extend_from_slice(b"\r\n\r\n");
+            let response = exchange(server.addr, &request);
+            assert!(
+                response.starts_with(&format!("{want} ")),
+                "{:?}: {response}",
+                String::from_utf8_lossy(head)
+            );
+        }
+        // HTTP/2 with prior knowledge: closed unanswered.
+        let response = exchange(server.addr, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+        assert_eq!(response, "");
+        // A head of just under 8 KiB is read; one over it is not.
+        let long = |n| format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "y".repeat(n));
+        assert!(exchange(server.addr, long(8000).as_bytes()).starts_with("HTTP/1.1 200 "));
+        assert!(exchange(server.addr, long(8200).as_bytes()).starts_with("HTTP/1.1 431 "));
+    }
+
+    #[test]
+    fn a_stopping_bridge_gets_503() {
+        let server = Running::stopping();
+        let response = exchange(server.addr, b"GET /metrics HTTP/1.1\r\n\r\n");
+        assert!(
+            response.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
+            "{response}"
+        );
+        assert!(
+            response.ends_with("\r\n\r\nThe bridge is stopping.\n"),
+            "{response}"
+        );
     }
 
     #[test]
@@ -1126,8 +1080,14 @@ mod tests {
             .collect();
         // Let the server take the silent ones first.
         std::thread::sleep(Duration::from_millis(300));
+        let started = Instant::now();
         let response = exchange(server.addr, b"GET /metrics HTTP/1.1\r\n\r\n");
         assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
         // Served while every silent client was still open: none had been
         // dropped (timed out) to make way for it.
         for mut client in silent {
@@ -1142,16 +1102,59 @@ mod tests {
     }
 
     #[test]
+    fn more_silent_clients_than_places_delay_a_scrape_by_one_timeout_at_most() {
+        let server = Running::start();
+        let silent: Vec<TcpStream> = (0..MAX_CLIENTS + 8)
+            .map(|_| TcpStream::connect(server.addr).unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        // The scrape waits in the backlog until the first silent ones time
+        // out, and is served then.
+        let started = Instant::now();
+        let response = exchange(server.addr, b"GET /metrics HTTP/1.1\r\n\r\n");
+        assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
+        let waited = started.elapsed();
+        assert!(
+            waited < CLIENT_TIMEOUT + Duration::from_secs(1),
+            "{waited:?}"
+        );
+        drop(silent);
+    }
+
+    #[test]
+    fn a_slow_client_is_closed_after_the_timeout() {
+        let server = Running::start();
+        let mut slow = TcpStream::connect(server.addr).unwrap();
+        let started = Instant::now();
+        // One byte of a request every 300 ms, for longer than the timeout.
+        let closed = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+            .iter()
+            .any(|byte| {
+                std::thread::sleep(Duration::from_millis(300));
+                slow.write_all(&[*byte]).is_err()
+            });
+        assert!(closed, "never closed");
+        let took = started.elapsed();
+        assert!(
+            took >= CLIENT_TIMEOUT && took < CLIENT_TIMEOUT + Duration::from_secs(2),
+            "{took:?}"
+        );
+    }
+
+    #[test]
     fn stops_within_a_tick_even_with_a_client() {
         let server = Running::start();
         let _silent = TcpStream::connect(server.addr).unwrap();
         std::thread::sleep(Duration::from_millis(100));
         let started = Instant::now();
+        let addr = server.addr;
         drop(server);
         assert!(
             started.elapsed() < Duration::from_millis(600),
             "{:?}",
             started.elapsed()
         );
+        // And the endpoint is gone with it.
+        assert!(TcpStream::connect(addr).is_err());
     }
 }
