@@ -169,7 +169,7 @@ pub fn run<S: Strategy>(
             let thread = thread::Builder::new()
                 .name("metrics".to_owned())
                 .spawn(move || {
-                    let stats = || match caller.call(Request::Stats) {
+                    let stats = move || match caller.call(Request::Stats) {
                         Ok(crate::protocol::Response::Stats(stats)) => Some(*stats),
                         _ => None,
                     };

@@ -3,19 +3,42 @@
 //! the same `Stats` that the control socket's `stats` request returns, so
 //! the two always agree. docs/control.md lists every metric.
 //!
-//! The server is one thread serving up to 32 clients at once from one
-//! `poll(2)` loop: for each it reads a request head (at most 8 KiB), writes
-//! the whole response and closes the connection, all within 2 s, after
-//! which a silent or slow client is dropped. A silent client delays nobody
-//! else; the stop flag is looked at every 200 ms.
+//! The exposition is written by the `prometheus-client` crate: each scrape
+//! hands it a snapshot of `Stats` as a collector, which describes every
+//! family and its samples.
+//!
+//! The HTTP side is `hyper`'s HTTP/1 server on a single-threaded `tokio`
+//! runtime, in the metrics thread alone: it serves up to 32 clients at
+//! once, each a task of that thread; for each, hyper reads a request head
+//! (at most 8 KiB, else 431), the response is written whole and the
+//! connection closed, all within 2 s, after which a silent or slow client
+//! is dropped. A silent client delays nobody else; the stop flag is looked
+//! at every 200 ms. docs/design.md says why these crates and not a
+//! thread-per-connection server such as `tiny_http`.
 
-use std::fmt::Write as _;
-use std::io::{self, Read, Write};
+use std::cell::Cell;
+use std::convert::Infallible;
+use std::io::Read;
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
-use std::time::{Duration, Instant};
+use std::rc::Rc;
+use std::time::Duration;
 
-use nix::poll::{PollFd, PollFlags, PollTimeout};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{prometheus_text, DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use tokio::runtime::Runtime;
+use tokio::sync::Notify;
+use tokio::task::LocalSet;
 
 use crate::protocol::{PortStats, Stats};
 
@@ -26,7 +49,7 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often the stop flag is looked at.
 const TICK: Duration = Duration::from_millis(200);
 /// The exposition format's media type.
-const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
 /// The kind of a metric family.
 #[derive(Clone, Copy, PartialEq)]
@@ -36,110 +59,105 @@ enum Kind {
 }
 
 impl Kind {
-    fn name(self) -> &'static str {
+    fn metric_type(self) -> MetricType {
         match self {
-            Kind::Counter => "counter",
-            Kind::Gauge => "gauge",
+            Kind::Counter => MetricType::Counter,
+            Kind::Gauge => MetricType::Gauge,
         }
     }
 }
 
-/// One sample's value, written exactly.
+/// One sample's value.
 #[derive(Clone, Copy)]
 enum Value {
-    /// An integer count or gauge.
+    /// An integer count or gauge, written exactly.
     Int(u64),
-    /// A ratio or other fraction, with three decimals.
+    /// A ratio or other fraction, rounded to three decimals.
     Ratio(f64),
-    /// Nanoseconds, written as seconds with nine decimals.
+    /// Nanoseconds, written as seconds.
     Nanos(u64),
 }
 
-impl std::fmt::Display for Value {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match *self {
-            Value::Int(n) => write!(f, "{n}"),
-            Value::Ratio(x) if x.is_nan() => f.write_str("NaN"),
-            Value::Ratio(x) if x.is_infinite() => {
-                f.write_str(if x > 0.0 { "+Inf" } else { "-Inf" })
-            }
-            Value::Ratio(x) => write!(f, "{x:.3}"),
-            Value::Nanos(ns) => write!(f, "{}.{:09}", ns / 1_000_000_000, ns % 1_000_000_000),
+impl Value {
+    /// The value as a float, for the kinds that are not integers.
+    fn as_f64(self) -> f64 {
+        match self {
+            Value::Int(n) => n as f64,
+            Value::Ratio(x) => (x * 1000.0).round() / 1000.0,
+            // The nearest float to the exact figure while it is below
+            // 2^53 ns (104 days); its shortest form, which the encoder
+            // writes, is the exact figure below 2^22 s (48 days).
+            Value::Nanos(ns) => ns as f64 / 1e9,
         }
     }
 }
 
-/// The exposition being written. Every family goes through `family`, which
-/// writes its HELP and TYPE lines and then its samples, so that a family's
-/// name, HELP and TYPE are written in one place and its lines stay one
-/// group.
-struct Exposition {
-    text: String,
-}
+/// A sample's label pairs.
+type Labels<'a> = Vec<(&'a str, &'a str)>;
 
-impl Exposition {
-    /// Writes family `name` (`mpbridge_` is prefixed) with `samples`, each
-    /// its label pairs and value; a family without samples is left out.
-    fn family<'a>(
-        &mut self,
-        name: &str,
-        kind: Kind,
-        help: &str,
-        samples: impl IntoIterator<Item = (Vec<(&'a str, &'a str)>, Value)>,
-    ) {
-        debug_assert!(
-            (kind == Kind::Counter) == name.ends_with("_total"),
-            "{name}: counters, and only counters, end in _total"
-        );
-        let mut samples = samples.into_iter().peekable();
-        if samples.peek().is_none() {
-            return;
-        }
-        let text = &mut self.text;
-        let _ = writeln!(text, "# HELP mpbridge_{name} {}", escape_help(help));
-        let _ = writeln!(text, "# TYPE mpbridge_{name} {}", kind.name());
-        for (labels, value) in samples {
-            let _ = write!(text, "mpbridge_{name}");
-            for (i, (label, value)) in labels.iter().enumerate() {
-                let open = if i == 0 { '{' } else { ',' };
-                let _ = write!(text, "{open}{label}=\"{}\"", escape_label(value));
-            }
-            if !labels.is_empty() {
-                text.push('}');
-            }
-            let _ = writeln!(text, " {value}");
+/// Writes family `name` (the registry prefixes `mpbridge_`) with `samples`,
+/// each its label pairs and value; a family without samples is left out.
+/// `name` is the family's whole name: for a counter it ends in `_total`,
+/// which is taken off here because the encoder adds it to counters.
+fn family<'a>(
+    out: &mut DescriptorEncoder,
+    name: &str,
+    kind: Kind,
+    help: &str,
+    samples: impl IntoIterator<Item = (Labels<'a>, Value)>,
+) -> std::fmt::Result {
+    debug_assert!(
+        (kind == Kind::Counter) == name.ends_with("_total"),
+        "{name}: counters, and only counters, end in _total"
+    );
+    let mut samples = samples.into_iter().peekable();
+    if samples.peek().is_none() {
+        return Ok(());
+    }
+    let base = match kind {
+        Kind::Counter => name.strip_suffix("_total").unwrap_or(name),
+        Kind::Gauge => name,
+    };
+    let mut metric = out.encode_descriptor(base, help, None, kind.metric_type())?;
+    for (labels, value) in samples {
+        let series = metric.encode_family(&labels)?;
+        match (kind, value) {
+            (Kind::Counter, Value::Int(n)) => ConstCounter::new(n).encode(series)?,
+            (Kind::Counter, value) => ConstCounter::new(value.as_f64()).encode(series)?,
+            (Kind::Gauge, Value::Int(n)) => ConstGauge::new(n).encode(series)?,
+            (Kind::Gauge, value) => ConstGauge::new(value.as_f64()).encode(series)?,
         }
     }
+    Ok(())
 }
 
-/// A label value as the format writes it: `\`, `"` and newline escaped.
-fn escape_label(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
+/// One scrape's figures, as the registry's collector.
+#[derive(Debug)]
+struct Snapshot(Stats);
+
+impl Collector for Snapshot {
+    fn encode(&self, mut out: DescriptorEncoder) -> std::fmt::Result {
+        write_families(&mut out, &self.0)
     }
-    out
-}
-
-/// HELP text as the format writes it: `\` and newline escaped.
-fn escape_help(text: &str) -> String {
-    text.replace('\\', "\\\\").replace('\n', "\\n")
 }
 
 /// The exposition text of `stats`.
 pub fn render(stats: &Stats) -> String {
-    let mut out = Exposition {
-        text: String::with_capacity(8 * 1024),
-    };
+    let mut registry = Registry::with_prefix("mpbridge");
+    // A collector is kept by the registry, so it holds its own copy.
+    registry.register_collector(Box::new(Snapshot(stats.clone())));
+    let mut text = String::with_capacity(8 * 1024);
+    prometheus_text::encode(&mut text, &registry).expect("a String takes any text");
+    text
+}
+
+/// Every family of `stats`, in the order docs/control.md lists them.
+fn write_families(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Result {
     let bridge = stats.name.as_str();
     let one = |value: Value| [(vec![("bridge", bridge)], value)];
 
-    out.family(
+    family(
+        out,
         "info",
         Kind::Gauge,
         "The bridge: its name and MAC table lock strategy; always 1.",
@@ -147,13 +165,14 @@ pub fn render(stats: &Stats) -> String {
             vec![("bridge", bridge), ("lock", stats.lock.as_str())],
             Value::Int(1),
         )],
-    );
-    out.family(
+    )?;
+    family(
+        out,
         "uptime_seconds",
         Kind::Gauge,
         "Seconds since the bridge started.",
         one(Value::Int(stats.uptime_s)),
-    );
+    )?;
 
     type PortField = fn(&PortStats) -> u64;
     let port_counters: [(&str, &str, PortField); 9] = [
@@ -201,7 +220,7 @@ pub fn render(stats: &Stats) -> String {
             |p| p.moves,
         ),
     ];
-    fn labels<'a>(bridge: &'a str, port: &'a PortStats) -> Vec<(&'a str, &'a str)> {
+    fn labels<'a>(bridge: &'a str, port: &'a PortStats) -> Labels<'a> {
         vec![("bridge", bridge), ("port", port.name.as_str())]
     }
     let port_labels = |port| labels(bridge, port);
@@ -210,9 +229,10 @@ pub fn render(stats: &Stats) -> String {
             .ports
             .iter()
             .map(|port| (port_labels(port), Value::Int(field(port))));
-        out.family(name, Kind::Counter, help, samples);
+        family(out, name, Kind::Counter, help, samples)?;
     }
-    out.family(
+    family(
+        out,
         "port_drops_total",
         Kind::Counter,
         "Received frames not forwarded, by reason (runt, bad_source, reserved, same_port, local).",
@@ -223,8 +243,9 @@ pub fn render(stats: &Stats) -> String {
                 (labels, Value::Int(*count))
             })
         }),
-    );
-    out.family(
+    )?;
+    family(
+        out,
         "port_up",
         Kind::Gauge,
         "1 if the port's link is up (running), else 0 (down, deleted, or not visible).",
@@ -232,8 +253,9 @@ pub fn render(stats: &Stats) -> String {
             .ports
             .iter()
             .map(|port| (port_labels(port), Value::Int(u64::from(port.link == "up")))),
-    );
-    out.family(
+    )?;
+    family(
+        out,
         "port_forwarding",
         Kind::Gauge,
         "1 if every worker forwards on the port, else 0 (faulted or gone).",
@@ -241,12 +263,13 @@ pub fn render(stats: &Stats) -> String {
             let forwarding = port.state == "forwarding";
             (port_labels(port), Value::Int(u64::from(forwarding)))
         }),
-    );
+    )?;
 
     let worker_ids: Vec<String> = stats.workers.iter().map(|w| w.id.to_string()).collect();
     let worker_labels =
         |index: usize| vec![("bridge", bridge), ("worker", worker_ids[index].as_str())];
-    out.family(
+    family(
+        out,
         "worker_frames_total",
         Kind::Counter,
         "Frames the worker received, all ports together.",
@@ -255,8 +278,9 @@ pub fn render(stats: &Stats) -> String {
             .iter()
             .enumerate()
             .map(|(i, w)| (worker_labels(i), Value::Int(w.frames))),
-    );
-    out.family(
+    )?;
+    family(
+        out,
         "worker_batches_total",
         Kind::Counter,
         "Batches the worker received and forwarded.",
@@ -265,8 +289,9 @@ pub fn render(stats: &Stats) -> String {
             .iter()
             .enumerate()
             .map(|(i, w)| (worker_labels(i), Value::Int(w.batches))),
-    );
-    out.family(
+    )?;
+    family(
+        out,
         "worker_busy_ratio",
         Kind::Gauge,
         "Share of the bridge's uptime the worker spent receiving and forwarding rather than waiting (0 to 1).",
@@ -275,7 +300,7 @@ pub fn render(stats: &Stats) -> String {
             .iter()
             .enumerate()
             .map(|(i, w)| (worker_labels(i), Value::Ratio(w.busy_percent / 100.0))),
-    );
+    )?;
 
     let fdb = &stats.fdb;
     let fdb_gauges: [(&str, &str, u64); 6] = [
@@ -311,7 +336,7 @@ pub fn render(stats: &Stats) -> String {
         ),
     ];
     for (name, help, value) in fdb_gauges {
-        out.family(name, Kind::Gauge, help, one(Value::Int(value)));
+        family(out, name, Kind::Gauge, help, one(Value::Int(value)))?;
     }
     let fdb_counters: [(&str, &str, u64); 5] = [
         (
@@ -333,16 +358,17 @@ pub fn render(stats: &Stats) -> String {
         ),
     ];
     for (name, help, value) in fdb_counters {
-        out.family(name, Kind::Counter, help, one(Value::Int(value)));
+        family(out, name, Kind::Counter, help, one(Value::Int(value)))?;
     }
 
     let lock = &stats.lockstat;
-    out.family(
+    family(
+        out,
         "lockstat_enabled",
         Kind::Gauge,
         "1 if the MAC table's lock statistics are counted (--lockstat), else 0.",
         one(Value::Int(u64::from(lock.enabled))),
-    );
+    )?;
     if lock.enabled {
         let lock_families: [(&str, &str, Value); 3] = [
             (
@@ -363,10 +389,10 @@ pub fn render(stats: &Stats) -> String {
         ];
         for (name, help, value) in lock_families {
             let labels = vec![("bridge", bridge), ("lock", stats.lock.as_str())];
-            out.family(name, Kind::Counter, help, [(labels, value)]);
+            family(out, name, Kind::Counter, help, [(labels, value)])?;
         }
     }
-    out.text
+    Ok(())
 }
 
 /// The address `--metrics` listens on: `PORT` (on 127.0.0.1), `ADDR:PORT`
@@ -392,22 +418,11 @@ pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
     Ok(addr)
 }
 
-/// The listening socket of the metrics endpoint.
+/// The listening socket of the metrics endpoint, and the runtime that will
+/// serve it.
 pub struct MetricsServer {
     listener: TcpListener,
-}
-
-/// What a request head asks.
-#[derive(Debug, PartialEq)]
-enum Answer {
-    /// The metrics, with or without the body (HEAD).
-    Metrics {
-        body: bool,
-    },
-    NotFound,
-    MethodNotAllowed,
-    BadRequest,
-    TooLarge,
+    runtime: Runtime,
 }
 
 impl MetricsServer {
@@ -419,7 +434,13 @@ impl MetricsServer {
         listener
             .set_nonblocking(true)
             .map_err(|e| format!("metrics on {addr}: {e}"))?;
-        Ok(MetricsServer { listener })
+        // One thread: the one that calls `serve`.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(|e| format!("metrics on {addr}: {e}"))?;
+        Ok(MetricsServer { listener, runtime })
     }
 
     /// Where it listens (with the port chosen, if `bind` was given 0).
@@ -430,211 +451,154 @@ impl MetricsServer {
     }
 
     /// Serves scrapes until `stopped()` is true, up to [`MAX_CLIENTS`] at
-    /// once from one `poll(2)` loop, so that a silent or slow client delays
+    /// once on the calling thread, so that a silent or slow client delays
     /// nobody; `stats()` is asked once per scrape (`None`: the bridge is
-    /// stopping). Meant as a thread's body.
-    pub fn serve(self, stats: impl Fn() -> Option<Stats>, stopped: impl Fn() -> bool) {
-        let mut clients: Vec<Client> = Vec::new();
-        let mut rest_until: Option<Instant> = None;
-        while !stopped() {
-            let now = Instant::now();
-            let accepting =
-                clients.len() < MAX_CLIENTS && rest_until.is_none_or(|until| now >= until);
-            let ready = {
-                let mut fds = Vec::with_capacity(clients.len() + 1);
-                let events = if accepting {
-                    PollFlags::POLLIN
-                } else {
-                    PollFlags::empty()
-                };
-                fds.push(PollFd::new(self.listener.as_fd(), events));
-                for client in &clients {
-                    let events = match client.output {
-                        None => PollFlags::POLLIN,
-                        Some(_) => PollFlags::POLLOUT,
-                    };
-                    fds.push(PollFd::new(client.stream.as_fd(), events));
-                }
-                let tick = PollTimeout::from(TICK.as_millis() as u16);
-                match nix::poll::poll(&mut fds, tick) {
-                    Ok(_) => {}
-                    Err(nix::errno::Errno::EINTR) => continue,
-                    Err(error) => {
-                        log::warn!("metrics: poll: {error}");
-                        std::thread::sleep(TICK);
-                        continue;
-                    }
-                }
-                fds.iter()
-                    .map(|fd| fd.revents().unwrap_or(PollFlags::empty()))
-                    .collect::<Vec<_>>()
-            };
-            let now = Instant::now();
-            for (client, events) in clients.iter_mut().zip(&ready[1..]) {
-                if !events.is_empty() {
-                    client.step(&stats);
-                }
-            }
-            clients.retain_mut(|client| {
-                if client.done {
-                    linger(&mut client.stream);
-                    return false;
-                }
-                now < client.deadline
-            });
-            if accepting && !ready[0].is_empty() {
-                rest_until = self.accept_all(&mut clients, now);
-            }
-        }
-    }
-
-    /// Takes the clients waiting, up to [`MAX_CLIENTS`]; returns until when
-    /// to rest, when accepting failed for want of descriptors.
-    fn accept_all(&self, clients: &mut Vec<Client>, now: Instant) -> Option<Instant> {
-        while clients.len() < MAX_CLIENTS {
-            match self.listener.accept() {
-                Ok((stream, _)) => {
-                    // Replies are written whole; no need to wait to coalesce
-                    // them.
-                    if stream.set_nonblocking(true).is_err() || stream.set_nodelay(true).is_err() {
-                        continue;
-                    }
-                    clients.push(Client {
-                        stream,
-                        head: Vec::with_capacity(1024),
-                        output: None,
-                        written: 0,
-                        deadline: now + CLIENT_TIMEOUT,
-                        done: false,
-                    });
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    // Out of descriptors, say: try again a little later.
-                    log::warn!("metrics: accept: {e}");
-                    return Some(now + TICK);
-                }
-            }
-        }
-        None
+    /// stopping). Every client still open is dropped when it returns.
+    /// Meant as a thread's body.
+    pub fn serve(self, stats: impl Fn() -> Option<Stats> + 'static, stopped: impl Fn() -> bool) {
+        let MetricsServer { listener, runtime } = self;
+        // The clients are tasks of this thread alone.
+        let clients = LocalSet::new();
+        clients.block_on(&runtime, accept(listener, Rc::new(stats), &stopped));
     }
 }
 
 /// The most scrapers served at once; more wait in the listen backlog.
 const MAX_CLIENTS: usize = 32;
 
-/// One scraper: its request head so far, then its response.
-struct Client {
-    stream: TcpStream,
-    head: Vec<u8>,
-    output: Option<Vec<u8>>,
-    written: usize,
-    /// It must have sent its head and taken its response by then.
-    deadline: Instant,
-    done: bool,
-}
-
-impl Client {
-    /// Reads what came, answers a whole head, writes what it can.
-    fn step(&mut self, stats: &impl Fn() -> Option<Stats>) {
-        if self.output.is_none() {
-            let mut buffer = [0u8; 2048];
-            loop {
-                // Never read past MAX_HEAD (+1 to tell a longer head).
-                let room = (MAX_HEAD + 1 - self.head.len()).min(buffer.len());
-                match self.stream.read(&mut buffer[..room]) {
-                    Ok(0) => {
-                        // Closed before its request was complete.
-                        self.done = true;
-                        return;
-                    }
-                    Ok(n) => self.head.extend_from_slice(&buffer[..n]),
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(_) => {
-                        self.done = true;
-                        return;
-                    }
-                }
-                if head_end(&self.head).is_some() || self.head.len() > MAX_HEAD {
-                    break;
-                }
-            }
-            let answer = match head_end(&self.head) {
-                Some(end) => answer(&self.head[..end]),
-                None if self.head.len() > MAX_HEAD => Answer::TooLarge,
-                None => return,
-            };
-            self.output = Some(respond(answer, stats).into_bytes());
+/// Takes clients, up to [`MAX_CLIENTS`] at once, each a task of its own,
+/// until `stopped()`, which is looked at every [`TICK`].
+async fn accept(
+    listener: TcpListener,
+    stats: Rc<dyn Fn() -> Option<Stats>>,
+    stopped: &dyn Fn() -> bool,
+) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(listener) => listener,
+        Err(e) => {
+            log::warn!("metrics: {e}");
+            return;
         }
-        let Some(output) = &self.output else { return };
-        while self.written < output.len() {
-            match self.stream.write(&output[self.written..]) {
-                Ok(0) => break,
-                Ok(n) => self.written += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(_) => break,
+    };
+    let slots = Rc::new(Slots {
+        taken: Cell::new(0),
+        freed: Notify::new(),
+    });
+    while !stopped() {
+        if slots.taken.get() >= MAX_CLIENTS {
+            let _ = tokio::time::timeout(TICK, slots.freed.notified()).await;
+            continue;
+        }
+        match tokio::time::timeout(TICK, listener.accept()).await {
+            // A tick: look at the stop flag again.
+            Err(_) => {}
+            Ok(Ok((stream, _))) => {
+                let slot = Slot::take(&slots);
+                tokio::task::spawn_local(serve_client(stream, Rc::clone(&stats), slot));
+            }
+            Ok(Err(e)) => {
+                // Out of descriptors, say: try again a little later.
+                log::warn!("metrics: accept: {e}");
+                tokio::time::sleep(TICK).await;
             }
         }
-        self.done = true;
     }
 }
 
-/// The whole response to what a head asked.
-fn respond(answer: Answer, stats: &impl Fn() -> Option<Stats>) -> String {
-    match answer {
-        Answer::Metrics { body } => match stats() {
-            Some(stats) => response("200 OK", CONTENT_TYPE, &render(&stats), body, ""),
-            // The bridge is stopping.
-            None => response(
-                "503 Service Unavailable",
-                "text/plain; charset=utf-8",
-                "The bridge is stopping.\n",
-                body,
-                "",
-            ),
-        },
-        Answer::NotFound => response(
-            "404 Not Found",
-            "text/plain; charset=utf-8",
-            "Not found: the metrics are at /metrics.\n",
-            true,
-            "",
-        ),
-        Answer::MethodNotAllowed => response(
-            "405 Method Not Allowed",
-            "text/plain; charset=utf-8",
-            "Only GET and HEAD are allowed.\n",
-            true,
-            "Allow: GET, HEAD\r\n",
-        ),
-        Answer::BadRequest => response(
-            "400 Bad Request",
-            "text/plain; charset=utf-8",
-            "Bad request.\n",
-            true,
-            "",
-        ),
-        Answer::TooLarge => response(
-            "431 Request Header Fields Too Large",
-            "text/plain; charset=utf-8",
-            "Request head over 8 KiB.\n",
-            true,
-            "",
+/// The clients being served, and a wake-up when one is done.
+struct Slots {
+    taken: Cell<usize>,
+    freed: Notify,
+}
+
+/// One client's place among [`MAX_CLIENTS`], given back on drop.
+struct Slot(Rc<Slots>);
+
+impl Slot {
+    fn take(slots: &Rc<Slots>) -> Slot {
+        slots.taken.set(slots.taken.get() + 1);
+        Slot(Rc::clone(slots))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.taken.set(self.0.taken.get() - 1);
+        self.0.freed.notify_one();
+    }
+}
+
+/// Serves one connection: one request, then the connection is closed;
+/// whatever the client does, it is done with in [`CLIENT_TIMEOUT`].
+async fn serve_client(
+    stream: tokio::net::TcpStream,
+    stats: Rc<dyn Fn() -> Option<Stats>>,
+    _slot: Slot,
+) {
+    // Replies are written whole; no need to wait to coalesce them.
+    let _ = stream.set_nodelay(true);
+    // A second descriptor of the socket keeps it open after hyper closes
+    // its own, so that `linger` can end the connection gently.
+    let keeper = stream.as_fd().try_clone_to_owned().map(TcpStream::from);
+    let service = service_fn(move |request| {
+        let response = respond(&request, &*stats);
+        async move { Ok::<_, Infallible>(response) }
+    });
+    let connection = http1::Builder::new()
+        .keep_alive(false)
+        // Also the longest request head: a longer one gets 431.
+        .max_buf_size(MAX_HEAD)
+        .title_case_headers(true)
+        .serve_connection(TokioIo::new(stream), service);
+    let _ = tokio::time::timeout(CLIENT_TIMEOUT, connection).await;
+    if let Ok(mut keeper) = keeper {
+        linger(&mut keeper);
+    }
+}
+
+/// The response to `request`, a request hyper has read whole (hyper itself
+/// answers one it cannot read: 400, or 431 for a head over [`MAX_HEAD`]).
+fn respond(request: &Request<Incoming>, stats: &dyn Fn() -> Option<Stats>) -> Response<String> {
+    if request.uri().path() != "/metrics" {
+        return response(
+            StatusCode::NOT_FOUND,
+            TEXT,
+            "Not found: the metrics are at /metrics.\n".to_owned(),
+        );
+    }
+    if request.method() != Method::GET && request.method() != Method::HEAD {
+        let mut refused = response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            TEXT,
+            "Only GET and HEAD are allowed.\n".to_owned(),
+        );
+        let allow = HeaderValue::from_static("GET, HEAD");
+        refused.headers_mut().insert(header::ALLOW, allow);
+        return refused;
+    }
+    // hyper leaves out the body of a response to HEAD, not its length.
+    match stats() {
+        Some(stats) => response(StatusCode::OK, CONTENT_TYPE, render(&stats)),
+        None => response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            TEXT,
+            "The bridge is stopping.\n".to_owned(),
         ),
     }
 }
 
-/// Where the head in `bytes` ends (before its blank line), if it does.
-fn head_end(bytes: &[u8]) -> Option<usize> {
-    let crlf = bytes.windows(4).position(|w| w == b"\r\n\r\n");
-    let lf = bytes.windows(2).position(|w| w == b"\n\n");
-    match (crlf, lf) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+/// The media type of the other responses' text.
+const TEXT: &str = "text/plain; charset=utf-8";
+
+/// A whole response; hyper adds its `Content-Length`.
+fn response(status: StatusCode, content_type: &'static str, text: String) -> Response<String> {
+    let mut response = Response::new(text);
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    // Said to HTTP/1.0 clients too, whose connections close all the same.
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 /// Ends the connection gently: sends FIN, and reads what the client sent
@@ -654,48 +618,14 @@ fn linger(stream: &mut TcpStream) {
     }
 }
 
-/// What the request head `head` asks for.
-fn answer(head: &[u8]) -> Answer {
-    let Ok(head) = std::str::from_utf8(head) else {
-        return Answer::BadRequest;
-    };
-    let line = head.lines().next().unwrap_or("");
-    let mut parts = line.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Answer::BadRequest;
-    };
-    if !version.starts_with("HTTP/1.") || method.is_empty() || !target.starts_with('/') {
-        return Answer::BadRequest;
-    }
-    let path = target.split(['?', '#']).next().unwrap_or(target);
-    match (method, path) {
-        ("GET", "/metrics") => Answer::Metrics { body: true },
-        ("HEAD", "/metrics") => Answer::Metrics { body: false },
-        (_, "/metrics") => Answer::MethodNotAllowed,
-        _ => Answer::NotFound,
-    }
-}
-
-/// A whole response; `body: false` leaves out the body, not its length.
-fn response(status: &str, content_type: &str, text: &str, body: bool, extra: &str) -> String {
-    let mut out = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
-        text.len()
-    );
-    if body {
-        out.push_str(text);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::protocol::{FdbStats, LockStats, WorkerStats};
+    use std::io::{self, Write};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
+    use std::time::Instant;
 
     fn port(name: &str, base: u64, link: &str, state: &str) -> PortStats {
         let reasons = ["runt", "bad_source", "reserved", "same_port", "local"];
@@ -919,18 +849,46 @@ mod tests {
             Some(109.0)
         );
         assert!(e.samples.iter().all(|s| s.labels["bridge"] == stats.name));
-        assert_eq!(escape_help("a\\b\nc"), "a\\\\b\\nc");
     }
 
     #[test]
-    fn values_are_written_exactly() {
-        assert_eq!(Value::Nanos(0).to_string(), "0.000000000");
-        assert_eq!(Value::Nanos(12).to_string(), "0.000000012");
-        assert_eq!(Value::Nanos(u64::MAX).to_string(), "18446744073.709551615");
-        assert_eq!(Value::Ratio(1.0).to_string(), "1.000");
-        assert_eq!(Value::Ratio(f64::NAN).to_string(), "NaN");
-        assert_eq!(Value::Ratio(f64::INFINITY).to_string(), "+Inf");
-        assert_eq!(Value::Int(u64::MAX).to_string(), "18446744073709551615");
+    fn values_are_written_as_prometheus_reads_them() {
+        /// The value of the first sample of `name`, as written.
+        fn written(text: &str, name: &str) -> String {
+            let line = text
+                .lines()
+                .find(|line| line.starts_with(&format!("mpbridge_{name}{{")))
+                .unwrap_or_else(|| panic!("no {name}: {text}"));
+            line.rsplit(' ').next().unwrap().to_owned()
+        }
+        let mut stats = sample_stats();
+        stats.ports[0].rx_bytes = u64::MAX;
+        stats.fdb.max_entries = u64::MAX;
+        let text = render(&stats);
+        assert_eq!(
+            written(&text, "port_rx_bytes_total"),
+            "18446744073709551615"
+        );
+        assert_eq!(written(&text, "fdb_max_entries"), "18446744073709551615");
+        // Seconds from nanoseconds and the busy share: floats, in their
+        // shortest form, exact to the nanosecond (below 2^22 s) and to the
+        // three decimals kept.
+        let cases = [
+            (0, 0.0, "0.0", "0.0"),
+            (12, 100.0, "1.2e-8", "1.0"),
+            (3_000_000_000, 50.0, "3.0", "0.5"),
+            (1_500_000_007, 12.3456, "1.500000007", "0.123"),
+            (4_194_303_999_999_999, 99.9999, "4194303.999999999", "1.0"),
+            (1, f64::NAN, "1e-9", "NaN"),
+        ];
+        for (wait_ns, busy_percent, wait, busy) in cases {
+            stats.lockstat.wait_ns = wait_ns;
+            stats.workers[0].busy_percent = busy_percent;
+            let text = render(&stats);
+            assert_eq!(written(&text, "lock_wait_seconds_total"), wait, "{wait_ns}");
+            assert_eq!(written(&text, "worker_busy_ratio"), busy, "{busy_percent}");
+            checked(&stats);
+        }
     }
 
     #[test]
@@ -968,36 +926,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn request_heads() {
-        let cases: [(&[u8], Answer); 10] = [
-            (
-                b"GET /metrics HTTP/1.1\r\nHost: x",
-                Answer::Metrics { body: true },
-            ),
-            (
-                b"GET /metrics?name[]=x HTTP/1.0",
-                Answer::Metrics { body: true },
-            ),
-            (b"HEAD /metrics HTTP/1.1", Answer::Metrics { body: false }),
-            (b"POST /metrics HTTP/1.1", Answer::MethodNotAllowed),
-            (b"GET / HTTP/1.1", Answer::NotFound),
-            (b"GET /metrics/ HTTP/1.1", Answer::NotFound),
-            (b"GET /metrics", Answer::BadRequest),
-            (b"GET /metrics HTTP/2.0", Answer::BadRequest),
-            (b"GET metrics HTTP/1.1", Answer::BadRequest),
-            (b"\xff\xfe", Answer::BadRequest),
-        ];
-        for (head, want) in cases {
-            assert_eq!(answer(head), want, "{:?}", String::from_utf8_lossy(head));
-        }
-        assert_eq!(head_end(b"GET / HTTP/1.1\r\nA: b\r\n\r\nrest"), Some(20));
-        assert_eq!(head_end(b"GET / HTTP/1.1\n\n"), Some(14));
-        assert_eq!(head_end(b"GET / HTTP/1.1\r\n"), None);
-    }
-
-    /// A server on a free loopback port, serving `sample_stats`; stopped
-    /// and joined on drop.
+    /// A server on a free loopback port, serving `sample_stats` (or, with
+    /// `stopping`, answering as a stopping bridge does); stopped and joined
+    /// on drop.
     struct Running {
         addr: SocketAddr,
         stop: Arc<AtomicBool>,
@@ -1006,15 +937,20 @@ mod tests {
 
     impl Running {
         fn start() -> Running {
+            Running::serving(|| Some(sample_stats()))
+        }
+
+        fn stopping() -> Running {
+            Running::serving(|| None)
+        }
+
+        fn serving(stats: fn() -> Option<Stats>) -> Running {
             let server = MetricsServer::bind("127.0.0.1:0".parse().unwrap()).unwrap();
             let addr = server.local_addr();
             let stop = Arc::new(AtomicBool::new(false));
             let flag = Arc::clone(&stop);
             let thread = std::thread::spawn(move || {
-                server.serve(
-                    || Some(sample_stats()),
-                    move || flag.load(Ordering::Relaxed),
-                )
+                server.serve(stats, move || flag.load(Ordering::Relaxed))
             });
             Running {
                 addr,
@@ -1063,6 +999,10 @@ mod tests {
         assert_eq!(body, render(&sample_stats()));
         let head_only = exchange(server.addr, b"HEAD /metrics HTTP/1.1\r\n\r\n");
         assert!(head_only.ends_with("\r\n\r\n"), "{head_only}");
+        assert!(
+            head_only.contains(&format!("\r\nContent-Length: {}\r\n", body.len())),
+            "{head_only}"
+        );
         let cases: [(&[u8], &str); 4] = [
             (b"GET / HTTP/1.1\r\n\r\n", "404"),
             (b"DELETE /metrics HTTP/1.1\r\n\r\n", "405"),
@@ -1075,7 +1015,61 @@ mod tests {
                 response.starts_with(&format!("HTTP/1.1 {status} ")),
                 "{response}"
             );
+            assert!(response.contains("\r\nConnection: close\r\n"), "{response}");
         }
+        let refused = exchange(server.addr, b"POST /metrics HTTP/1.1\r\n\r\n");
+        assert!(refused.contains("\r\nAllow: GET, HEAD\r\n"), "{refused}");
+    }
+
+    #[test]
+    fn request_heads() {
+        let server = Running::start();
+        // The status each head gets, and the version of the status line: a
+        // request of HTTP/1.0 is answered in HTTP/1.0.
+        let cases: [(&[u8], &str); 11] = [
+            (b"GET /metrics HTTP/1.1\r\nHost: x", "HTTP/1.1 200"),
+            (b"GET /metrics?name[]=x HTTP/1.0", "HTTP/1.0 200"),
+            (b"GET /metrics HTTP/1.1\nHost: x\n", "HTTP/1.1 200"),
+            (b"HEAD /metrics HTTP/1.1", "HTTP/1.1 200"),
+            (b"POST /metrics HTTP/1.1", "HTTP/1.1 405"),
+            (b"GET / HTTP/1.1", "HTTP/1.1 404"),
+            (b"GET /metrics/ HTTP/1.1", "HTTP/1.1 404"),
+            (b"GET /metrics", "HTTP/1.1 400"),
+            (b"GET /metrics HTTP/2.0", "HTTP/1.1 400"),
+            (b"\xff\xfe", "HTTP/1.1 400"),
+            (b"GET /metrics HTTP/1.1\r\nbad header", "HTTP/1.1 400"),
+        ];
+        for (head, want) in cases {
+            let mut request = head.to_vec();
+            request.extend_from_slice(b"\r\n\r\n");
+            let response = exchange(server.addr, &request);
+            assert!(
+                response.starts_with(&format!("{want} ")),
+                "{:?}: {response}",
+                String::from_utf8_lossy(head)
+            );
+        }
+        // HTTP/2 with prior knowledge: closed unanswered.
+        let response = exchange(server.addr, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+        assert_eq!(response, "");
+        // A head of just under 8 KiB is read; one over it is not.
+        let long = |n| format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "y".repeat(n));
+        assert!(exchange(server.addr, long(8000).as_bytes()).starts_with("HTTP/1.1 200 "));
+        assert!(exchange(server.addr, long(8200).as_bytes()).starts_with("HTTP/1.1 431 "));
+    }
+
+    #[test]
+    fn a_stopping_bridge_gets_503() {
+        let server = Running::stopping();
+        let response = exchange(server.addr, b"GET /metrics HTTP/1.1\r\n\r\n");
+        assert!(
+            response.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
+            "{response}"
+        );
+        assert!(
+            response.ends_with("\r\n\r\nThe bridge is stopping.\n"),
+            "{response}"
+        );
     }
 
     #[test]
@@ -1102,16 +1096,49 @@ mod tests {
     }
 
     #[test]
-    fn stops_within_a_tick_even_with_a_client() {
+    fn more_silent_clients_than_places_still_let_a_scrape_through() {
         let server = Running::start();
-        let _silent = TcpStream::connect(server.addr).unwrap();
-        std::thread::sleep(Duration::from_millis(100));
+        let silent: Vec<TcpStream> = (0..MAX_CLIENTS + 8)
+            .map(|_| TcpStream::connect(server.addr).unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        // The scrape waits in the backlog until the first silent ones time
+        // out, and is served then.
+        let response = exchange(server.addr, b"GET /metrics HTTP/1.1\r\n\r\n");
+        assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
+        drop(silent);
+    }
+
+    #[test]
+    fn a_slow_client_is_closed_after_the_timeout() {
+        let server = Running::start();
+        let mut slow = TcpStream::connect(server.addr).unwrap();
         let started = Instant::now();
-        drop(server);
+        // One byte of a request every 300 ms, for longer than the timeout.
+        let closed = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+            .iter()
+            .any(|byte| {
+                std::thread::sleep(Duration::from_millis(300));
+                slow.write_all(&[*byte]).is_err()
+            });
+        assert!(closed, "never closed");
+        // Not before its time: the timeout is the server's whole rule.
         assert!(
-            started.elapsed() < Duration::from_millis(600),
+            started.elapsed() >= CLIENT_TIMEOUT,
             "{:?}",
             started.elapsed()
         );
+    }
+
+    #[test]
+    fn stops_with_a_client_open() {
+        let server = Running::start();
+        let _silent = TcpStream::connect(server.addr).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let addr = server.addr;
+        // Joins the serving thread, which a silent client does not hold.
+        drop(server);
+        // And the endpoint is gone with it.
+        assert!(TcpStream::connect(addr).is_err());
     }
 }

@@ -61,6 +61,11 @@ impl Response {
 fn exchange(ns: &Netns, port: u16, request: String) -> Response {
     // A HEAD response has the body's length but not the body.
     let head_only = request.starts_with("HEAD ");
+    // The status line has the request's version: HTTP/1.0 answers HTTP/1.0.
+    let version = match request.lines().next() {
+        Some(line) if line.ends_with(" HTTP/1.0") => "HTTP/1.0 ",
+        _ => "HTTP/1.1 ",
+    };
     let raw = ns.run(move || {
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let mut stream =
@@ -78,7 +83,7 @@ fn exchange(ns: &Netns, port: u16, request: String) -> Response {
         .split_once("\r\n\r\n")
         .unwrap_or_else(|| panic!("no end of head: {raw:?}"));
     let status = head
-        .strip_prefix("HTTP/1.1 ")
+        .strip_prefix(version)
         .and_then(|rest| rest.get(..3))
         .and_then(|code| code.parse().ok())
         .unwrap_or_else(|| panic!("bad status line: {head:?}"));
