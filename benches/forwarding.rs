@@ -6,7 +6,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bridge::port::{MemoryPeer, MemoryPort};
+use bridge::port::{MemoryPeer, MemoryQueue};
 use bridge::wire::{FrameSpec, MacAddr};
 use bridge::{FdbConfig, MacTable, SectionMode, Worker, WorkerConfig};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -25,7 +25,7 @@ fn station(side: u8, n: u32) -> MacAddr {
 }
 
 struct Bench<S: Strategy> {
-    worker: Worker<S, MemoryPort>,
+    worker: Worker<S, MemoryQueue>,
     peers: [MemoryPeer; 2],
     frames: Vec<Vec<u8>>,
 }
@@ -33,8 +33,8 @@ struct Bench<S: Strategy> {
 impl<S: Strategy> Bench<S> {
     fn new(section: SectionMode) -> Self {
         let table = Arc::new(MacTable::<S>::new(FdbConfig::default()));
-        let (p0, peer0) = MemoryPort::pair("a");
-        let (p1, peer1) = MemoryPort::pair("b");
+        let (p0, peer0) = MemoryQueue::pair("a");
+        let (p1, peer1) = MemoryQueue::pair("b");
         let config = WorkerConfig {
             section,
             ..WorkerConfig::default()

@@ -17,7 +17,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bridge::port::{MemoryPeer, MemoryPort};
+use bridge::port::{MemoryPeer, MemoryQueue};
 use bridge::wire::{FrameSpec, MacAddr};
 use bridge::{FdbConfig, MacTable, SectionMode, Worker, WorkerConfig};
 use clap::{Parser, Subcommand};
@@ -120,8 +120,8 @@ fn drive<S: Strategy>(
     start: &Barrier,
     stop: &AtomicBool,
 ) -> u64 {
-    let (a, peer_a) = MemoryPort::pair("a");
-    let (b, peer_b) = MemoryPort::pair("b");
+    let (a, peer_a) = MemoryQueue::pair("a");
+    let (b, peer_b) = MemoryQueue::pair("b");
     let config = WorkerConfig {
         section,
         ..WorkerConfig::default()

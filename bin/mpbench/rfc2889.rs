@@ -15,7 +15,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bridge::port::{Port, RawPort, VNET_HDR_LEN};
+use bridge::port::{Queue, RawQueue, VNET_HDR_LEN};
 use bridge::wire::{EtherType, FrameSpec, MacAddr, Payload};
 use locks::StrategyKind;
 
@@ -133,7 +133,7 @@ impl Trial {
     /// fast as the socket takes them); returns the rate achieved.
     fn send(&self, from: usize, frames: Vec<Vec<u8>>, rate: u64) -> Result<f64, String> {
         self.hosts[from].run(move || -> Result<f64, String> {
-            let mut port = RawPort::open("eth0", 1)
+            let mut port = RawQueue::open("eth0", 1)
                 .map_err(|e| format!("socket: {e}"))?
                 .remove(0);
             let start = Instant::now();

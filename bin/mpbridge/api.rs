@@ -19,7 +19,7 @@ use bridge::fdb::{FdbKey, Location, Table};
 use bridge::monitor::{LinkEvent, LinkMonitor};
 use bridge::port::placement::CpuSet;
 use bridge::port::vxlan::VxlanShared;
-use bridge::port::{netdev, LinkPort};
+use bridge::port::{netdev, LinkQueue};
 use bridge::wire::{MacAddr, MacKind};
 use bridge::worker::{PortControl, MAX_PORTS};
 use bridge::{DropReason, PortId, WorkerConfig};
@@ -125,7 +125,7 @@ pub struct BridgeState {
     /// The ports, by port id; `None` where no port has the id (removed).
     ports: Vec<Option<PortSpec>>,
     /// Each worker's handle for adding and removing its queues.
-    controls: Vec<PortControl<LinkPort>>,
+    controls: Vec<PortControl<LinkQueue>>,
     /// The workers running now.
     generation: Generation,
     /// The workers' settings, for a new generation.
@@ -598,10 +598,10 @@ impl BridgeState {
             ports::open_queues(spec, self.controls.len(), self.port_settings)
         })?;
         let shared = match queues.first() {
-            Some(LinkPort::Vxlan(port)) => Some(Arc::clone(port.shared())),
+            Some(LinkQueue::Vxlan(port)) => Some(Arc::clone(port.shared())),
             _ => None,
         };
-        let raised = matches!(queues.first(), Some(LinkPort::Raw(port)) if port.raised_link());
+        let raised = matches!(queues.first(), Some(LinkQueue::Raw(port)) if port.raised_link());
         let port = PortId(id as u16);
         let mut answers = Vec::new();
         for (control, queue) in self.controls.iter().zip(queues) {

@@ -58,7 +58,7 @@ pub fn run<S: Strategy>(
         .iter()
         .zip(&port_sets[0])
         .filter_map(|(spec, queue)| match queue {
-            bridge::port::LinkPort::Vxlan(port) => Some((spec.label(), Arc::clone(port.shared()))),
+            bridge::port::LinkQueue::Vxlan(port) => Some((spec.label(), Arc::clone(port.shared()))),
             _ => None,
         })
         .collect();
@@ -66,7 +66,7 @@ pub fn run<S: Strategy>(
         .iter()
         .zip(&port_sets[0])
         .filter_map(|(spec, queue)| match queue {
-            bridge::port::LinkPort::Raw(port) if port.raised_link() => Some(spec.name.clone()),
+            bridge::port::LinkQueue::Raw(port) if port.raised_link() => Some(spec.name.clone()),
             _ => None,
         })
         .collect();

@@ -9,7 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use bridge::port::raw::RingKind;
 use bridge::port::vxlan::VxlanConfig;
-use bridge::port::{LinkPort, RawPort, TapPort, VxlanPort};
+use bridge::port::{LinkQueue, RawQueue, TapQueue, VxlanQueue};
 use bridge::vlan::{self, PortVlans, VlanSet};
 use bridge::wire::vxlan::MAX_VNI;
 
@@ -298,29 +298,29 @@ pub fn open_queues(
     spec: &PortSpec,
     workers: usize,
     settings: PortSettings,
-) -> Result<Vec<LinkPort>, String> {
+) -> Result<Vec<LinkQueue>, String> {
     Ok(match spec.kind {
         Kind::Vxlan => {
             let config = spec.vxlan.clone().expect("a vxlan port has its settings");
             // An address that cannot be bound comes with the reason (none
             // of this host's, or IPv6 still tentative).
-            VxlanPort::open(&spec.name, config, workers)
+            VxlanQueue::open(&spec.name, config, workers)
                 .map_err(|e| format!("cannot open port {}: {e}", spec.label()))?
                 .into_iter()
-                .map(LinkPort::Vxlan)
+                .map(LinkQueue::Vxlan)
                 .collect()
         }
         Kind::Tap => {
-            let tap = TapPort::open(&spec.name, workers).map_err(|e| tap_error(spec, &e))?;
+            let tap = TapQueue::open(&spec.name, workers).map_err(|e| tap_error(spec, &e))?;
             if tap.existed {
                 log::info!("tap {} existed before and will stay", spec.name);
             }
-            tap.queues.into_iter().map(LinkPort::Tap).collect()
+            tap.queues.into_iter().map(LinkQueue::Tap).collect()
         }
-        Kind::Raw => RawPort::open_with(&spec.name, workers, settings.rx_ring)
+        Kind::Raw => RawQueue::open_with(&spec.name, workers, settings.rx_ring)
             .map_err(|e| open_error(spec, &e))?
             .into_iter()
-            .map(LinkPort::Raw)
+            .map(LinkQueue::Raw)
             .collect(),
     })
 }
@@ -330,8 +330,8 @@ pub fn open_ports(
     specs: &[PortSpec],
     workers: usize,
     settings: PortSettings,
-) -> Result<Vec<Vec<LinkPort>>, String> {
-    let mut per_worker: Vec<Vec<LinkPort>> = (0..workers).map(|_| Vec::new()).collect();
+) -> Result<Vec<Vec<LinkQueue>>, String> {
+    let mut per_worker: Vec<Vec<LinkQueue>> = (0..workers).map(|_| Vec::new()).collect();
     for spec in specs {
         for (set, queue) in per_worker
             .iter_mut()

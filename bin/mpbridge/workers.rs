@@ -9,13 +9,13 @@ use std::thread::{self, JoinHandle};
 
 use bridge::counters::{PortCounters, WorkerCounters};
 use bridge::port::placement::CpuSet;
-use bridge::port::LinkPort;
+use bridge::port::LinkQueue;
 use bridge::worker::{PortControl, WorkerParts};
 use bridge::{MacTable, Stopper, Worker, WorkerConfig};
 use locks::Strategy;
 
 /// What a worker thread hands back when it stops.
-pub type Returned = (Vec<Option<LinkPort>>, WorkerParts);
+pub type Returned = (Vec<Option<LinkQueue>>, WorkerParts);
 
 /// The workers running now, and what stops them.
 pub struct Generation {
@@ -53,7 +53,7 @@ pub struct Started {
     /// The threads.
     pub generation: Generation,
     /// Each worker's port handle.
-    pub controls: Vec<PortControl<LinkPort>>,
+    pub controls: Vec<PortControl<LinkQueue>>,
     /// Each worker's port counters.
     pub counters: Vec<Arc<[PortCounters]>>,
     /// Each worker's own counters.

@@ -172,8 +172,8 @@ fn oversize_frames_and_full_queues_are_counted<S: Strategy>() {
     assert_eq!(rig.ports_that_sent(), Vec::<usize>::new());
 
     let fdb = FdbConfig::default();
-    let (port0, peer0) = bridge::port::MemoryPort::pair_with_limit("a", 8);
-    let (port1, peer1) = bridge::port::MemoryPort::pair_with_limit("b", 2);
+    let (port0, peer0) = bridge::port::MemoryQueue::pair_with_limit("a", 8);
+    let (port1, peer1) = bridge::port::MemoryQueue::pair_with_limit("b", 2);
     let table = std::sync::Arc::new(MacTable::<S>::new(fdb));
     let mut worker = bridge::Worker::new(table, vec![port0, port1], WorkerConfig::default());
     for _ in 0..5 {
@@ -517,7 +517,7 @@ fn own_addresses_are_never_learned_in_any_vlan<S: Strategy>() {
 fn ports_come_and_go<S: Strategy>() {
     let mut rig = Rig::<S>::new(2);
     let control = rig.worker.control();
-    let (port, peer) = bridge::port::MemoryPort::pair("mem2");
+    let (port, peer) = bridge::port::MemoryQueue::pair("mem2");
     let answer = control.add(PortId(2), port).unwrap();
     rig.worker.apply_changes();
     answer.try_recv().expect("the worker answered");

@@ -22,7 +22,7 @@ use arbitrary::Arbitrary;
 use bridge::counters::PortStats;
 use bridge::decision::DropReason;
 use bridge::fdb::{FdbKey, FdbRecord, PortId};
-use bridge::port::{MemoryPeer, MemoryPort};
+use bridge::port::{MemoryPeer, MemoryQueue};
 use bridge::wire::MacAddr;
 use bridge::{FdbConfig, MacTable, SectionMode, Worker, WorkerConfig};
 use libfuzzer_sys::fuzz_target;
@@ -377,8 +377,8 @@ fn run<S: Strategy>(input: &Input) {
         max_entries,
         ..FdbConfig::default()
     }));
-    let (memory, peers): (Vec<MemoryPort>, Vec<MemoryPeer>) = (0..ports)
-        .map(|i| MemoryPort::pair(format!("mem{i}")))
+    let (memory, peers): (Vec<MemoryQueue>, Vec<MemoryPeer>) = (0..ports)
+        .map(|i| MemoryQueue::pair(format!("mem{i}")))
         .unzip();
     let config = WorkerConfig {
         batch_size,

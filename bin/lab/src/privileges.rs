@@ -27,7 +27,7 @@ fn probe_privileges() -> Option<String> {
         }
     };
     let probed = ns.run(|| {
-        if let Err(e) = bridge::port::TapPort::open("probe0", 1) {
+        if let Err(e) = bridge::port::TapQueue::open("probe0", 1) {
             return Some(format!("cannot make a tap (needs CAP_NET_ADMIN): {e}"));
         }
         // SAFETY: a constant-argument socket call; the result is closed at

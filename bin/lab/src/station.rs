@@ -12,7 +12,7 @@ use crate::Netns;
 /// A test station: a packet socket on a host's `eth0` that sends frames
 /// and collects the frames of the test EtherType that arrive.
 pub struct Station {
-    port: bridge::port::RawPort,
+    port: bridge::port::RawQueue,
     batch: bridge::port::RxBatch,
 }
 
@@ -25,7 +25,7 @@ impl Station {
         let port = host
             .run(|| {
                 let mut ports =
-                    bridge::port::RawPort::open("eth0", 1).expect("packet socket on eth0");
+                    bridge::port::RawQueue::open("eth0", 1).expect("packet socket on eth0");
                 ports.pop().unwrap()
             })
             .expect("cannot enter the namespace");
@@ -37,7 +37,7 @@ impl Station {
 
     /// Sends one Ethernet frame (no virtio-net header: one is added).
     pub fn send(&mut self, frame: &[u8]) {
-        use bridge::port::Port;
+        use bridge::port::Queue;
         let mut buffer = vec![0u8; bridge::port::VNET_HDR_LEN];
         buffer.extend_from_slice(frame);
         let sent = self
@@ -50,7 +50,7 @@ impl Station {
 
     /// The test frames that arrive within `wait` (Ethernet frames only).
     pub fn collect(&mut self, wait: Duration) -> Vec<Vec<u8>> {
-        use bridge::port::Port;
+        use bridge::port::Queue;
         let deadline = Instant::now() + wait;
         let mut frames = Vec::new();
         while Instant::now() < deadline {
@@ -72,7 +72,7 @@ impl Station {
     /// Sends frames (Ethernet only: headers are added) in batches; returns
     /// how many the socket took.
     pub fn send_many(&mut self, frames: &[Vec<u8>]) -> usize {
-        use bridge::port::Port;
+        use bridge::port::Queue;
         let buffers: Vec<Vec<u8>> = frames
             .iter()
             .map(|frame| {
@@ -93,7 +93,7 @@ impl Station {
     /// receive ring left full (by a TCP transfer nobody collected) drops
     /// what comes next.
     pub fn drain(&mut self) {
-        use bridge::port::Port;
+        use bridge::port::Queue;
         // Bounded: at most a million frames, far more than a ring holds.
         for _ in 0..(1 << 20) / 64 {
             self.batch.clear();

@@ -7,7 +7,7 @@
 use std::thread;
 use std::time::Duration;
 
-use bridge::port::{Port, RawPort, VNET_HDR_LEN};
+use bridge::port::{Queue, RawQueue, VNET_HDR_LEN};
 use bridge::wire::{EtherType, FrameSpec, MacAddr, Payload};
 use locks::StrategyKind;
 
@@ -288,7 +288,7 @@ pub(super) fn build(setup: Setup, mpbridge: &Program) -> Result<Bench, String> {
     // The sink speaks first, so that the bridge knows where it is and the
     // measured traffic is known unicast.
     sink.run(|| -> Result<(), String> {
-        let mut port = RawPort::open("eth0", 1)
+        let mut port = RawQueue::open("eth0", 1)
             .map_err(|e| format!("sink socket: {e}"))?
             .remove(0);
         let frame = with_header(&frame([0xff; 6], SINK_MAC, 64));

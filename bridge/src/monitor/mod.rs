@@ -13,7 +13,7 @@
 //! Taps are left to the workers: mpbridge owns them, and their kernel side
 //! usually lives in another network namespace, out of this one's sight;
 //! their queues tell whether the device is up, wherever it is, and the
-//! workers ask once a second (`Port::link_lost`).
+//! workers ask once a second (`Queue::link_lost`).
 
 mod rtnetlink;
 

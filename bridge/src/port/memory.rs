@@ -1,12 +1,12 @@
 //! An in-memory port, for tests and benchmarks: the bridge side is a
-//! [`MemoryPort`], the other side a [`MemoryPeer`] that injects frames and
+//! [`MemoryQueue`], the other side a [`MemoryPeer`] that injects frames and
 //! collects what the bridge sent. Buffers are recycled, so a benchmark that
 //! drains what it injects allocates nothing in steady state.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{Port, PortError, RxBatch, RxReport, SendReport};
+use super::{PortError, Queue, RxBatch, RxReport, SendReport};
 
 #[derive(Debug, Default)]
 struct Queues {
@@ -31,7 +31,7 @@ impl Queues {
 
 /// The bridge's side of an in-memory link.
 #[derive(Debug)]
-pub struct MemoryPort {
+pub struct MemoryQueue {
     name: String,
     queues: Arc<Mutex<Queues>>,
 }
@@ -50,22 +50,22 @@ fn lock(queues: &Mutex<Queues>) -> MutexGuard<'_, Queues> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-impl MemoryPort {
+impl MemoryQueue {
     /// The default number of sent frames a peer can leave uncollected.
     pub const DEFAULT_LIMIT: usize = 1 << 16;
 
     /// A linked port and peer.
-    pub fn pair(name: impl Into<String>) -> (MemoryPort, MemoryPeer) {
+    pub fn pair(name: impl Into<String>) -> (MemoryQueue, MemoryPeer) {
         Self::pair_with_limit(name, Self::DEFAULT_LIMIT)
     }
 
     /// A linked port and peer whose peer holds at most `limit` sent frames.
-    pub fn pair_with_limit(name: impl Into<String>, limit: usize) -> (MemoryPort, MemoryPeer) {
+    pub fn pair_with_limit(name: impl Into<String>, limit: usize) -> (MemoryQueue, MemoryPeer) {
         let queues = Arc::new(Mutex::new(Queues {
             limit,
             ..Queues::default()
         }));
-        let port = MemoryPort {
+        let port = MemoryQueue {
             name: name.into(),
             queues: Arc::clone(&queues),
         };
@@ -73,7 +73,7 @@ impl MemoryPort {
     }
 }
 
-impl Port for MemoryPort {
+impl Queue for MemoryQueue {
     fn name(&self) -> &str {
         &self.name
     }

@@ -1,9 +1,11 @@
 //! Ports: where frames come from and go to, in batches.
 //!
-//! A worker owns one queue of every port and moves frames between them
-//! through a [`Port`]. Receiving fills a reusable [`RxBatch`], so the
+//! A port is the bridge's (it has an id, an fdb, options); each worker owns
+//! one queue of every port, a [`Queue`] (`TapQueue`, `RawQueue`,
+//! `VxlanQueue`, or `LinkQueue` for any of them), and moves frames between
+//! them. Receiving fills a reusable [`RxBatch`], so the
 //! forwarding path allocates nothing per frame. Each kind of port keeps its
-//! own system calls beside it (`tap/sys.rs`, `raw/sys.rs`); what they share
+//! own system calls beside it (`tap/sys.rs`, `raw/sys.rs`, `vxlan/sys.rs`); what they share
 //! is in `fd.rs` (descriptors), `netdev.rs` (interface ioctls) and
 //! `wake.rs` (the worker's poll and eventfd).
 
@@ -17,11 +19,11 @@ pub mod tap;
 pub mod vxlan;
 pub(crate) mod wake;
 
-pub use link::LinkPort;
-pub use memory::{MemoryPeer, MemoryPort};
-pub use raw::RawPort;
-pub use tap::TapPort;
-pub use vxlan::VxlanPort;
+pub use link::LinkQueue;
+pub use memory::{MemoryPeer, MemoryQueue};
+pub use raw::RawQueue;
+pub use tap::TapQueue;
+pub use vxlan::VxlanQueue;
 
 /// The length of the virtio-net header before every frame of a real port.
 pub use crate::wire::vnet::VNET_HDR_LEN;
@@ -228,7 +230,7 @@ pub struct RxReport {
     pub malformed: usize,
 }
 
-/// What happened to the frames of one [`Port::send_batch`]: each frame
+/// What happened to the frames of one [`Queue::send_batch`]: each frame
 /// offered is counted in exactly one of `sent`, `dropped`, `refused`, or,
 /// when a `fault` stopped the batch, left unsent.
 #[derive(Debug, Default)]
@@ -351,7 +353,7 @@ impl PortError {
 }
 
 /// One queue of a bridge port, owned by one worker.
-pub trait Port: Send {
+pub trait Queue: Send {
     /// Bytes before the Ethernet frame in every buffer (the virtio-net
     /// header of real ports), passed through unchanged.
     const METADATA_LEN: usize = 0;

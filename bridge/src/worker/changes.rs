@@ -14,7 +14,7 @@ use super::Worker;
 use crate::capture::CaptureHub;
 use crate::counters::{PortCounters, WorkerCounters};
 use crate::fdb::PortId;
-use crate::port::{wake, Port};
+use crate::port::{wake, Queue};
 use crate::vlan::PortVlans;
 
 /// What a worker keeps across a change of table: its counters, totals,
@@ -123,7 +123,7 @@ impl<P> PortControl<P> {
     }
 }
 
-impl<S: Strategy, P: Port> Worker<S, P> {
+impl<S: Strategy, P: Queue> Worker<S, P> {
     /// A handle that adds and removes this worker's queues of ports while
     /// it runs.
     pub fn control(&self) -> PortControl<P> {
@@ -176,12 +176,12 @@ impl<S: Strategy, P: Port> Worker<S, P> {
 mod tests {
     use super::*;
     use crate::fdb::{FdbConfig, MacTable};
-    use crate::port::memory::MemoryPort;
+    use crate::port::memory::MemoryQueue;
     use crate::worker::health::Health;
     use crate::WorkerConfig;
 
-    fn worker(ports: usize) -> Worker<locks::Mutex, MemoryPort> {
-        let ports = (0..ports).map(|_| MemoryPort::pair("m").0).collect();
+    fn worker(ports: usize) -> Worker<locks::Mutex, MemoryQueue> {
+        let ports = (0..ports).map(|_| MemoryQueue::pair("m").0).collect();
         let fdb = Arc::new(MacTable::new(FdbConfig::default()));
         Worker::new(fdb, ports, WorkerConfig::default())
     }
@@ -191,7 +191,7 @@ mod tests {
         let mut worker = worker(2);
         let control = worker.control();
         let added = control
-            .add_with_vlans(PortId(4), MemoryPort::pair("m").0, PortVlans::access(5))
+            .add_with_vlans(PortId(4), MemoryQueue::pair("m").0, PortVlans::access(5))
             .unwrap();
         assert_eq!(worker.apply_changes(), 1);
         added.try_recv().expect("answered once applied");

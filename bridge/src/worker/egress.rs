@@ -7,10 +7,10 @@ use locks::Strategy;
 
 use super::{payload_len, Worker};
 use crate::decision::{Decision, DropReason};
-use crate::port::Port;
+use crate::port::Queue;
 use crate::vlan::{self, Egress};
 
-impl<S: Strategy, P: Port> Worker<S, P> {
+impl<S: Strategy, P: Queue> Worker<S, P> {
     /// [`dispatch`](Self::dispatch)'s first half with VLAN filtering: a
     /// frame goes only to member ports of its VLAN, each getting the form
     /// (tagged or not) that port sends.
@@ -97,9 +97,9 @@ mod tests {
 
     /// A port whose frames come after a virtio-net header, as a tap's do;
     /// only its metadata matters here.
-    struct HeaderPort;
+    struct HeaderQueue;
 
-    impl Port for HeaderPort {
+    impl Queue for HeaderQueue {
         const METADATA_LEN: usize = VNET_HDR_LEN;
 
         fn name(&self) -> &str {
@@ -120,8 +120,8 @@ mod tests {
 
     /// A worker whose batch holds `frames`, each after a virtio-net header
     /// asking for a checksum from byte 34 (as an offloaded frame would).
-    fn worker_with(frames: &[Vec<u8>]) -> Worker<locks::Epoch, HeaderPort> {
-        let ports = vec![HeaderPort, HeaderPort];
+    fn worker_with(frames: &[Vec<u8>]) -> Worker<locks::Epoch, HeaderQueue> {
+        let ports = vec![HeaderQueue, HeaderQueue];
         let fdb = Arc::new(MacTable::new(FdbConfig::default()));
         let mut worker = Worker::new(fdb, ports, WorkerConfig::default());
         for frame in frames {
@@ -156,7 +156,7 @@ mod tests {
 
     /// The rewritten buffer an output index names: its header's csum_start
     /// and its frame.
-    fn output(worker: &Worker<locks::Epoch, HeaderPort>, index: usize) -> (u16, Vec<u8>) {
+    fn output(worker: &Worker<locks::Epoch, HeaderQueue>, index: usize) -> (u16, Vec<u8>) {
         let r = index - worker.batch.len();
         let (start, len, _) = worker.rewrites[r];
         let buffer = &worker.rewritten[start..start + len];

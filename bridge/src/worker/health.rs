@@ -10,7 +10,7 @@ use locks::Strategy;
 use super::Worker;
 use crate::counters::PortState;
 use crate::fdb::PortId;
-use crate::port::{FaultKind, Port, PortError};
+use crate::port::{FaultKind, PortError, Queue};
 
 /// How long a faulted port (link down, a persistent error) is first left
 /// alone before it is tried again: short, since most faults are brief (a
@@ -107,10 +107,10 @@ pub(super) enum Direction {
     Tx,
 }
 
-impl<S: Strategy, P: Port> Worker<S, P> {
+impl<S: Strategy, P: Queue> Worker<S, P> {
     /// Asks the ports passing frames whether their link went down with
     /// nothing failing (a tap whose device was set down, see
-    /// [`Port::link_lost`]). Such a port is faulted as a failed receive
+    /// [`Queue::link_lost`]). Such a port is faulted as a failed receive
     /// faults it, once per event: counted, its learned stations flushed
     /// (as the Linux bridge flushes a port whose device goes down), one
     /// line logged, and left alone until its link is back, which costs a

@@ -33,7 +33,7 @@ use crate::capture::{self, CaptureHub};
 use crate::counters::{PortCounters, PortStats, WorkerCounters};
 use crate::decision::{classify_in, decide_to, Decision};
 use crate::fdb::{FdbReader, FdbSection, MacTable, PortId, Seconds, Source, SourceState, Vtep};
-use crate::port::{wake, Port, PortError, RxBatch};
+use crate::port::{wake, PortError, Queue, RxBatch};
 use crate::vlan::{self, Admitted, PortVlans};
 use changes::Change;
 use health::{Direction, Health, LOG_INTERVAL};
@@ -49,7 +49,7 @@ const FLAP_MOVES_PER_SEC: u32 = 20;
 /// rounds (the sleeping one sees them in `poll(2)`).
 const BUSY_POLL_ERROR_CHECK: u32 = 1024;
 /// How often a worker asks its ports whether their link went down with
-/// nothing failing (see [`Port::link_lost`]): as often as the link monitor
+/// nothing failing (see [`Queue::link_lost`]): as often as the link monitor
 /// looks at raw ports.
 const LINK_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -57,7 +57,7 @@ const LINK_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 pub const MAX_PORTS: usize = 256;
 
 /// A forwarding thread's state: one queue of every port, and the table.
-pub struct Worker<S: Strategy, P: Port> {
+pub struct Worker<S: Strategy, P: Queue> {
     fdb: Arc<MacTable<S>>,
     /// Each port as this worker holds it, by port id (see [`PortSlot`]).
     slots: Vec<PortSlot<P>>,
@@ -106,7 +106,7 @@ pub struct Worker<S: Strategy, P: Port> {
     forms: Vec<[Option<usize>; 2]>,
 }
 
-impl<S: Strategy, P: Port> Worker<S, P> {
+impl<S: Strategy, P: Queue> Worker<S, P> {
     /// A worker over `ports` (at most [`MAX_PORTS`]; port `i` has
     /// [`PortId`] `i`).
     pub fn new(fdb: Arc<MacTable<S>>, ports: Vec<P>, config: WorkerConfig) -> Self {
@@ -260,7 +260,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
                         .as_ref()
                         .is_some_and(|r| r.get(ingress) == Some(&false));
                     let queue = self.slots[ingress].queue.as_ref();
-                    if unreadable && !queue.is_some_and(Port::pending) {
+                    if unreadable && !queue.is_some_and(Queue::pending) {
                         continue;
                     }
                 }
@@ -335,7 +335,7 @@ impl<S: Strategy, P: Port> Worker<S, P> {
             // out of forwarding is not read, so it does not count).
             let pending = self.slots.iter().any(|slot| {
                 matches!(slot.fault.health, Health::Up | Health::Retrying)
-                    && slot.queue.as_ref().is_some_and(Port::pending)
+                    && slot.queue.as_ref().is_some_and(Queue::pending)
             });
             if pending {
                 continue;
@@ -731,7 +731,7 @@ fn admit_and_decide<S: Strategy>(
 
 /// A buffer's Ethernet frame length, without the port's metadata.
 #[inline]
-pub(super) fn payload_len<P: Port>(buffer: &[u8]) -> u64 {
+pub(super) fn payload_len<P: Queue>(buffer: &[u8]) -> u64 {
     buffer.len().saturating_sub(P::METADATA_LEN) as u64
 }
 

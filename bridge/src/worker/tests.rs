@@ -19,9 +19,9 @@ struct Wire {
     sent: Vec<(Vec<u8>, Option<IpAddr>)>,
 }
 
-struct VtepPort(Arc<Mutex<Wire>>);
+struct VtepQueue(Arc<Mutex<Wire>>);
 
-impl Port for VtepPort {
+impl Queue for VtepQueue {
     fn name(&self) -> &str {
         "v"
     }
@@ -75,9 +75,9 @@ fn vtep(n: u8) -> Option<IpAddr> {
 
 /// Port 0 a plain one, port 1 one with VTEPs; VLAN filtering puts both in
 /// access VLAN 10 when `vlans` is set.
-fn rig(vlans: bool) -> (Worker<locks::Rcu, VtepPort>, [Arc<Mutex<Wire>>; 2]) {
+fn rig(vlans: bool) -> (Worker<locks::Rcu, VtepQueue>, [Arc<Mutex<Wire>>; 2]) {
     let wires = [Arc::default(), Arc::default()];
-    let ports = wires.iter().map(|w| VtepPort(Arc::clone(w))).collect();
+    let ports = wires.iter().map(|w| VtepQueue(Arc::clone(w))).collect();
     let fdb = Arc::new(MacTable::new(FdbConfig::default()));
     let config = WorkerConfig {
         vlan_filtering: vlans,

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use bridge::counters::PortStats;
-use bridge::port::{MemoryPeer, MemoryPort};
+use bridge::port::{MemoryPeer, MemoryQueue};
 use bridge::wire::{FrameSpec, MacAddr, Payload};
 use bridge::{FdbConfig, MacTable, SectionMode, Worker, WorkerConfig};
 use locks::Strategy;
@@ -60,7 +60,7 @@ pub fn tagged(dst: MacAddr, src: MacAddr, vlan: u16, len: usize) -> Vec<u8> {
 /// A bridge over in-memory ports, with one worker driven by hand.
 pub struct Rig<S: Strategy> {
     pub fdb: Arc<MacTable<S>>,
-    pub worker: Worker<S, MemoryPort>,
+    pub worker: Worker<S, MemoryQueue>,
     pub peers: Vec<MemoryPeer>,
 }
 
@@ -72,7 +72,7 @@ impl<S: Strategy> Rig<S> {
     pub fn with(ports: usize, fdb: FdbConfig, config: WorkerConfig) -> Self {
         let fdb = Arc::new(MacTable::new(fdb));
         let (ports, peers): (Vec<_>, Vec<_>) = (0..ports)
-            .map(|i| MemoryPort::pair(format!("mem{i}")))
+            .map(|i| MemoryQueue::pair(format!("mem{i}")))
             .unzip();
         Rig {
             worker: Worker::new(Arc::clone(&fdb), ports, config),

@@ -11,7 +11,7 @@ mod sys;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
-use super::{fd, netdev, Port, PortError, RxBatch, RxReport, SendReport, VNET_HDR_LEN};
+use super::{fd, netdev, PortError, Queue, RxBatch, RxReport, SendReport, VNET_HDR_LEN};
 use crate::wire::tag::{push_into, EmitError};
 use ring::RxRing;
 use sys::Fanout;
@@ -41,7 +41,7 @@ impl RingKind {
 
 /// One packet socket on an interface.
 #[derive(Debug)]
-pub struct RawPort {
+pub struct RawQueue {
     name: String,
     ifindex: u32,
     /// Whether opening it brought the interface up (it was down).
@@ -50,10 +50,10 @@ pub struct RawPort {
     ring: RxRing,
 }
 
-impl RawPort {
+impl RawQueue {
     /// Opens `queues` sockets on interface `name` with frame rings, in one
     /// fanout group when there are several, and brings the interface up.
-    pub fn open(name: &str, queues: usize) -> io::Result<Vec<RawPort>> {
+    pub fn open(name: &str, queues: usize) -> io::Result<Vec<RawQueue>> {
         Self::open_with(name, queues, RingKind::default())
     }
 
@@ -64,7 +64,7 @@ impl RawPort {
     }
 
     /// The same, with receive rings of layout `ring`.
-    pub fn open_with(name: &str, queues: usize, ring: RingKind) -> io::Result<Vec<RawPort>> {
+    pub fn open_with(name: &str, queues: usize, ring: RingKind) -> io::Result<Vec<RawQueue>> {
         let ifindex = netdev::if_index(name)?;
         let raised = netdev::set_link_up(name)?;
         // A single socket needs no fanout, and skips its per-frame flow hash.
@@ -79,7 +79,7 @@ impl RawPort {
                 if let Some(id) = group {
                     fanout = Fanout::Join(id);
                 }
-                Ok(RawPort {
+                Ok(RawQueue {
                     name: name.to_owned(),
                     ifindex,
                     raised,
@@ -91,7 +91,7 @@ impl RawPort {
     }
 }
 
-impl Port for RawPort {
+impl Queue for RawQueue {
     const METADATA_LEN: usize = VNET_HDR_LEN;
 
     fn name(&self) -> &str {

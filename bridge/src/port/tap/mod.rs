@@ -9,11 +9,11 @@ mod sys;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
-use super::{netdev, Port, PortError, RxBatch, RxReport, SendReport, VNET_HDR_LEN};
+use super::{netdev, PortError, Queue, RxBatch, RxReport, SendReport, VNET_HDR_LEN};
 
 /// One queue of a tap device.
 #[derive(Debug)]
-pub struct TapPort {
+pub struct TapQueue {
     name: String,
     fd: OwnedFd,
 }
@@ -22,7 +22,7 @@ pub struct TapPort {
 #[derive(Debug)]
 pub struct TapQueues {
     /// One per worker.
-    pub queues: Vec<TapPort>,
+    pub queues: Vec<TapQueue>,
     /// Whether the tap existed before (a persistent tap, which stays); one
     /// that did not vanishes when its last queue is closed.
     pub existed: bool,
@@ -57,7 +57,7 @@ pub enum TapError {
     },
 }
 
-impl TapPort {
+impl TapQueue {
     /// Opens `queues` queues of tap `name`, creating it (multi-queue) if it
     /// does not exist, and brings it up. An existing tap made without
     /// multi-queue is opened as such when one queue is asked for.
@@ -98,7 +98,7 @@ impl TapPort {
         }
         let queues = (0..queues)
             .map(|_| {
-                sys::open_queue(name, multi_queue).map(|fd| TapPort {
+                sys::open_queue(name, multi_queue).map(|fd| TapQueue {
                     name: name.to_owned(),
                     fd,
                 })
@@ -139,7 +139,7 @@ fn recv_into(
     Ok(report)
 }
 
-impl Port for TapPort {
+impl Queue for TapQueue {
     const METADATA_LEN: usize = VNET_HDR_LEN;
 
     fn name(&self) -> &str {

@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use arc_swap::ArcSwap;
 use socket2::SockAddr;
 
-use super::{fd, Port, PortError, RxBatch, RxReport, SendReport, VNET_HDR_LEN};
+use super::{fd, PortError, Queue, RxBatch, RxReport, SendReport, VNET_HDR_LEN};
 use crate::wire::flow_hash;
 use crate::wire::segment::{complete_partial, make_whole, offload_large_tcp, SegmentError, TcpRun};
 use crate::wire::vxlan::{self, Vni, Vtep};
@@ -297,7 +297,7 @@ fn unavailable_reason(local: IpAddr, assigned: bool) -> String {
 }
 
 /// One worker's queue of a VXLAN port.
-pub struct VxlanPort {
+pub struct VxlanQueue {
     name: String,
     shared: Arc<VxlanShared>,
     endpoint: SharedEndpoint,
@@ -311,18 +311,18 @@ pub struct VxlanPort {
     addrs: Vec<SockAddr>,
 }
 
-impl std::fmt::Debug for VxlanPort {
+impl std::fmt::Debug for VxlanQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("VxlanPort")
+        f.debug_struct("VxlanQueue")
             .field("name", &self.name)
             .field("vni", &self.shared.config.vni)
             .finish()
     }
 }
 
-impl VxlanPort {
+impl VxlanQueue {
     /// Opens `queues` queues of VXLAN port `name`, one per worker.
-    pub fn open(name: &str, config: VxlanConfig, queues: usize) -> io::Result<Vec<VxlanPort>> {
+    pub fn open(name: &str, config: VxlanConfig, queues: usize) -> io::Result<Vec<VxlanQueue>> {
         let shared = Arc::new(VxlanShared {
             static_vteps: ArcSwap::from_pointee(Vec::new()),
             config,
@@ -336,7 +336,7 @@ impl VxlanPort {
                     .unwrap_or_else(PoisonError::into_inner)
                     .socket
                     .as_raw_fd();
-                Ok(VxlanPort {
+                Ok(VxlanQueue {
                     name: name.to_owned(),
                     header: vxlan::header(shared.config.vni),
                     shared: Arc::clone(&shared),
@@ -408,7 +408,7 @@ impl VxlanPort {
     }
 }
 
-impl VxlanPort {
+impl VxlanQueue {
     /// Takes one inner frame of VNI `vni` (one a port here has): into the
     /// batch if it is this port's, set aside if it is another port's.
     /// Returns whether it was set aside.
@@ -439,14 +439,14 @@ impl VxlanPort {
     }
 }
 
-impl Drop for VxlanPort {
+impl Drop for VxlanQueue {
     fn drop(&mut self) {
         let mut endpoint = self.endpoint.lock().unwrap_or_else(PoisonError::into_inner);
         endpoint.pending.remove(&self.shared.config.vni);
     }
 }
 
-impl Port for VxlanPort {
+impl Queue for VxlanQueue {
     const METADATA_LEN: usize = VNET_HDR_LEN;
 
     fn name(&self) -> &str {
@@ -682,7 +682,7 @@ impl Wholes {
     }
 }
 
-impl VxlanPort {
+impl VxlanQueue {
     /// Sends the whole frames of the `offered` frames that
     /// [`Wholes::fill`] took, filing their outcomes in `report`. Returns
     /// false when a fault of the port ended the send.
@@ -950,7 +950,7 @@ mod tests {
             remotes: Vec::new(),
             learning: true,
         };
-        match VxlanPort::open("t", config, 1) {
+        match VxlanQueue::open("t", config, 1) {
             Ok(_) => panic!("{local} opened"),
             Err(error) if error.raw_os_error() == Some(libc::EAFNOSUPPORT) => {
                 eprintln!("skipped: this kernel has no IPv6");
