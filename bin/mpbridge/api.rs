@@ -22,7 +22,7 @@ use bridge::port::vxlan::VxlanShared;
 use bridge::port::{netdev, LinkQueue};
 use bridge::wire::{MacAddr, MacKind};
 use bridge::worker::{PortControl, MAX_PORTS};
-use bridge::{DropReason, PortId, WorkerConfig};
+use bridge::{PortId, WorkerConfig};
 
 use crate::config::{Config, StaticEntry};
 use crate::ports::{self, Kind, PortSettings, PortSpec};
@@ -974,10 +974,6 @@ impl BridgeState {
                 let index = id.index();
                 let stats = totals.get(index).copied().unwrap_or_default();
                 let state = states.get(index).copied().unwrap_or_default();
-                let drops: BTreeMap<String, u64> = DropReason::ALL
-                    .iter()
-                    .map(|reason| (reason.name().to_owned(), stats.dropped(*reason)))
-                    .collect();
                 protocol::PortStats {
                     name: spec.label(),
                     vlans: self
@@ -997,16 +993,7 @@ impl BridgeState {
                     }),
                     link: Self::link(&spec, state).to_owned(),
                     state: state.name().to_owned(),
-                    rx_frames: stats.rx_frames,
-                    rx_bytes: stats.rx_bytes,
-                    tx_frames: stats.tx_frames,
-                    tx_bytes: stats.tx_bytes,
-                    drops,
-                    rx_oversize: stats.rx_oversize,
-                    rx_errors: stats.rx_errors,
-                    tx_dropped: stats.tx_dropped,
-                    tx_errors: stats.tx_errors,
-                    moves: stats.moves,
+                    counters: stats,
                 }
             })
             .collect();
@@ -1057,11 +1044,7 @@ impl BridgeState {
                 local,
                 max_entries: config.max_entries as u64,
                 age_s: config.age_secs,
-                learned_total: totals.learned,
-                moves: totals.moved,
-                refused: totals.refused,
-                aged: totals.aged,
-                own_sources: totals.own_sources,
+                totals,
             },
             lockstat,
         }

@@ -204,9 +204,9 @@ pub fn print_stats(stats: &protocol::Stats) {
         stats.uptime_s
     );
     for port in &stats.ports {
-        let drops: Vec<String> = port
-            .drops
-            .iter()
+        let c = &port.counters;
+        let drops: Vec<String> = c
+            .drops_by_name()
             .map(|(reason, n)| format!("{reason}={n}"))
             .collect();
         println!(
@@ -218,16 +218,16 @@ pub fn print_stats(stats: &protocol::Stats) {
                 .map_or(String::new(), |vlans| format!(" ({vlans})")),
             port.link,
             port.state,
-            port.rx_frames,
-            port.rx_bytes,
-            port.tx_frames,
-            port.tx_bytes,
+            c.rx_frames,
+            c.rx_bytes,
+            c.tx_frames,
+            c.tx_bytes,
             drops.join(" "),
-            port.rx_oversize,
-            port.rx_errors,
-            port.tx_dropped,
-            port.tx_errors,
-            port.moves
+            c.rx_oversize,
+            c.rx_errors,
+            c.tx_dropped,
+            c.tx_errors,
+            c.moves
         );
     }
     for worker in &stats.workers {
@@ -246,11 +246,11 @@ pub fn print_stats(stats: &protocol::Stats) {
         fdb.local,
         fdb.max_entries,
         fdb.age_s,
-        fdb.learned_total,
-        fdb.moves,
-        fdb.refused,
-        fdb.aged,
-        fdb.own_sources
+        fdb.totals.learned,
+        fdb.totals.moved,
+        fdb.totals.refused,
+        fdb.totals.aged,
+        fdb.totals.own_sources
     );
     let lock = &stats.lockstat;
     if lock.enabled {

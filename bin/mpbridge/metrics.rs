@@ -179,45 +179,45 @@ fn write_families(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Resul
         (
             "port_rx_frames_total",
             "Frames received on the port.",
-            |p| p.rx_frames,
+            |p| p.counters.rx_frames,
         ),
         (
             "port_rx_bytes_total",
             "Ethernet bytes received on the port (without the virtio-net header).",
-            |p| p.rx_bytes,
+            |p| p.counters.rx_bytes,
         ),
         ("port_tx_frames_total", "Frames sent on the port.", |p| {
-            p.tx_frames
+            p.counters.tx_frames
         }),
         (
             "port_tx_bytes_total",
             "Ethernet bytes sent on the port.",
-            |p| p.tx_bytes,
+            |p| p.counters.tx_bytes,
         ),
         (
             "port_rx_oversize_total",
             "Frames received that were larger than a receive buffer.",
-            |p| p.rx_oversize,
+            |p| p.counters.rx_oversize,
         ),
         (
             "port_rx_errors_total",
             "Receive faults (one per event) and malformed frames.",
-            |p| p.rx_errors,
+            |p| p.counters.rx_errors,
         ),
         (
             "port_tx_dropped_total",
             "Frames for the port that a full queue or a send fault dropped.",
-            |p| p.tx_dropped,
+            |p| p.counters.tx_dropped,
         ),
         (
             "port_tx_errors_total",
             "Frames the port refused one by one, and send faults (one per event).",
-            |p| p.tx_errors,
+            |p| p.counters.tx_errors,
         ),
         (
             "port_moves_total",
             "Stations that moved onto the port from another.",
-            |p| p.moves,
+            |p| p.counters.moves,
         ),
     ];
     fn labels<'a>(bridge: &'a str, port: &'a PortStats) -> Labels<'a> {
@@ -237,10 +237,10 @@ fn write_families(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Resul
         Kind::Counter,
         "Received frames not forwarded, by reason (runt, bad_source, reserved, same_port, local).",
         stats.ports.iter().flat_map(|port| {
-            port.drops.iter().map(move |(reason, count)| {
+            port.counters.drops_by_name().map(move |(reason, count)| {
                 let mut labels = vec![("bridge", bridge), ("port", port.name.as_str())];
-                labels.push(("reason", reason.as_str()));
-                (labels, Value::Int(*count))
+                labels.push(("reason", reason));
+                (labels, Value::Int(count))
             })
         }),
     )?;
@@ -342,19 +342,19 @@ fn write_families(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Resul
         (
             "fdb_learned_total",
             "Stations learned since start.",
-            fdb.learned_total,
+            fdb.totals.learned,
         ),
-        ("fdb_moves_total", "Station moves since start.", fdb.moves),
+        ("fdb_moves_total", "Station moves since start.", fdb.totals.moved),
         (
             "fdb_refused_total",
             "New stations not learned at the learning limit (each once per batch).",
-            fdb.refused,
+            fdb.totals.refused,
         ),
-        ("fdb_aged_total", "Entries aged out since start.", fdb.aged),
+        ("fdb_aged_total", "Entries aged out since start.", fdb.totals.aged),
         (
             "fdb_own_sources_total",
             "Frames whose source was one of the bridge's own addresses, not learned (each once per batch).",
-            fdb.own_sources,
+            fdb.totals.own_sources,
         ),
     ];
     for (name, help, value) in fdb_counters {
@@ -628,27 +628,25 @@ mod tests {
     use std::time::Instant;
 
     fn port(name: &str, base: u64, link: &str, state: &str) -> PortStats {
-        let reasons = ["runt", "bad_source", "reserved", "same_port", "local"];
         PortStats {
             vlans: None,
             vxlan: None,
             name: name.to_owned(),
             link: link.to_owned(),
             state: state.to_owned(),
-            rx_frames: base + 1,
-            rx_bytes: base + 2,
-            tx_frames: base + 3,
-            tx_bytes: base + 4,
-            drops: reasons
-                .iter()
-                .enumerate()
-                .map(|(i, r)| (r.to_string(), base + 10 + i as u64))
-                .collect(),
-            rx_oversize: base + 5,
-            rx_errors: base + 6,
-            tx_dropped: base + 7,
-            tx_errors: base + 8,
-            moves: base + 9,
+            counters: bridge::counters::PortStats {
+                rx_frames: base + 1,
+                rx_bytes: base + 2,
+                tx_frames: base + 3,
+                tx_bytes: base + 4,
+                drops: std::array::from_fn(|i| base + 10 + i as u64),
+                rx_oversize: base + 5,
+                rx_errors: base + 6,
+                tx_dropped: base + 7,
+                tx_errors: base + 8,
+                moves: base + 9,
+                refused: 0,
+            },
         }
     }
 
@@ -674,11 +672,13 @@ mod tests {
                 local: 3,
                 max_entries: 8192,
                 age_s: 300,
-                learned_total: 40,
-                moves: 7,
-                refused: 2,
-                aged: 31,
-                own_sources: 4,
+                totals: bridge::fdb::FdbStatsSnapshot {
+                    learned: 40,
+                    moved: 7,
+                    refused: 2,
+                    aged: 31,
+                    own_sources: 4,
+                },
             },
             lockstat: LockStats {
                 enabled: true,
@@ -757,6 +757,7 @@ mod tests {
         };
         for p in &stats.ports {
             let at = [("port", p.name.as_str())];
+            let p = &p.counters;
             let fields = [
                 ("port_rx_frames_total", p.rx_frames),
                 ("port_rx_bytes_total", p.rx_bytes),
@@ -769,13 +770,14 @@ mod tests {
                 ("port_moves_total", p.moves),
             ];
             for (name, want) in fields {
-                assert_eq!(get(name, &at), want as f64, "{name} {}", p.name);
+                assert_eq!(get(name, &at), want as f64, "{name} {}", at[0].1);
             }
-            for (reason, count) in &p.drops {
-                let labels = [("port", p.name.as_str()), ("reason", reason.as_str())];
-                assert_eq!(get("port_drops_total", &labels), *count as f64);
+            for (reason, count) in p.drops_by_name() {
+                let labels = [at[0], ("reason", reason)];
+                assert_eq!(get("port_drops_total", &labels), count as f64);
             }
-            assert_eq!(e.series("mpbridge_port_drops_total").len(), 10);
+            let reasons = bridge::DropReason::ALL.len();
+            assert_eq!(e.series("mpbridge_port_drops_total").len(), 2 * reasons);
         }
         assert_eq!(get("port_up", &[("port", "raw:eth1")]), 1.0);
         assert_eq!(get("port_up", &[("port", "tap:vm0")]), 0.0);
@@ -792,11 +794,11 @@ mod tests {
             ("fdb_local_entries", fdb.local),
             ("fdb_max_entries", fdb.max_entries),
             ("fdb_age_seconds", u64::from(fdb.age_s)),
-            ("fdb_learned_total", fdb.learned_total),
-            ("fdb_moves_total", fdb.moves),
-            ("fdb_refused_total", fdb.refused),
-            ("fdb_aged_total", fdb.aged),
-            ("fdb_own_sources_total", fdb.own_sources),
+            ("fdb_learned_total", fdb.totals.learned),
+            ("fdb_moves_total", fdb.totals.moved),
+            ("fdb_refused_total", fdb.totals.refused),
+            ("fdb_aged_total", fdb.totals.aged),
+            ("fdb_own_sources_total", fdb.totals.own_sources),
             ("uptime_seconds", stats.uptime_s),
             ("lockstat_enabled", 1),
         ];
@@ -862,7 +864,7 @@ mod tests {
             line.rsplit(' ').next().unwrap().to_owned()
         }
         let mut stats = sample_stats();
-        stats.ports[0].rx_bytes = u64::MAX;
+        stats.ports[0].counters.rx_bytes = u64::MAX;
         stats.fdb.max_entries = u64::MAX;
         let text = render(&stats);
         assert_eq!(

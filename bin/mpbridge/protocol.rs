@@ -358,14 +358,9 @@ pub struct PortStats {
     pub link: String,
     /// "forwarding", "faulted" or "gone", as the workers see the port.
     pub state: String,
-    /// Frames received.
-    pub rx_frames: u64,
-    /// Bytes received.
-    pub rx_bytes: u64,
-    /// Frames sent.
-    pub tx_frames: u64,
-    /// Bytes sent.
-    pub tx_bytes: u64,
+    /// Its counters, summed over the workers.
+    #[serde(flatten)]
+    pub counters: bridge::counters::PortStats,
     /// The port's VLANs as `--port` options (`access=10`, `trunk=10,20`),
     /// when the bridge filters VLANs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -378,20 +373,6 @@ pub struct PortStats {
     /// (`remotes_refused`), and its stations with a VTEP (`remotes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vxlan: Option<std::collections::BTreeMap<String, u64>>,
-    /// Received frames not forwarded, by reason: `runt`, `bad_source`,
-    /// `reserved`, `same_port`, `local`, and with VLAN filtering
-    /// `vlan_untagged`, `vlan_ingress`, `vlan_egress`.
-    pub drops: std::collections::BTreeMap<String, u64>,
-    /// Frames too large for a buffer.
-    pub rx_oversize: u64,
-    /// Receive faults (per event) and malformed frames.
-    pub rx_errors: u64,
-    /// Frames a full queue or a send fault dropped.
-    pub tx_dropped: u64,
-    /// Frames refused one by one, and send faults (per event).
-    pub tx_errors: u64,
-    /// Stations that moved onto this port.
-    pub moves: u64,
 }
 
 /// One worker's counters.
@@ -423,17 +404,12 @@ pub struct FdbStats {
     pub max_entries: u64,
     /// The ageing time.
     pub age_s: u32,
-    /// Stations learned since start.
-    pub learned_total: u64,
-    /// Station moves since start.
-    pub moves: u64,
-    /// New stations refused at the limit since start.
-    pub refused: u64,
-    /// Entries aged out since start.
-    pub aged: u64,
-    /// Frames whose source was one of the bridge's own (local) addresses,
-    /// never learned, since start (once per station and batch).
-    pub own_sources: u64,
+    /// The totals since start: stations learned (`learned_total`),
+    /// moves, refusals at the limit, entries aged out, and frames whose
+    /// source was one of the bridge's own (local) addresses (`own_sources`,
+    /// never learned, once per station and batch).
+    #[serde(flatten)]
+    pub totals: bridge::fdb::FdbStatsSnapshot,
 }
 
 /// Lock statistics, as lockstat(1) gives them.
@@ -471,5 +447,41 @@ impl CaptureDirection {
             CaptureDirection::Out => (false, true),
             CaptureDirection::Both => (true, true),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A port's counters are the bridge's own type, flattened into the
+    /// port's object as the protocol has always carried them: drops by
+    /// reason name, and a round trip keeps every count.
+    #[test]
+    fn port_counters_keep_their_shape() {
+        let mut counters = bridge::counters::PortStats {
+            rx_frames: 3,
+            moves: 2,
+            refused: 1,
+            ..Default::default()
+        };
+        counters.drops[bridge::DropReason::SamePort.index()] = 7;
+        let port = PortStats {
+            name: "raw:p1".to_owned(),
+            link: "up".to_owned(),
+            state: "forwarding".to_owned(),
+            counters,
+            vlans: None,
+            vxlan: None,
+        };
+        let json = serde_json::to_value(&port).unwrap();
+        assert_eq!(json["rx_frames"], 3, "{json}");
+        assert_eq!(json["moves"], 2, "{json}");
+        assert_eq!(json["drops"]["same_port"], 7, "{json}");
+        assert_eq!(json["drops"]["runt"], 0, "{json}");
+        let reasons = json["drops"].as_object().unwrap().len();
+        assert_eq!(reasons, bridge::DropReason::ALL.len());
+        let back: PortStats = serde_json::from_value(json).unwrap();
+        assert_eq!(back, port);
     }
 }

@@ -7,8 +7,10 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 use crate::decision::DropReason;
 
-/// One port's totals at one moment.
+/// One port's totals at one moment: what workers add up, and what the
+/// daemon reports (with the `serde` feature, the drops by reason name).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PortStats {
     /// Frames received.
     pub rx_frames: u64,
@@ -19,6 +21,7 @@ pub struct PortStats {
     /// Bytes sent.
     pub tx_bytes: u64,
     /// Received frames not forwarded, by [`DropReason::index`].
+    #[cfg_attr(feature = "serde", serde(with = "drops_by_name"))]
     pub drops: [u64; DropReason::ALL.len()],
     /// Frames received too large for a buffer, dropped.
     pub rx_oversize: u64,
@@ -34,13 +37,56 @@ pub struct PortStats {
     /// Stations that moved onto this port from another one.
     pub moves: u64,
     /// New stations heard on this port that a full fdb did not learn.
+    #[cfg_attr(feature = "serde", serde(default))]
     pub refused: u64,
+}
+
+/// [`PortStats::drops`] as a map from [`DropReason::name`] to its count,
+/// sorted by name; reasons a reader does not know are skipped.
+#[cfg(feature = "serde")]
+mod drops_by_name {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::decision::DropReason;
+
+    const N: usize = DropReason::ALL.len();
+
+    pub fn serialize<S: Serializer>(drops: &[u64; N], serializer: S) -> Result<S::Ok, S::Error> {
+        let stats = super::PortStats {
+            drops: *drops,
+            ..Default::default()
+        };
+        serializer.collect_map(stats.drops_by_name())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<[u64; N], D::Error> {
+        let named = BTreeMap::<String, u64>::deserialize(deserializer)?;
+        let mut drops = [0; N];
+        for reason in DropReason::ALL {
+            if let Some(&count) = named.get(reason.name()) {
+                drops[reason.index()] = count;
+            }
+        }
+        Ok(drops)
+    }
 }
 
 impl PortStats {
     /// Received frames dropped for `reason`.
     pub fn dropped(&self, reason: DropReason) -> u64 {
         self.drops[reason.index()]
+    }
+
+    /// Each reason's name and count, sorted by name (as reports list
+    /// them).
+    pub fn drops_by_name(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        let mut reasons = DropReason::ALL;
+        reasons.sort_unstable_by_key(|reason| reason.name());
+        reasons
+            .into_iter()
+            .map(|reason| (reason.name(), self.dropped(reason)))
     }
 
     /// Received frames dropped for any reason.

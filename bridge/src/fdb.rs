@@ -188,12 +188,16 @@ pub struct FdbStats {
     own_sources: AtomicU64,
 }
 
-/// A copy of [`FdbStats`] at one moment.
+/// A copy of [`FdbStats`] at one moment (with the `serde` feature, under
+/// the names the daemon reports them by).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct FdbStatsSnapshot {
     /// Stations learned.
+    #[cfg_attr(feature = "serde", serde(rename = "learned_total"))]
     pub learned: u64,
     /// Station moves.
+    #[cfg_attr(feature = "serde", serde(rename = "moves"))]
     pub moved: u64,
     /// New stations not learned because the table was full.
     pub refused: u64,
