@@ -1,18 +1,39 @@
-//! Interface ioctls on a name: its index, whether it is up, its hardware
-//! address. Taps and raw ports use them when they open; the link monitor
-//! asks them once a second.
+//! Facts about an interface by name (its index, whether it is up and
+//! running, its hardware address) through nix (`if_nametoindex`,
+//! `getifaddrs`), and setting it up or down through rtnetlink, as
+//! `ip link set` does (nix has no call for that). The tap's `ifreq` for
+//! TUNSETIFF is built here too. Taps and raw ports use them when they open;
+//! the link monitor asks them when rtnetlink cannot be used.
 #![allow(unsafe_code)]
 
-use std::ffi::CString;
 use std::io;
 use std::mem::zeroed;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::Duration;
 
-use super::fd;
+use netlink_packet_core::{
+    NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_REQUEST,
+};
+use netlink_packet_route::link::{LinkFlags, LinkMessage};
+use netlink_packet_route::RouteNetlinkMessage;
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+use nix::ifaddrs::{getifaddrs, InterfaceAddress};
+use nix::net::if_::InterfaceFlags;
+
 use crate::wire::MacAddr;
 
 /// An `ifreq` naming `name`, or an error if the name cannot be one.
 pub(crate) fn ifreq(name: &str) -> io::Result<libc::ifreq> {
+    check_name(name)?;
+    // SAFETY: ifreq is plain old data; all zeroes is a valid value.
+    let mut req: libc::ifreq = unsafe { zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(name.as_bytes()) {
+        *dst = *src as libc::c_char;
+    }
+    Ok(req)
+}
+
+/// Refuses a name no interface can have.
+fn check_name(name: &str) -> io::Result<()> {
     let bytes = name.as_bytes();
     if bytes.is_empty() || bytes.len() >= libc::IFNAMSIZ || bytes.contains(&0) {
         return Err(io::Error::new(
@@ -20,24 +41,13 @@ pub(crate) fn ifreq(name: &str) -> io::Result<libc::ifreq> {
             format!("invalid interface name (1 to {} bytes)", libc::IFNAMSIZ - 1),
         ));
     }
-    // SAFETY: ifreq is plain old data; all zeroes is a valid value.
-    let mut req: libc::ifreq = unsafe { zeroed() };
-    for (dst, src) in req.ifr_name.iter_mut().zip(bytes) {
-        *dst = *src as libc::c_char;
-    }
-    Ok(req)
+    Ok(())
 }
 
 /// The index of interface `name` in this network namespace.
 pub fn if_index(name: &str) -> io::Result<u32> {
-    let cname = CString::new(name).map_err(|_| io::ErrorKind::InvalidInput)?;
-    // SAFETY: `cname` is a valid NUL-terminated string for the call.
-    let index = unsafe { libc::if_nametoindex(cname.as_ptr()) };
-    if index == 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(index)
-    }
+    check_name(name)?;
+    Ok(nix::net::if_::if_nametoindex(name)?)
 }
 
 /// Whether interface `name` is still the one of index `ifindex`: false
@@ -57,17 +67,19 @@ pub fn is_no_device(error: &io::Error) -> bool {
     matches!(error.raw_os_error(), Some(libc::ENODEV | libc::ENXIO))
 }
 
-/// A datagram socket for interface ioctls.
-fn control_socket() -> io::Result<OwnedFd> {
-    // SAFETY: constant arguments; the result is checked at once.
-    fd::owned(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })
-}
-
-fn flags(socket: &OwnedFd, req: &mut libc::ifreq) -> io::Result<libc::c_short> {
-    // SAFETY: SIOCGIFFLAGS fills the flags of the ifreq it is given.
-    fd::check(unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFFLAGS, &mut *req) })?;
-    // SAFETY: the union's flags member was just filled by the kernel.
-    Ok(unsafe { req.ifr_ifru.ifru_flags })
+/// The link-layer entry (AF_PACKET) of interface `name`, which every
+/// interface has, up or down; ENODEV when there is none.
+fn link_entry(name: &str) -> io::Result<InterfaceAddress> {
+    check_name(name)?;
+    getifaddrs()?
+        .find(|entry| {
+            entry.interface_name == name
+                && entry
+                    .address
+                    .as_ref()
+                    .is_some_and(|address| address.as_link_addr().is_some())
+        })
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ENODEV))
 }
 
 /// Sets interface `name` administratively up; true if it was down (so
@@ -81,22 +93,54 @@ pub fn set_link_down(name: &str) -> io::Result<bool> {
     set_up_flag(name, false)
 }
 
+/// How long the kernel may take to acknowledge a link change.
+const ACK_TIMEOUT: Duration = Duration::from_secs(1);
+
 fn set_up_flag(name: &str, up: bool) -> io::Result<bool> {
-    let socket = control_socket()?;
-    let mut req = ifreq(name)?;
-    let flags = flags(&socket, &mut req)?;
-    let is_up = flags & libc::IFF_UP as libc::c_short != 0;
-    if is_up == up {
+    if link_state(name)?.up == up {
         return Ok(false);
     }
-    req.ifr_ifru.ifru_flags = if up {
-        flags | libc::IFF_UP as libc::c_short
+    let mut link = LinkMessage::default();
+    link.header.index = if_index(name)?;
+    link.header.flags = if up {
+        LinkFlags::Up
     } else {
-        flags & !(libc::IFF_UP as libc::c_short)
+        LinkFlags::empty()
     };
-    // SAFETY: SIOCSIFFLAGS reads the ifreq it is given.
-    fd::check(unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFFLAGS, &req) })?;
-    Ok(true)
+    link.header.change_mask = LinkFlags::Up;
+    let mut request = NetlinkMessage::new(
+        NetlinkHeader::default(),
+        NetlinkPayload::from(RouteNetlinkMessage::SetLink(link)),
+    );
+    request.header.flags = NLM_F_REQUEST | NLM_F_ACK;
+    request.header.sequence_number = 1;
+    request.finalize();
+    let mut bytes = vec![0; request.buffer_len()];
+    request.serialize(&mut bytes);
+    let mut socket = Socket::new(NETLINK_ROUTE)?;
+    socket.bind_auto()?;
+    socket.connect(&SocketAddr::new(0, 0))?;
+    socket2::SockRef::from(&socket).set_read_timeout(Some(ACK_TIMEOUT))?;
+    socket.send(&bytes, 0)?;
+    let mut buffer = Vec::with_capacity(4096);
+    loop {
+        buffer.clear();
+        socket.recv(&mut buffer, 0)?;
+        let Ok(header) = NetlinkBuffer::new_checked(&buffer[..]) else {
+            continue;
+        };
+        let len = (header.length() as usize).min(buffer.len());
+        let Ok(message) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&buffer[..len]) else {
+            continue;
+        };
+        if let NetlinkPayload::Error(error) = message.payload {
+            // An acknowledgement is an error message without a code.
+            return match error.code {
+                None => Ok(true),
+                Some(_) => Err(io::Error::from(error)),
+            };
+        }
+    }
 }
 
 /// Where an interface's link stands.
@@ -110,21 +154,21 @@ pub struct LinkState {
 
 /// The link state of interface `name`.
 pub fn link_state(name: &str) -> io::Result<LinkState> {
-    let socket = control_socket()?;
-    let flags = flags(&socket, &mut ifreq(name)?)?;
+    let flags = link_entry(name)?.flags;
     Ok(LinkState {
-        up: flags & libc::IFF_UP as libc::c_short != 0,
-        running: flags & libc::IFF_RUNNING as libc::c_short != 0,
+        up: flags.contains(InterfaceFlags::IFF_UP),
+        running: flags.contains(InterfaceFlags::IFF_RUNNING),
     })
 }
 
 /// The hardware (MAC) address of Ethernet interface `name`.
 pub fn hw_addr(name: &str) -> io::Result<MacAddr> {
-    let socket = control_socket()?;
-    let mut req = ifreq(name)?;
-    // SAFETY: SIOCGIFHWADDR fills the hardware address of the ifreq.
-    fd::check(unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFHWADDR, &mut req) })?;
-    // SAFETY: the union's address member was just filled by the kernel.
-    let data = unsafe { req.ifr_ifru.ifru_hwaddr.sa_data };
-    Ok(MacAddr(std::array::from_fn(|i| data[i] as u8)))
+    let entry = link_entry(name)?;
+    entry
+        .address
+        .as_ref()
+        .and_then(|address| address.as_link_addr())
+        .and_then(|link| link.addr())
+        .map(MacAddr)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ENODEV))
 }
