@@ -372,7 +372,7 @@ impl BridgeState {
         for entry in statics {
             let port = self.port(&entry.port).map_err(|e| e.0)?;
             self.fdb
-                .add_static(FdbKey::new(entry.vlan, entry.mac), port, None);
+                .add_static(FdbKey::new(entry.vlan.get(), entry.mac.get()), port, None);
         }
         Ok(())
     }
@@ -760,7 +760,8 @@ impl BridgeState {
             .filter(|entry| !new.statics.contains(entry))
             .collect();
         for entry in &stale_statics {
-            self.fdb.remove_static(FdbKey::new(entry.vlan, entry.mac));
+            self.fdb
+                .remove_static(FdbKey::new(entry.vlan.get(), entry.mac.get()));
         }
         reply.static_removed = stale_statics.len();
         for spec in live
