@@ -20,7 +20,8 @@ use bridge::monitor::{LinkEvent, LinkMonitor};
 use bridge::port::placement::CpuSet;
 use bridge::port::vxlan::VxlanShared;
 use bridge::port::{netdev, LinkQueue};
-use bridge::wire::{MacAddr, MacKind};
+use bridge::vlan::FdbVlan;
+use bridge::wire::StationMac;
 use bridge::worker::{PortControl, MAX_PORTS};
 use bridge::{PortId, WorkerConfig};
 
@@ -247,8 +248,8 @@ impl BridgeState {
                 port,
                 vlan,
                 dst,
-            } => Response::FdbAdded(self.fdb_add(&mac, &port, vlan, dst.as_deref())?),
-            Request::FdbDel { mac, vlan } => Response::FdbRemoved(self.fdb_del(&mac, vlan)?),
+            } => Response::FdbAdded(self.fdb_add(mac, &port, vlan, dst.as_deref())?),
+            Request::FdbDel { mac, vlan } => Response::FdbRemoved(self.fdb_del(mac, vlan)?),
             Request::FdbFlush { port } => {
                 let flushed = match port {
                     Some(port) => self.fdb.flush_port(self.port(&port)?),
@@ -372,7 +373,7 @@ impl BridgeState {
         for entry in statics {
             let port = self.port(&entry.port).map_err(|e| e.0)?;
             self.fdb
-                .add_static(FdbKey::new(entry.vlan, entry.mac), port, None);
+                .add_static(FdbKey::new(entry.vlan.get(), entry.mac.get()), port, None);
         }
         Ok(())
     }
@@ -425,12 +426,12 @@ impl BridgeState {
 
     fn fdb_add(
         &mut self,
-        mac: &str,
+        mac: StationMac,
         port: &str,
-        vlan: u16,
+        vlan: FdbVlan,
         dst: Option<&str>,
     ) -> Result<protocol::FdbAdded, ApiError> {
-        let key = FdbKey::new(check_vlan(vlan)?, parse_station(mac)?);
+        let key = FdbKey::new(vlan.get(), mac.get());
         let port = self.port(port)?;
         if let Some(local) = self.local_port(&key) {
             return Err(ApiError(format!(
@@ -465,8 +466,12 @@ impl BridgeState {
         Ok(protocol::FdbAdded { replaced_learned })
     }
 
-    fn fdb_del(&mut self, mac: &str, vlan: u16) -> Result<protocol::FdbRemoved, ApiError> {
-        let key = FdbKey::new(check_vlan(vlan)?, parse_mac(mac)?);
+    fn fdb_del(
+        &mut self,
+        mac: StationMac,
+        vlan: FdbVlan,
+    ) -> Result<protocol::FdbRemoved, ApiError> {
+        let key = FdbKey::new(vlan.get(), mac.get());
         if let Some(local) = self.local_port(&key) {
             return Err(ApiError(format!(
                 "{mac} is the address of {}'s own interface, which stays",
@@ -760,7 +765,8 @@ impl BridgeState {
             .filter(|entry| !new.statics.contains(entry))
             .collect();
         for entry in &stale_statics {
-            self.fdb.remove_static(FdbKey::new(entry.vlan, entry.mac));
+            self.fdb
+                .remove_static(FdbKey::new(entry.vlan.get(), entry.mac.get()));
         }
         reply.static_removed = stale_statics.len();
         for spec in live
@@ -885,12 +891,14 @@ impl BridgeState {
             })
     }
 
-    fn fdb_entries(&self, port: Option<PortId>, vlan: Option<u16>) -> Vec<FdbEntry> {
+    fn fdb_entries(&self, port: Option<PortId>, vlan: Option<FdbVlan>) -> Vec<FdbEntry> {
         let now = self.fdb.now();
         self.fdb
             .records()
             .into_iter()
-            .filter(|r| port.is_none_or(|p| r.port == p) && vlan.is_none_or(|v| r.key.vlan == v))
+            .filter(|r| {
+                port.is_none_or(|p| r.port == p) && vlan.is_none_or(|v| r.key.vlan == v.get())
+            })
             .map(|r| {
                 let label = self.label(r.port);
                 FdbEntry {
@@ -1068,28 +1076,4 @@ fn with_port_caps<T>(keep_caps: bool, f: impl FnOnce() -> T) -> T {
         log::warn!("cannot drop the capabilities raised to open a port: {error}");
     }
     result
-}
-
-fn check_vlan(vlan: u16) -> Result<u16, ApiError> {
-    if vlan <= 4094 {
-        Ok(vlan)
-    } else {
-        Err(ApiError(format!("invalid vlan {vlan} (0 to 4094)")))
-    }
-}
-
-fn parse_mac(text: &str) -> Result<MacAddr, ApiError> {
-    text.parse()
-        .map_err(|_| ApiError(format!("invalid MAC address '{text}'")))
-}
-
-/// A MAC address a station can have: unicast and not zero.
-fn parse_station(text: &str) -> Result<MacAddr, ApiError> {
-    let mac = parse_mac(text)?;
-    match mac.kind() {
-        MacKind::Unicast => Ok(mac),
-        _ => Err(ApiError(format!(
-            "'{text}' is not a station's (unicast) address"
-        ))),
-    }
 }

@@ -6,6 +6,8 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
+use bridge::vlan::FdbVlan;
+
 use crate::protocol::{self, FdbEntry, ReplyLine, Request, RequestLine, VERSION};
 
 /// How long the client waits for the daemon's reply.
@@ -130,27 +132,12 @@ fn connect(name: &str, socket: &Path) -> Result<UnixStream, Failure> {
     })
 }
 
-/// Checks a MAC address on the client side, so that bad input exits 2.
-pub fn check_mac(text: &str) -> Result<String, Failure> {
-    text.parse::<bridge::wire::MacAddr>()
-        .map(|mac| mac.to_string())
-        .map_err(|_| Failure::new(2, format!("invalid MAC address '{text}'")))
-}
-
-/// Parses a VLAN id, 0 to 4094.
-pub fn parse_vlan(text: &str) -> Result<u16, String> {
-    match text.parse::<u16>() {
-        Ok(vlan) if vlan <= 4094 => Ok(vlan),
-        _ => Err(format!("invalid vlan '{text}' (0 to 4094)")),
-    }
-}
-
 /// Parses iproute2-style trailing words: `port PORT`, `vlan VID`, each at
 /// most once, only those in `allowed`.
 pub fn keywords(
     words: &[String],
     allowed: &[&str],
-) -> Result<(Option<String>, Option<u16>), Failure> {
+) -> Result<(Option<String>, Option<FdbVlan>), Failure> {
     let mut port = None;
     let mut vlan = None;
     let mut words = words.iter();
@@ -167,7 +154,10 @@ pub fn keywords(
             }
             "vlan" if allowed.contains(&"vlan") && vlan.is_none() => {
                 let text = value(&mut words)?;
-                vlan = Some(parse_vlan(&text).map_err(|e| Failure::new(2, e))?);
+                vlan = Some(
+                    text.parse::<FdbVlan>()
+                        .map_err(|e| Failure::new(2, e.to_string()))?,
+                );
             }
             other => {
                 return Err(Failure::new(

@@ -109,7 +109,6 @@ pub fn operate(name: &str, socket: &Path, command: Command) -> Result<(), Failur
             Ok(())
         }
         Command::Fdb(FdbCommand::Add { mac, mut words }) => {
-            let mac = client::check_mac(&mac)?;
             // `dst IP` (a VXLAN port's VTEP), anywhere among the words.
             let dst = match words.iter().position(|w| w == "dst") {
                 Some(at) if at + 1 < words.len() => {
@@ -130,7 +129,7 @@ pub fn operate(name: &str, socket: &Path, command: Command) -> Result<(), Failur
                 code: 2,
                 message: "fdb add needs 'port PORT'".to_owned(),
             })?;
-            let vlan = vlan.unwrap_or(0);
+            let vlan = vlan.unwrap_or_default();
             let request = Request::FdbAdd {
                 mac,
                 port,
@@ -140,9 +139,8 @@ pub fn operate(name: &str, socket: &Path, command: Command) -> Result<(), Failur
             client::call::<protocol::FdbAdded>(name, socket, request).map(|_| ())
         }
         Command::Fdb(FdbCommand::Del { mac, words }) => {
-            let mac = client::check_mac(&mac)?;
             let (_, vlan) = client::keywords(&words, &["vlan"])?;
-            let vlan = vlan.unwrap_or(0);
+            let vlan = vlan.unwrap_or_default();
             client::call::<protocol::FdbRemoved>(name, socket, Request::FdbDel { mac, vlan })
                 .map(|_| ())
         }

@@ -22,7 +22,8 @@
 
 use std::path::Path;
 
-use bridge::wire::{MacAddr, MacKind};
+use bridge::vlan::FdbVlan;
+use bridge::wire::StationMac;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -47,18 +48,20 @@ struct File {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileStatic {
-    mac: Spanned<String>,
+    /// Checked as it is read: toml points an error at the value's line.
+    mac: StationMac,
     port: Spanned<String>,
-    vlan: Option<Spanned<u16>>,
+    #[serde(default)]
+    vlan: FdbVlan,
 }
 
 /// A static entry of the file.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StaticEntry {
     /// The station.
-    pub mac: MacAddr,
+    pub mac: StationMac,
     /// Its VLAN.
-    pub vlan: u16,
+    pub vlan: FdbVlan,
     /// Its port, as the file names it (`tap:NAME`, `raw:IFNAME`, `vxlan:NAME`).
     pub port: String,
 }
@@ -130,28 +133,6 @@ pub fn load(path: &Path) -> Result<Config, String> {
     }
     let mut statics = Vec::new();
     for entry in &file.statics {
-        let mac: MacAddr = entry.mac.get_ref().parse().map_err(|_| {
-            at(
-                entry.mac.span(),
-                format!("invalid MAC address '{}'", entry.mac.get_ref()),
-            )
-        })?;
-        if mac.kind() != MacKind::Unicast {
-            return Err(at(
-                entry.mac.span(),
-                format!(
-                    "'{}' is not a station's (unicast) address",
-                    entry.mac.get_ref()
-                ),
-            ));
-        }
-        let vlan = entry.vlan.as_ref().map_or(0, |vlan| *vlan.get_ref());
-        if let Some(spanned) = entry.vlan.as_ref().filter(|_| vlan > 4094) {
-            return Err(at(
-                spanned.span(),
-                format!("invalid vlan {vlan} (0 to 4094)"),
-            ));
-        }
         let port = entry.port.get_ref();
         if !ports.iter().any(|p| p.label() == *port || p.name == *port) {
             return Err(at(
@@ -160,8 +141,8 @@ pub fn load(path: &Path) -> Result<Config, String> {
             ));
         }
         statics.push(StaticEntry {
-            mac,
-            vlan,
+            mac: entry.mac,
+            vlan: entry.vlan,
             port: port.clone(),
         });
     }
@@ -208,7 +189,8 @@ mod tests {
         let labels: Vec<String> = config.ports.iter().map(PortSpec::label).collect();
         assert_eq!(labels, ["tap:a0", "raw:eth1"]);
         assert_eq!(config.statics.len(), 1);
-        assert_eq!(config.statics[0].vlan, 5);
+        assert_eq!(config.statics[0].vlan.get(), 5);
+        assert_eq!(config.statics[0].mac.to_string(), "02:00:00:00:00:01");
     }
 
     #[test]
@@ -261,6 +243,26 @@ mod tests {
             ),
             ("ports = [\"tap:a\"\n", "line", ""),
             ("workers = 0\n", "line 1", "workers"),
+            (
+                "ports = [\"tap:a\"]\n[[static]]\nmac = \"02:00:00:00:00:01\"\nport = \"tap:a\"\nvlan = 5000\n",
+                "line 5",
+                "invalid vlan '5000' (0 to 4094)",
+            ),
+            (
+                "ports = [\"tap:a\"]\n[[static]]\nport = \"tap:a\"\nvlan = -1\n",
+                "line 4",
+                "invalid vlan '-1' (0 to 4094)",
+            ),
+            (
+                "ports = [\"tap:a\"]\n[[static]]\nport = \"tap:a\"\nmac = \"01:00:5e:00:00:01\"\n",
+                "line 4",
+                "'01:00:5e:00:00:01' is not a station's (unicast) address",
+            ),
+            (
+                "ports = [\"tap:a\"]\n[[static]]\nmac = \"02:zz:00:00:00:01\"\nport = \"tap:a\"\n",
+                "line 3",
+                "invalid MAC address '02:zz:00:00:00:01'",
+            ),
         ];
         for (text, line, needle) in cases {
             let error = load_text(text).unwrap_err();

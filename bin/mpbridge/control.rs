@@ -526,3 +526,27 @@ fn parse(line: &[u8], grant: Grant) -> Result<Request, ReplyLine> {
     }
     Ok(request.request)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_fdb_value_is_a_bad_request_naming_the_rule() {
+        let line = br#"{"version":1,"command":"fdb-add","mac":"02:00:00:00:00:01","port":"raw:p0","vlan":5000}"#;
+        let reply = parse(line, Grant::Full).unwrap_err();
+        let error = reply.error.unwrap();
+        assert!(
+            error.starts_with("bad request: invalid vlan '5000' (0 to 4094)"),
+            "{error}"
+        );
+        let line = br#"{"version":1,"command":"fdb-del","mac":"01:00:5e:00:00:01"}"#;
+        let error = parse(line, Grant::ReadOnly).unwrap_err().error.unwrap();
+        assert!(
+            error.starts_with(
+                "bad request: '01:00:5e:00:00:01' is not a station's (unicast) address"
+            ),
+            "{error}"
+        );
+    }
+}

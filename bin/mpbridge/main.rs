@@ -20,6 +20,8 @@ use std::io::{self, Write as _};
 use std::process::ExitCode;
 
 use bridge::fdb::Seconds;
+use bridge::vlan::FdbVlan;
+use bridge::wire::StationMac;
 use bridge::FdbConfig;
 use clap::{Args, Parser, Subcommand};
 use locks::StrategyKind;
@@ -168,8 +170,8 @@ enum FdbCommand {
         #[arg(long)]
         port: Option<String>,
         /// Only this VLAN's entries (0: untagged).
-        #[arg(long, value_parser = client::parse_vlan)]
-        vlan: Option<u16>,
+        #[arg(long)]
+        vlan: Option<FdbVlan>,
         /// JSON instead of text.
         #[arg(short = 'j', long)]
         json: bool,
@@ -178,7 +180,7 @@ enum FdbCommand {
     /// on a VXLAN port, the VTEP the station is behind).
     Add {
         /// The station's address.
-        mac: String,
+        mac: StationMac,
         /// port PORT [vlan VID] [dst IP]
         #[arg(num_args = 0.., value_name = "port PORT [vlan VID] [dst IP]")]
         words: Vec<String>,
@@ -186,7 +188,7 @@ enum FdbCommand {
     /// Remove an entry: fdb del MAC [vlan VID].
     Del {
         /// The station's address.
-        mac: String,
+        mac: StationMac,
         /// [vlan VID]
         #[arg(num_args = 0.., value_name = "vlan VID")]
         words: Vec<String>,

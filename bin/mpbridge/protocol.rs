@@ -2,7 +2,15 @@
 //! and one reply per line, each carrying the protocol version. docs/control.md
 //! documents every request and reply; the types here are that document's
 //! source of truth, shared by the daemon and the client.
+//!
+//! A station's address and an entry's VLAN travel as the checked types
+//! `StationMac` (a string) and `FdbVlan` (a number), whose serde impls (the
+//! bridge crate's `serde` feature) refuse what their `FromStr` refuses,
+//! with the same text: a request carrying one is well-formed by the time
+//! it is a `Request`.
 
+use bridge::vlan::FdbVlan;
+use bridge::wire::StationMac;
 use serde::{Deserialize, Serialize};
 
 /// The protocol version this build speaks.
@@ -37,17 +45,17 @@ pub enum Request {
         port: Option<String>,
         /// A VLAN (0: untagged).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        vlan: Option<u16>,
+        vlan: Option<FdbVlan>,
     },
     /// Adds (or replaces) a static entry.
     FdbAdd {
         /// The station's address.
-        mac: String,
+        mac: StationMac,
         /// Its port.
         port: String,
         /// Its VLAN (0: untagged).
         #[serde(default)]
-        vlan: u16,
+        vlan: FdbVlan,
         /// On a VXLAN port: the VTEP behind which the station is (a static
         /// remote entry).
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -56,10 +64,10 @@ pub enum Request {
     /// Removes a learned or static entry.
     FdbDel {
         /// The station's address.
-        mac: String,
+        mac: StationMac,
         /// Its VLAN (0: untagged).
         #[serde(default)]
-        vlan: u16,
+        vlan: FdbVlan,
     },
     /// Removes learned entries, of one port or all.
     FdbFlush {
@@ -453,6 +461,105 @@ impl CaptureDirection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn line(request: Request) -> String {
+        serde_json::to_string(&RequestLine {
+            version: VERSION,
+            request,
+        })
+        .unwrap()
+    }
+
+    fn read(text: &str) -> Result<Request, String> {
+        serde_json::from_str::<RequestLine>(text)
+            .map(|line| line.request)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn fdb_requests_keep_their_json_shape() {
+        let mac: StationMac = "02:00:00:00:00:01".parse().unwrap();
+        let vlan = FdbVlan::try_from(10).unwrap();
+        let cases = [
+            (
+                Request::FdbAdd {
+                    mac,
+                    port: "raw:p1".to_owned(),
+                    vlan,
+                    dst: None,
+                },
+                r#"{"version":1,"command":"fdb-add","mac":"02:00:00:00:00:01","port":"raw:p1","vlan":10}"#,
+            ),
+            (
+                Request::FdbDel {
+                    mac,
+                    vlan: FdbVlan::UNTAGGED,
+                },
+                r#"{"version":1,"command":"fdb-del","mac":"02:00:00:00:00:01","vlan":0}"#,
+            ),
+            (
+                Request::FdbShow {
+                    port: None,
+                    vlan: Some(vlan),
+                },
+                r#"{"version":1,"command":"fdb-show","vlan":10}"#,
+            ),
+        ];
+        for (request, json) in cases {
+            assert_eq!(line(request.clone()), json);
+            assert_eq!(read(json), Ok(request));
+        }
+        // The VLAN is optional, and a MAC may be written in capitals.
+        assert_eq!(
+            read(r#"{"version":1,"command":"fdb-del","mac":"02:AB:00:00:00:01"}"#),
+            Ok(Request::FdbDel {
+                mac: "02:ab:00:00:00:01".parse().unwrap(),
+                vlan: FdbVlan::UNTAGGED,
+            })
+        );
+    }
+
+    #[test]
+    fn bad_fdb_values_are_refused_naming_the_rule() {
+        let cases = [
+            (
+                r#"{"version":1,"command":"fdb-add","mac":"02:00:00:00:00:01","port":"p","vlan":5000}"#,
+                "invalid vlan '5000' (0 to 4094)",
+            ),
+            (
+                r#"{"version":1,"command":"fdb-add","mac":"02:00:00:00:00:01","port":"p","vlan":4095}"#,
+                "invalid vlan '4095' (0 to 4094)",
+            ),
+            (
+                r#"{"version":1,"command":"fdb-del","mac":"02:00:00:00:00:01","vlan":-1}"#,
+                "invalid vlan '-1' (0 to 4094)",
+            ),
+            (
+                r#"{"version":1,"command":"fdb-show","vlan":70000}"#,
+                "invalid vlan '70000' (0 to 4094)",
+            ),
+            (
+                r#"{"version":1,"command":"fdb-add","mac":"ff:ff:ff:ff:ff:ff","port":"p"}"#,
+                "'ff:ff:ff:ff:ff:ff' is not a station's (unicast) address",
+            ),
+            (
+                r#"{"version":1,"command":"fdb-del","mac":"00:00:00:00:00:00"}"#,
+                "'00:00:00:00:00:00' is not a station's (unicast) address",
+            ),
+            (
+                r#"{"version":1,"command":"fdb-add","mac":"02:zz:00:00:00:01","port":"p"}"#,
+                "invalid MAC address '02:zz:00:00:00:01'",
+            ),
+            (
+                r#"{"version":1,"command":"fdb-add","mac":"02:00:00:00:00:01","port":"p","vlan":"10"}"#,
+                "a VLAN id, 0 to 4094",
+            ),
+        ];
+        for (json, rule) in cases {
+            let error = read(json).unwrap_err();
+            assert!(error.contains(rule), "{json}: {error}");
+        }
+    }
 
     /// A port's counters are the bridge's own type, flattened into the
     /// port's object as the protocol has always carried them: drops by

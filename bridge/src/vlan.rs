@@ -122,6 +122,115 @@ pub fn parse_vid(text: &str) -> Result<VlanId, String> {
     }
 }
 
+/// The VLAN of a MAC table entry as an operator names one (`fdb add ...
+/// vlan VID`, a static entry's `vlan`, a request's `"vlan"`): 0, the
+/// entries of untagged frames and of a bridge without VLAN filtering, to
+/// [`MAX_VID`]. A port's own VLANs are 1 to 4094 ([`parse_vid`]); frames
+/// carry a plain [`VlanId`], and the table keys on one ([`FdbVlan::get`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FdbVlan(VlanId);
+
+/// A number or text that is not a VLAN of the MAC table (0 to 4094): the
+/// value as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid vlan '{0}' (0 to {max})", max = MAX_VID)]
+pub struct FdbVlanError(pub String);
+
+impl FdbVlan {
+    /// VLAN 0: untagged frames, or a bridge without VLAN filtering.
+    pub const UNTAGGED: FdbVlan = FdbVlan(0);
+
+    /// `vid`, when it is 0 to [`MAX_VID`].
+    pub const fn new(vid: VlanId) -> Option<FdbVlan> {
+        if vid <= MAX_VID {
+            Some(FdbVlan(vid))
+        } else {
+            None
+        }
+    }
+
+    /// The VLAN id.
+    pub const fn get(self) -> VlanId {
+        self.0
+    }
+}
+
+impl TryFrom<u16> for FdbVlan {
+    type Error = FdbVlanError;
+
+    fn try_from(vid: u16) -> Result<Self, Self::Error> {
+        FdbVlan::new(vid).ok_or_else(|| FdbVlanError(vid.to_string()))
+    }
+}
+
+impl From<FdbVlan> for VlanId {
+    fn from(vlan: FdbVlan) -> VlanId {
+        vlan.0
+    }
+}
+
+impl std::str::FromStr for FdbVlan {
+    type Err = FdbVlanError;
+
+    /// A decimal number, 0 to 4094; the error quotes `text` as written.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        text.parse::<u16>()
+            .ok()
+            .and_then(FdbVlan::new)
+            .ok_or_else(|| FdbVlanError(text.to_owned()))
+    }
+}
+
+impl fmt::Display for FdbVlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+/// A number on the wire (`"vlan": 10`); any other integer, negative or too
+/// large for a `u16` too, is refused with [`FdbVlanError`]'s text.
+#[cfg(feature = "serde")]
+mod fdb_vlan_serde {
+    use super::{FdbVlan, FdbVlanError};
+    use std::fmt;
+
+    impl serde::Serialize for FdbVlan {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.serialize_u16(self.0)
+        }
+    }
+
+    impl<'de> serde::Deserialize<'de> for FdbVlan {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct Visitor;
+
+            impl serde::de::Visitor<'_> for Visitor {
+                type Value = FdbVlan;
+
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("a VLAN id, 0 to 4094")
+                }
+
+                fn visit_u64<E: serde::de::Error>(self, vid: u64) -> Result<FdbVlan, E> {
+                    u16::try_from(vid)
+                        .ok()
+                        .and_then(FdbVlan::new)
+                        .ok_or_else(|| E::custom(FdbVlanError(vid.to_string())))
+                }
+
+                fn visit_i64<E: serde::de::Error>(self, vid: i64) -> Result<FdbVlan, E> {
+                    u16::try_from(vid)
+                        .ok()
+                        .and_then(FdbVlan::new)
+                        .ok_or_else(|| E::custom(FdbVlanError(vid.to_string())))
+                }
+            }
+
+            deserializer.deserialize_u16(Visitor)
+        }
+    }
+}
+
 /// A port's VLANs: which it is a member of, which of them leave it
 /// untagged, and which VLAN its untagged frames belong to (the PVID).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -428,5 +537,57 @@ mod tests {
         assert_eq!(egress(&trunk, &from_trunk), Some(Egress::AsIs));
         assert_eq!(egress(&access20, &from_trunk), Some(Egress::Untagged));
         assert_eq!(egress(&access10, &from_trunk), None);
+    }
+
+    #[test]
+    fn fdb_vlans_are_0_to_4094() {
+        for vid in [0, 1, 4094] {
+            let vlan = FdbVlan::try_from(vid).unwrap();
+            assert_eq!(vlan.get(), vid);
+            assert_eq!(VlanId::from(vlan), vid);
+            assert_eq!(vlan.to_string(), vid.to_string());
+            assert_eq!(vid.to_string().parse::<FdbVlan>(), Ok(vlan));
+        }
+        assert_eq!(FdbVlan::default(), FdbVlan::UNTAGGED);
+        assert_eq!(FdbVlan::UNTAGGED.get(), 0);
+        for vid in [4095, 5000, u16::MAX] {
+            assert_eq!(FdbVlan::new(vid), None);
+            assert_eq!(
+                FdbVlan::try_from(vid).unwrap_err().to_string(),
+                format!("invalid vlan '{vid}' (0 to 4094)")
+            );
+        }
+        for text in ["4095", "5000", "-1", "x", "", "65536", " 5"] {
+            assert_eq!(
+                text.parse::<FdbVlan>().unwrap_err().to_string(),
+                format!("invalid vlan '{text}' (0 to 4094)")
+            );
+        }
+    }
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn fdb_vlans_deserialise_from_numbers_only() {
+        use serde::de::value::Error;
+        use serde::de::IntoDeserializer;
+        use serde::Deserialize;
+        let from_u64 = |vid: u64| FdbVlan::deserialize(vid.into_deserializer());
+        let from_i64 = |vid: i64| FdbVlan::deserialize(vid.into_deserializer());
+        assert_eq!(from_u64(0), Ok(FdbVlan::UNTAGGED));
+        assert_eq!(from_u64(4094), Ok(FdbVlan(4094)));
+        assert_eq!(from_i64(10), Ok(FdbVlan(10)));
+        for (result, text) in [
+            (from_u64(4095), "4095"),
+            (from_u64(70000), "70000"),
+            (from_i64(-1), "-1"),
+        ] {
+            let error: Error = result.unwrap_err();
+            assert_eq!(
+                error.to_string(),
+                format!("invalid vlan '{text}' (0 to 4094)")
+            );
+        }
+        let error: Error = FdbVlan::deserialize("10".into_deserializer()).unwrap_err();
+        assert!(error.to_string().contains("0 to 4094"), "{error}");
     }
 }

@@ -138,6 +138,105 @@ impl FromStr for MacAddr {
     }
 }
 
+/// The address of a station, as an operator names one in a static entry or
+/// a request about the MAC table: an individual (unicast), non-zero
+/// address, what [`MacAddr::kind`] calls [`MacKind::Unicast`]. The command
+/// line, the configuration file and the control protocol all take this
+/// type, so the rule is written here once; the table itself keys on the
+/// plain [`MacAddr`] ([`StationMac::get`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StationMac(MacAddr);
+
+/// Why a text or an address is not a [`StationMac`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StationMacError {
+    /// Not six colon-separated hexadecimal bytes.
+    #[error("invalid MAC address '{0}'")]
+    Invalid(String),
+    /// A group (multicast or broadcast) address, or the zero address.
+    #[error("'{0}' is not a station's (unicast) address")]
+    NotStation(String),
+}
+
+impl StationMac {
+    /// `mac`, when it is a station's address.
+    pub fn new(mac: MacAddr) -> Option<StationMac> {
+        (mac.kind() == MacKind::Unicast).then_some(StationMac(mac))
+    }
+
+    /// The address.
+    pub const fn get(self) -> MacAddr {
+        self.0
+    }
+}
+
+impl TryFrom<MacAddr> for StationMac {
+    type Error = StationMacError;
+
+    fn try_from(mac: MacAddr) -> Result<Self, Self::Error> {
+        StationMac::new(mac).ok_or_else(|| StationMacError::NotStation(mac.to_string()))
+    }
+}
+
+impl From<StationMac> for MacAddr {
+    fn from(station: StationMac) -> MacAddr {
+        station.0
+    }
+}
+
+impl FromStr for StationMac {
+    type Err = StationMacError;
+
+    /// Parses `02:00:00:00:00:01`; the errors quote `s` as written.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mac: MacAddr = s
+            .parse()
+            .map_err(|_| StationMacError::Invalid(s.to_owned()))?;
+        StationMac::new(mac).ok_or_else(|| StationMacError::NotStation(s.to_owned()))
+    }
+}
+
+/// As [`MacAddr`] writes it: lower-case `02:ab:00:00:00:01`.
+impl fmt::Display for StationMac {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+/// A string on the wire (`"02:00:00:00:00:01"`); one that is not a
+/// station's address is refused with [`StationMacError`]'s text.
+#[cfg(feature = "serde")]
+mod station_serde {
+    use super::StationMac;
+    use std::fmt;
+
+    impl serde::Serialize for StationMac {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.collect_str(self)
+        }
+    }
+
+    impl<'de> serde::Deserialize<'de> for StationMac {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct Visitor;
+
+            impl serde::de::Visitor<'_> for Visitor {
+                type Value = StationMac;
+
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("a station's MAC address like \"02:00:00:00:00:01\"")
+                }
+
+                fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<StationMac, E> {
+                    text.parse().map_err(E::custom)
+                }
+            }
+
+            deserializer.deserialize_str(Visitor)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,5 +290,66 @@ mod tests {
         ] {
             assert!(bad.parse::<MacAddr>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn station_addresses_are_unicast_and_not_zero() {
+        let station: StationMac = "02:AB:00:00:00:01".parse().unwrap();
+        assert_eq!(station.get(), mac("02:ab:00:00:00:01"));
+        assert_eq!(station.to_string(), "02:ab:00:00:00:01");
+        assert_eq!(MacAddr::from(station), station.get());
+        assert_eq!(StationMac::try_from(station.get()), Ok(station));
+        for group in [
+            "ff:ff:ff:ff:ff:ff",
+            "01:00:5e:00:00:01",
+            "33:33:00:00:00:01",
+            "01:80:c2:00:00:00",
+            "00:00:00:00:00:00",
+        ] {
+            assert_eq!(
+                group.parse::<StationMac>().unwrap_err().to_string(),
+                format!("'{group}' is not a station's (unicast) address")
+            );
+            assert!(StationMac::new(mac(group)).is_none(), "{group}");
+            assert_eq!(
+                StationMac::try_from(mac(group)),
+                Err(StationMacError::NotStation(group.to_owned()))
+            );
+        }
+        assert_eq!(
+            "02:zz:00:00:00:01"
+                .parse::<StationMac>()
+                .unwrap_err()
+                .to_string(),
+            "invalid MAC address '02:zz:00:00:00:01'"
+        );
+    }
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn station_addresses_deserialise_from_strings() {
+        use serde::de::value::Error;
+        use serde::de::IntoDeserializer;
+        use serde::Deserialize;
+        let from = |text: &str| StationMac::deserialize(text.into_deserializer());
+        assert_eq!(
+            from("02:00:00:00:00:01"),
+            Ok(StationMac(mac("02:00:00:00:00:01")))
+        );
+        let refused: Error = from("ff:ff:ff:ff:ff:ff").unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "'ff:ff:ff:ff:ff:ff' is not a station's (unicast) address"
+        );
+        let invalid: Error = from("02:zz:00:00:00:01").unwrap_err();
+        assert_eq!(
+            invalid.to_string(),
+            "invalid MAC address '02:zz:00:00:00:01'"
+        );
+        let number: Error = StationMac::deserialize(5u64.into_deserializer()).unwrap_err();
+        assert!(
+            number.to_string().contains("station's MAC address"),
+            "{number}"
+        );
     }
 }

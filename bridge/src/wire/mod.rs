@@ -27,7 +27,7 @@ pub use ethernet::{EtherType, EthernetFrame, VlanId};
 pub use flow::flow_hash;
 pub use ipv4::Ipv4Packet;
 pub use ipv6::Ipv6Packet;
-pub use mac::{MacAddr, MacKind, ParseMacError};
+pub use mac::{MacAddr, MacKind, ParseMacError, StationMac, StationMacError};
 pub use tag::{Tag, VlanTag};
 pub use tcp::TcpPacket;
 pub use vnet::VnetHeader;
