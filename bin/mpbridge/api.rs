@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use bridge::capture::CaptureHub;
 use bridge::counters::{self, PortCounters, WorkerCounters};
-use bridge::fdb::{FdbKey, Location, Table};
+use bridge::fdb::{FdbKey, Location, Table, Vtep};
 use bridge::monitor::{LinkEvent, LinkMonitor};
 use bridge::port::placement::CpuSet;
 use bridge::port::vxlan::VxlanShared;
@@ -452,7 +452,13 @@ impl BridgeState {
                 if ip.is_ipv4() != vxlan.config.local.is_ipv4() {
                     return Err(ApiError(format!("dst {ip} is not of {label}'s IP version")));
                 }
-                Some(ip)
+                let vtep = vxlan.vteps.handle(ip).ok_or_else(|| {
+                    format!(
+                        "{label} names {} VTEPs already, its most",
+                        bridge::port::vxlan::vteps::MAX_VTEPS
+                    )
+                })?;
+                Some(vtep)
             }
             (Some(_), None) => {
                 return Err(ApiError(format!(
@@ -793,7 +799,9 @@ impl BridgeState {
                     );
                     continue;
                 }
-                self.fdb.add_static(key, port, dst);
+                // The VTEP's handle of the port as it is now.
+                let vtep = dst.and_then(|ip| self.vxlans.get(&spec.label())?.vteps.handle(ip));
+                self.fdb.add_static(key, port, vtep);
             }
             self.sync_static_vteps();
             reply.ports_changed.push(spec.describe());
@@ -820,7 +828,7 @@ impl BridgeState {
             .records()
             .into_iter()
             .filter(|r| r.port == port && r.is_static && !r.is_local)
-            .map(|r| (r.key, r.vtep))
+            .map(|r| (r.key, self.vtep_addr(label, r.vtep)))
             .collect()
     }
 
@@ -835,13 +843,19 @@ impl BridgeState {
             let Ok(port) = self.port(label) else {
                 continue;
             };
+            let addrs = shared.vteps.addrs();
             let vteps = records
                 .iter()
                 .filter(|r| r.port == port && r.is_static)
-                .filter_map(|r| r.vtep)
+                .filter_map(|r| bridge::port::vxlan::vteps::addr_in(&addrs, r.vtep?))
                 .collect();
             shared.set_static_vteps(vteps);
         }
+    }
+
+    /// The address of VTEP `vtep` of VXLAN port `label`.
+    fn vtep_addr(&self, label: &str, vtep: Option<Vtep>) -> Option<std::net::IpAddr> {
+        self.vxlans.get(label)?.vteps.addr(vtep?)
     }
 
     /// The port whose own address `key` is, if it is a local entry.
@@ -911,7 +925,7 @@ impl BridgeState {
                     }
                     .to_owned(),
                     age_s: r.idle_secs(now),
-                    dst: r.vtep.map(|vtep| vtep.to_string()),
+                    dst: self.vtep_addr(&label, r.vtep).map(|ip| ip.to_string()),
                     port: label,
                 }
             })

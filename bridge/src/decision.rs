@@ -122,7 +122,7 @@ pub fn decide_in(
 
 /// [`decide_in`], with the VTEP of a unicast destination behind a VXLAN
 /// port (`None` for every other decision).
-#[inline]
+#[inline(always)]
 pub fn decide_to(
     ingress: PortId,
     frame: &[u8],

@@ -485,7 +485,7 @@ impl<R: ReadSection<FdbKey, FdbEntry>> FdbReader<'_, R> {
 
     /// [`refresh_source`](Self::refresh_source) of a station heard from
     /// `vtep` (a VXLAN port's), telling a move from a new station.
-    #[inline]
+    #[inline(always)]
     pub fn source_state(
         &self,
         key: &FdbKey,

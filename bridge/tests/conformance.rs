@@ -369,7 +369,7 @@ fn stations_keep_their_vtep<S: Strategy>() {
     use bridge::decision::decide_to;
     use bridge::fdb::Source;
     let table = MacTable::<S>::new(FdbConfig::default());
-    let vtep = |n: u8| Some(std::net::IpAddr::from([198, 18, 0, n]));
+    let vtep = |n: u8| bridge::wire::vxlan::Vtep::from_index(n.into());
     let heard = |port: u16, n: u8| Source {
         key: key(B),
         port: PortId(port),

@@ -46,8 +46,9 @@ pub struct RxBatch {
     frame_capacity: usize,
     starts: Box<[usize]>,
     lens: Box<[usize]>,
-    /// Per frame, the VTEP it came from (a VXLAN port's frames).
-    vteps: Box<[Option<Vtep>]>,
+    /// Per frame, the VTEP it came from: empty until a port names one (a
+    /// VXLAN port's frames), so that other ports' batches pay nothing.
+    vteps: Vec<Option<Vtep>>,
     count: usize,
     /// Where the next frame goes.
     end: usize,
@@ -84,7 +85,7 @@ impl RxBatch {
             frame_capacity,
             starts: vec![0; frames].into_boxed_slice(),
             lens: vec![0; frames].into_boxed_slice(),
-            vteps: vec![None; frames].into_boxed_slice(),
+            vteps: Vec::new(),
             count: 0,
             end: 0,
         }
@@ -119,6 +120,7 @@ impl RxBatch {
     pub fn clear(&mut self) {
         self.count = 0;
         self.end = 0;
+        self.vteps.clear();
     }
 
     /// Frame `index`.
@@ -135,8 +137,8 @@ impl RxBatch {
     /// The VTEP frame `index` came from, if a VXLAN port said.
     #[inline]
     pub fn vtep(&self, index: usize) -> Option<Vtep> {
-        assert!(index < self.count, "frame {index} of {}", self.count);
-        self.vteps[index]
+        debug_assert!(index < self.count, "frame {index} of {}", self.count);
+        self.vteps.get(index).copied().flatten()
     }
 
     /// Says that the last frame came from `vtep`.
@@ -145,6 +147,7 @@ impl RxBatch {
     /// When the batch is empty.
     pub fn set_last_vtep(&mut self, vtep: Vtep) {
         assert!(self.count > 0, "no frame to name a VTEP of");
+        self.vteps.resize(self.count, None);
         self.vteps[self.count - 1] = Some(vtep);
     }
 
@@ -172,7 +175,6 @@ impl RxBatch {
         assert!(!self.is_full() && len <= self.frame_capacity);
         self.starts[self.count] = self.end;
         self.lens[self.count] = len;
-        self.vteps[self.count] = None;
         self.count += 1;
         self.end = align_frame(self.end + len);
     }

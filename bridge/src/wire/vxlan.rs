@@ -24,9 +24,31 @@ pub type Vni = u32;
 /// The largest VNI.
 pub const MAX_VNI: Vni = (1 << 24) - 1;
 
-/// A VXLAN tunnel endpoint: the remote address a station behind a VXLAN
-/// port is reached at.
-pub type Vtep = std::net::IpAddr;
+/// One of a VXLAN port's tunnel endpoints, as the fdb and the workers
+/// carry it: a small handle that the port maps to the VTEP's address, so
+/// that an fdb entry of any port stays small and a lookup returns it in a
+/// register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Vtep(std::num::NonZeroU16);
+
+impl Vtep {
+    /// The most VTEPs one port names.
+    pub const MAX: usize = u16::MAX as usize;
+
+    /// The handle of the port's `index`th VTEP (from 0), if below
+    /// [`MAX`](Self::MAX).
+    pub fn from_index(index: usize) -> Option<Vtep> {
+        u16::try_from(index + 1)
+            .ok()
+            .and_then(std::num::NonZeroU16::new)
+            .map(Vtep)
+    }
+
+    /// Its place in the port's list, from 0.
+    pub fn index(self) -> usize {
+        usize::from(self.0.get()) - 1
+    }
+}
 
 /// Why a datagram is not a VXLAN frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

@@ -75,7 +75,9 @@ pub struct Worker<S: Strategy, P: Queue> {
     capturing: bool,
     batch: RxBatch,
     decisions: Vec<Decision>,
-    /// Per frame of the batch, the VTEP its destination's entry names.
+    /// Per frame of the batch, the VTEP its destination's entry names:
+    /// empty while no entry a frame goes to has one, so that a batch
+    /// without VXLAN stations pays nothing for them.
     vteps: Vec<Option<Vtep>>,
     /// The batch's sources to learn, once each, with what the fast path saw.
     to_learn: Vec<(Source, SourceState)>,
@@ -468,36 +470,34 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         if self.config.mode == Mode::Relay {
             let other = Decision::Unicast(PortId(1 - port.0));
             decisions.extend(std::iter::repeat_n(other, batch.len()));
-            vteps.resize(batch.len(), None);
             self.dispatch(ingress);
             return;
         }
         let filtering = self.config.vlan_filtering;
         let port_vlans = &slots[ingress].vlans;
-        let mut decide = |section: &FdbReader<'_, FdbSection<'_, S>>, index: usize| {
-            let buffer = batch.frame(index);
-            let heard = Heard {
-                port,
-                vtep: batch.vtep(index),
-                frame: &buffer[P::METADATA_LEN.min(buffer.len())..],
-            };
-            let (decision, vtep) = if filtering {
-                admit_and_decide::<S>(section, heard, port_vlans, now, to_learn, admitted)
-            } else {
-                decide_and_refresh::<S>(section, heard, None, now, to_learn)
-            };
-            decisions.push(decision);
-            vteps.push(vtep);
+        let batch = &*batch;
+        let filtering = filtering.then_some(port_vlans);
+        let mut out = Decided {
+            decisions,
+            vteps,
+            to_learn,
+            admitted,
         };
         match self.config.section {
             SectionMode::PerBatch => fdb.read(|section| {
-                for index in 0..batch.len() {
-                    decide(section, index);
+                for (index, buffer) in batch.iter().enumerate() {
+                    decide_one::<S, P>(
+                        section, port, batch, index, buffer, filtering, now, &mut out,
+                    );
                 }
             }),
             SectionMode::PerFrame => {
-                for index in 0..batch.len() {
-                    fdb.read(|section| decide(section, index));
+                for (index, buffer) in batch.iter().enumerate() {
+                    fdb.read(|section| {
+                        decide_one::<S, P>(
+                            section, port, batch, index, buffer, filtering, now, &mut out,
+                        )
+                    });
                 }
             }
         }
@@ -646,22 +646,26 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             }
             let output = &mut slot.output;
             let (batch, rewritten, rewrites) = (&self.batch, &self.rewritten, &self.rewrites);
-            let vteps = &self.vteps;
-            let frames = output
-                .iter()
-                .map(|&index| match index.checked_sub(batch.len()) {
-                    None => (batch.frame(index), vteps[index]),
-                    Some(r) => {
-                        let (start, len, frame) = rewrites[r];
-                        (&rewritten[start..start + len], vteps[frame])
-                    }
-                });
+            let frame_of = |index: usize| match index.checked_sub(batch.len()) {
+                None => (batch.frame(index), index),
+                Some(r) => {
+                    let (start, len, frame) = rewrites[r];
+                    (&rewritten[start..start + len], frame)
+                }
+            };
+            let frames = output.iter().map(|&index| frame_of(index).0);
             let offered = output.len() as u64;
-            let report = slot
-                .queue
-                .as_mut()
-                .expect("sendable ports are in use")
-                .send_batch_to(frames.clone());
+            let queue = slot.queue.as_mut().expect("sendable ports are in use");
+            // Only a batch with frames to VTEPs hands them over.
+            let vteps = &self.vteps;
+            let report = if vteps.is_empty() {
+                queue.send_batch(frames.clone())
+            } else {
+                queue.send_batch_to(output.iter().map(|&index| {
+                    let (frame, of) = frame_of(index);
+                    (frame, vtep_of(vteps, of))
+                }))
+            };
             if self.capturing && report.sent > 0 {
                 // The frames offered up to the last one the port took (a
                 // refused or dropped one among them shows too).
@@ -670,9 +674,7 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                     PortId(egress as u16),
                     capture::Direction::Out,
                     P::METADATA_LEN,
-                    frames
-                        .take(report.sent + report.refused)
-                        .map(|(frame, _)| frame),
+                    frames.take(report.sent + report.refused),
                 );
             }
             output.clear();
@@ -697,6 +699,52 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
     }
 }
 
+/// Where one batch's decisions go.
+struct Decided<'a> {
+    decisions: &'a mut Vec<Decision>,
+    vteps: &'a mut Vec<Option<Vtep>>,
+    to_learn: &'a mut Vec<(Source, SourceState)>,
+    admitted: &'a mut Vec<Option<Admitted>>,
+}
+
+/// Decides frame `index` of the batch (`buffer`, with its port's metadata)
+/// received on `port`, with VLAN filtering when the port's VLANs are given.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn decide_one<S: Strategy, P: Queue>(
+    section: &FdbReader<'_, FdbSection<'_, S>>,
+    port: PortId,
+    batch: &RxBatch,
+    index: usize,
+    buffer: &[u8],
+    filtering: Option<&PortVlans>,
+    now: Seconds,
+    out: &mut Decided<'_>,
+) {
+    let heard = Heard {
+        port,
+        vtep: batch.vtep(index),
+        frame: &buffer[P::METADATA_LEN.min(buffer.len())..],
+    };
+    let (decision, vtep) = match filtering {
+        Some(vlans) => {
+            admit_and_decide::<S>(section, heard, vlans, now, out.to_learn, out.admitted)
+        }
+        None => decide_and_refresh::<S>(section, heard, None, now, out.to_learn),
+    };
+    out.decisions.push(decision);
+    if let Some(vtep) = vtep {
+        out.vteps.resize(index, None);
+        out.vteps.push(Some(vtep));
+    }
+}
+
+/// The VTEP frame `index` of the batch goes to (see `Worker::vteps`).
+#[inline(always)]
+fn vtep_of(vteps: &[Option<Vtep>], index: usize) -> Option<Vtep> {
+    vteps.get(index).copied().flatten()
+}
+
 /// A frame as the decision sees it: the port it came in on, the VTEP it
 /// came from there (a VXLAN port's), and its Ethernet bytes.
 #[derive(Clone, Copy)]
@@ -708,7 +756,7 @@ struct Heard<'a> {
 
 /// Admits a frame on its port's VLANs (see [`vlan::admit`]) and decides it
 /// within its VLAN.
-#[inline]
+#[inline(always)]
 fn admit_and_decide<S: Strategy>(
     section: &FdbReader<'_, FdbSection<'_, S>>,
     heard: Heard<'_>,
@@ -736,7 +784,7 @@ pub(super) fn payload_len<P: Queue>(buffer: &[u8]) -> u64 {
 }
 
 /// Decides one frame and refreshes or queues its source for learning.
-#[inline]
+#[inline(always)]
 fn decide_and_refresh<S: Strategy>(
     section: &FdbReader<'_, FdbSection<'_, S>>,
     heard: Heard<'_>,

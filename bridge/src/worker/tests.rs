@@ -3,7 +3,6 @@
 //! known station leave with its VTEP, in every VLAN form.
 
 use std::collections::VecDeque;
-use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use super::*;
@@ -15,8 +14,8 @@ use crate::wire::MacAddr;
 /// frame with its VTEP.
 #[derive(Default)]
 struct Wire {
-    to_bridge: VecDeque<(Vec<u8>, Option<IpAddr>)>,
-    sent: Vec<(Vec<u8>, Option<IpAddr>)>,
+    to_bridge: VecDeque<(Vec<u8>, Option<Vtep>)>,
+    sent: Vec<(Vec<u8>, Option<Vtep>)>,
 }
 
 struct VtepQueue(Arc<Mutex<Wire>>);
@@ -45,7 +44,7 @@ impl Queue for VtepQueue {
 
     fn send_batch_to<'a>(
         &mut self,
-        frames: impl Iterator<Item = (&'a [u8], Option<IpAddr>)>,
+        frames: impl Iterator<Item = (&'a [u8], Option<Vtep>)>,
     ) -> SendReport {
         let mut wire = self.0.lock().unwrap();
         let mut report = SendReport::default();
@@ -69,8 +68,8 @@ fn frame(dst: MacAddr, src: MacAddr) -> Vec<u8> {
     frame
 }
 
-fn vtep(n: u8) -> Option<IpAddr> {
-    Some(IpAddr::from([198, 18, 0, n]))
+fn vtep(n: u8) -> Option<Vtep> {
+    Vtep::from_index(n.into())
 }
 
 /// Port 0 a plain one, port 1 one with VTEPs; VLAN filtering puts both in

@@ -12,9 +12,10 @@
 //!   RFC 7348 recommends and the Linux vxlan device does, so that a
 //!   receiving VTEP's RSS or SO_REUSEPORT group spreads the flows over its
 //!   cores while each flow stays in order.
-//! - Each received frame carries the VTEP it came from, which the bridge
-//!   learns into the fdb beside the inner source station's port, as a
-//!   Linux vxlan fdb entry carries its `dst`: ageing, the learning limit,
+//! - Each received frame carries the VTEP it came from (a handle to its
+//!   address, see [`vteps`]), which the bridge learns into the fdb beside
+//!   the inner source station's port, as a Linux vxlan fdb entry carries
+//!   its `dst`: ageing, the learning limit,
 //!   static entries and the lock strategy cover remote stations as they
 //!   cover every other. Known unicast goes to the VTEP its entry names, and
 //!   broadcast, multicast, unknown unicast and stations without a VTEP to
@@ -31,6 +32,7 @@
 
 pub mod datagrams;
 mod sys;
+pub mod vteps;
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -41,6 +43,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use arc_swap::ArcSwap;
 use socket2::SockAddr;
+pub use vteps::Vteps;
 
 use super::{fd, PortError, Queue, RxBatch, RxReport, SendReport, VNET_HDR_LEN};
 use crate::wire::flow_hash;
@@ -161,19 +164,21 @@ pub struct VxlanShared {
     /// The VTEPs of its static fdb entries, which a port that does not
     /// learn hears beside its listed remotes; the control plane keeps it
     /// (see [`set_static_vteps`](Self::set_static_vteps)).
-    static_vteps: ArcSwap<Vec<Vtep>>,
+    static_vteps: ArcSwap<Vec<IpAddr>>,
+    /// Its VTEPs' handles.
+    pub vteps: Vteps,
     /// What it dropped.
     pub counters: VxlanCounters,
 }
 
 impl VxlanShared {
     /// Whether `addr` is a listed remote or the VTEP of a static entry.
-    pub fn is_known_vtep(&self, addr: Vtep) -> bool {
+    pub fn is_known_vtep(&self, addr: IpAddr) -> bool {
         self.config.remotes.contains(&addr) || self.static_vteps.load().contains(&addr)
     }
 
     /// Sets the VTEPs of the port's static fdb entries.
-    pub fn set_static_vteps(&self, mut vteps: Vec<Vtep>) {
+    pub fn set_static_vteps(&self, mut vteps: Vec<IpAddr>) {
         vteps.sort_unstable();
         vteps.dedup();
         self.static_vteps.store(Arc::new(vteps));
@@ -306,7 +311,7 @@ pub struct VxlanQueue {
     /// The whole frames of the frames offered, one round of a send at a
     /// time.
     wholes: Wholes,
-    found: Vec<Option<Vtep>>,
+    found: Vec<Option<IpAddr>>,
     lanes: Vec<usize>,
     addrs: Vec<SockAddr>,
 }
@@ -325,6 +330,7 @@ impl VxlanQueue {
     pub fn open(name: &str, config: VxlanConfig, queues: usize) -> io::Result<Vec<VxlanQueue>> {
         let shared = Arc::new(VxlanShared {
             static_vteps: ArcSwap::from_pointee(Vec::new()),
+            vteps: Vteps::default(),
             config,
             counters: VxlanCounters::default(),
         });
@@ -374,7 +380,10 @@ impl VxlanQueue {
             VxlanCounters::bump(&shared.counters.unlisted_source);
             return;
         }
-        let vtep = config.learning.then_some(source);
+        let vtep = match config.learning {
+            true => shared.vteps.handle(source),
+            false => None,
+        };
         // Segments of one flow from two VTEPs are two stations' (or one
         // that moved): never one frame.
         let same_vtep = !batch.is_empty() && batch.vtep(batch.len() - 1) == vtep;
@@ -689,14 +698,12 @@ impl VxlanQueue {
     fn send_wholes(&mut self, offered: usize, report: &mut SendReport) -> bool {
         let shared = &*self.shared;
         let wholes = &self.wholes;
-        // Each whole frame's VTEP: its offered frame's.
+        // Each whole frame's VTEP address: its offered frame's.
+        let addrs = shared.vteps.addrs();
         self.found.clear();
-        self.found.extend(
-            wholes
-                .spans
-                .iter()
-                .map(|&(_, _, owner)| wholes.vteps[owner]),
-        );
+        self.found.extend(wholes.spans.iter().map(|&(_, _, owner)| {
+            wholes.vteps[owner].and_then(|vtep| vteps::addr_in(&addrs, vtep))
+        }));
         // The addresses: one per known VTEP, and the flood list.
         let port = shared.config.local.port();
         self.addrs.clear();
