@@ -1011,6 +1011,10 @@ impl BridgeState {
                             .collect();
                         counters.insert("remotes_refused".to_owned(), stats.refused);
                         counters.insert("remotes".to_owned(), remotes(id));
+                        counters.insert(
+                            "vteps_refused".to_owned(),
+                            shared.vteps.refused.load(Ordering::Relaxed),
+                        );
                         counters
                     }),
                     link: Self::link(&spec, state).to_owned(),

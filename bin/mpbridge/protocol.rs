@@ -378,7 +378,8 @@ pub struct PortStats {
     /// `pending_full`), frames not sent (`no_remote`, `offload_errors`,
     /// `small_gso`: a GSO size under 48 bytes),
     /// new stations heard on it that a full fdb refused
-    /// (`remotes_refused`), and its stations with a VTEP (`remotes`).
+    /// (`remotes_refused`), its stations with a VTEP (`remotes`), and VTEPs
+    /// heard beyond the most it names (`vteps_refused`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vxlan: Option<std::collections::BTreeMap<String, u64>>,
 }
