@@ -1,5 +1,6 @@
-//! A port on a real link, tap, raw or VXLAN, as one type, so that a bridge can mix
-//! both kinds while the worker stays monomorphised (an enum, not `dyn`).
+//! A worker's queue of a port on a real link, tap, raw or VXLAN, as one
+//! type, so that a bridge can mix the kinds while the worker stays
+//! monomorphised (an enum, not `dyn`).
 
 use std::io;
 use std::os::fd::RawFd;
@@ -10,7 +11,7 @@ use super::{
     PortError, Queue, RawQueue, RxBatch, RxReport, SendReport, TapQueue, VxlanQueue, VNET_HDR_LEN,
 };
 
-/// A tap queue or a packet socket.
+/// A tap queue, a packet socket or a VXLAN queue.
 #[derive(Debug)]
 pub enum LinkQueue {
     /// A tap queue.
@@ -22,7 +23,7 @@ pub enum LinkQueue {
 }
 
 impl Queue for LinkQueue {
-    // Both carry the same virtio-net header, so frames pass between them
+    // All carry the same virtio-net header, so frames pass between them
     // with their offload state.
     const METADATA_LEN: usize = VNET_HDR_LEN;
 
