@@ -269,7 +269,10 @@ impl Model {
                 self.learned += 1;
                 self.totals.0 += 1;
             }
-            None => self.totals.2 += 1,
+            None => {
+                self.totals.2 += 1;
+                self.stats[usize::from(port)].refused += 1;
+            }
         }
     }
 
