@@ -16,7 +16,8 @@
 //! at every 200 ms. docs/design.md says why these crates and not a
 //! thread-per-connection server such as `tiny_http`.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::io::Read;
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -38,7 +39,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use tokio::runtime::Runtime;
 use tokio::sync::Notify;
-use tokio::task::LocalSet;
+use tokio::task::{AbortHandle, LocalSet};
 
 use crate::protocol::{PortStats, Stats};
 
@@ -463,7 +464,10 @@ impl MetricsServer {
     }
 }
 
-/// The most scrapers served at once; more wait in the listen backlog.
+/// The most scrapers served at once. With every place taken, a new client
+/// takes the place of the one connected longest: a scrape is answered in
+/// moments, so that one is the likeliest to be idle, and idle connections
+/// never keep a scrape waiting.
 const MAX_CLIENTS: usize = 32;
 
 /// Takes clients, up to [`MAX_CLIENTS`] at once, each a task of its own,
@@ -483,9 +487,17 @@ async fn accept(
     let slots = Rc::new(Slots {
         taken: Cell::new(0),
         freed: Notify::new(),
+        clients: RefCell::new(VecDeque::new()),
+        next_id: Cell::new(0),
     });
     while !stopped() {
         if slots.taken.get() >= MAX_CLIENTS {
+            // The oldest makes room; its task ends at the runtime's next
+            // turn, and its place is given back then.
+            let oldest = slots.clients.borrow_mut().pop_front();
+            if let Some((_, client)) = oldest {
+                client.abort();
+            }
             let _ = tokio::time::timeout(TICK, slots.freed.notified()).await;
             continue;
         }
@@ -494,7 +506,12 @@ async fn accept(
             Err(_) => {}
             Ok(Ok((stream, _))) => {
                 let slot = Slot::take(&slots);
-                tokio::task::spawn_local(serve_client(stream, Rc::clone(&stats), slot));
+                let id = slot.id;
+                let task = tokio::task::spawn_local(serve_client(stream, Rc::clone(&stats), slot));
+                slots
+                    .clients
+                    .borrow_mut()
+                    .push_back((id, task.abort_handle()));
             }
             Ok(Err(e)) => {
                 // Out of descriptors, say: try again a little later.
@@ -505,26 +522,39 @@ async fn accept(
     }
 }
 
-/// The clients being served, and a wake-up when one is done.
+/// The clients being served, oldest first, and a wake-up when one is
+/// done.
 struct Slots {
     taken: Cell<usize>,
     freed: Notify,
+    clients: RefCell<VecDeque<(u64, AbortHandle)>>,
+    next_id: Cell<u64>,
 }
 
 /// One client's place among [`MAX_CLIENTS`], given back on drop.
-struct Slot(Rc<Slots>);
+struct Slot {
+    slots: Rc<Slots>,
+    id: u64,
+}
 
 impl Slot {
     fn take(slots: &Rc<Slots>) -> Slot {
         slots.taken.set(slots.taken.get() + 1);
-        Slot(Rc::clone(slots))
+        let id = slots.next_id.get();
+        slots.next_id.set(id + 1);
+        Slot {
+            slots: Rc::clone(slots),
+            id,
+        }
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.taken.set(self.0.taken.get() - 1);
-        self.0.freed.notify_one();
+        let slots = &self.slots;
+        slots.taken.set(slots.taken.get() - 1);
+        slots.clients.borrow_mut().retain(|(id, _)| *id != self.id);
+        slots.freed.notify_one();
     }
 }
 
@@ -1098,17 +1128,32 @@ mod tests {
     }
 
     #[test]
-    fn more_silent_clients_than_places_still_let_a_scrape_through() {
+    fn more_silent_clients_than_places_make_room_oldest_first() {
         let server = Running::start();
-        let silent: Vec<TcpStream> = (0..MAX_CLIENTS + 8)
+        let mut silent: Vec<TcpStream> = (0..MAX_CLIENTS + 8)
             .map(|_| TcpStream::connect(server.addr).unwrap())
             .collect();
         std::thread::sleep(Duration::from_millis(300));
-        // The scrape waits in the backlog until the first silent ones time
-        // out, and is served then.
+        // Each client beyond the places takes the place of the oldest, the
+        // scrape too.
         let response = exchange(server.addr, b"GET /metrics HTTP/1.1\r\n\r\n");
         assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
-        drop(silent);
+        let oldest = &mut silent[0];
+        oldest
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        assert!(
+            matches!(oldest.read(&mut byte), Ok(0) | Err(_)),
+            "the oldest silent client is still open"
+        );
+        let newest = silent.last_mut().unwrap();
+        newest.set_nonblocking(true).unwrap();
+        let read = newest.read(&mut byte);
+        assert!(
+            matches!(&read, Err(e) if e.kind() == io::ErrorKind::WouldBlock),
+            "the newest silent client was closed: {read:?}"
+        );
     }
 
     #[test]
