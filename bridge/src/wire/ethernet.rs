@@ -79,11 +79,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
         } else {
             field::HEADER_LEN
         };
-        if len < needed {
-            Err(Truncated { len, needed })
-        } else {
-            Ok(())
-        }
+        Truncated::check(len, needed)
     }
 
     /// The underlying buffer.
@@ -106,8 +102,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     /// The outer EtherType (0x8100 for a tagged frame).
     #[inline]
     pub fn ethertype(&self) -> EtherType {
-        let b = &self.buffer.as_ref()[field::ETHERTYPE];
-        EtherType(u16::from_be_bytes([b[0], b[1]]))
+        EtherType(super::be_u16(self.buffer.as_ref(), field::ETHERTYPE))
     }
 
     /// The outer VLAN tag, when the EtherType announces one.

@@ -47,15 +47,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// length and the buffer agree is the caller's to check: what a
     /// mismatch means differs from use to use.
     pub fn check_len(&self) -> Result<(), Truncated> {
-        let len = self.buffer.as_ref().len();
-        if len < HEADER_LEN {
-            Err(Truncated {
-                len,
-                needed: HEADER_LEN,
-            })
-        } else {
-            Ok(())
-        }
+        Truncated::check(self.buffer.as_ref().len(), HEADER_LEN)
     }
 
     /// The underlying buffer.
@@ -64,8 +56,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
 
     fn u16_at(&self, range: std::ops::Range<usize>) -> u16 {
-        let b = &self.buffer.as_ref()[range];
-        u16::from_be_bytes([b[0], b[1]])
+        super::be_u16(self.buffer.as_ref(), range)
     }
 
     /// The first byte: version and header length, as they are.

@@ -39,15 +39,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     /// accessor reads within. Whether the payload length and the buffer
     /// agree is the caller's to check.
     pub fn check_len(&self) -> Result<(), Truncated> {
-        let len = self.buffer.as_ref().len();
-        if len < HEADER_LEN {
-            Err(Truncated {
-                len,
-                needed: HEADER_LEN,
-            })
-        } else {
-            Ok(())
-        }
+        Truncated::check(self.buffer.as_ref().len(), HEADER_LEN)
     }
 
     /// The underlying buffer.
@@ -64,8 +56,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     /// The length of what follows the fixed header.
     #[inline]
     pub fn payload_len(&self) -> u16 {
-        let b = &self.buffer.as_ref()[field::PAYLOAD_LEN];
-        u16::from_be_bytes([b[0], b[1]])
+        super::be_u16(self.buffer.as_ref(), field::PAYLOAD_LEN)
     }
 
     /// The protocol of the next header (see `wire::ip`).

@@ -41,3 +41,28 @@ pub struct Truncated {
     /// The length its headers need.
     pub needed: usize,
 }
+
+impl Truncated {
+    /// Whether a buffer of `len` bytes holds the `needed` a header takes:
+    /// every view's length check.
+    pub(crate) fn check(len: usize, needed: usize) -> Result<(), Truncated> {
+        match len < needed {
+            true => Err(Truncated { len, needed }),
+            false => Ok(()),
+        }
+    }
+}
+
+/// The big-endian (network order) `u16` at `at` of `bytes`.
+#[inline]
+pub(crate) fn be_u16(bytes: &[u8], at: std::ops::Range<usize>) -> u16 {
+    let b = &bytes[at];
+    u16::from_be_bytes([b[0], b[1]])
+}
+
+/// The big-endian `u32` at `at` of `bytes`.
+#[inline]
+pub(crate) fn be_u32(bytes: &[u8], at: std::ops::Range<usize>) -> u32 {
+    let b = &bytes[at];
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}

@@ -59,15 +59,7 @@ impl<T: AsRef<[u8]>> VlanTag<T> {
 
     /// Checks that the buffer holds a whole tag.
     pub fn check_len(&self) -> Result<(), Truncated> {
-        let len = self.buffer.as_ref().len();
-        if len < TAG_LEN {
-            Err(Truncated {
-                len,
-                needed: TAG_LEN,
-            })
-        } else {
-            Ok(())
-        }
+        Truncated::check(self.buffer.as_ref().len(), TAG_LEN)
     }
 
     /// The underlying buffer.
@@ -78,15 +70,13 @@ impl<T: AsRef<[u8]>> VlanTag<T> {
     /// The tag protocol id.
     #[inline]
     pub fn tpid(&self) -> u16 {
-        let b = &self.buffer.as_ref()[field::TPID];
-        u16::from_be_bytes([b[0], b[1]])
+        super::be_u16(self.buffer.as_ref(), field::TPID)
     }
 
     /// The tag control information: priority, DEI, VLAN id.
     #[inline]
     pub fn tci(&self) -> u16 {
-        let b = &self.buffer.as_ref()[field::TCI];
-        u16::from_be_bytes([b[0], b[1]])
+        super::be_u16(self.buffer.as_ref(), field::TCI)
     }
 
     /// The priority code point.

@@ -66,15 +66,7 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     /// every accessor but [`options`](Self::options) reads within; whether
     /// the header length fits the buffer is the caller's to check.
     pub fn check_len(&self) -> Result<(), Truncated> {
-        let len = self.buffer.as_ref().len();
-        if len < HEADER_LEN {
-            Err(Truncated {
-                len,
-                needed: HEADER_LEN,
-            })
-        } else {
-            Ok(())
-        }
+        Truncated::check(self.buffer.as_ref().len(), HEADER_LEN)
     }
 
     /// The underlying buffer.
@@ -83,13 +75,11 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     }
 
     fn u16_at(&self, range: std::ops::Range<usize>) -> u16 {
-        let b = &self.buffer.as_ref()[range];
-        u16::from_be_bytes([b[0], b[1]])
+        super::be_u16(self.buffer.as_ref(), range)
     }
 
     fn u32_at(&self, range: std::ops::Range<usize>) -> u32 {
-        let b = &self.buffer.as_ref()[range];
-        u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+        super::be_u32(self.buffer.as_ref(), range)
     }
 
     /// The source port.
