@@ -675,7 +675,8 @@ fn descriptors_of(pid: u32) -> usize {
 }
 
 fn running_out_of_descriptors_is_not_an_interface_deleted() {
-    if !privileged("running_out_of_descriptors_is_not_an_interface_deleted") {
+    let test = "running_out_of_descriptors_is_not_an_interface_deleted";
+    if !privileged(test) || !lab::installed(test, "prlimit", "util-linux") {
         return;
     }
     let (socket, ctl) = netns::ctl_socket("mpbemfile");

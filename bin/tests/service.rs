@@ -57,7 +57,8 @@ fn the_unit_passes_systemd_analyze_verify() {
         .is_err()
     {
         eprintln!(
-            "skipped the_unit_passes_systemd_analyze_verify: systemd-analyze is not installed"
+            "skipped the_unit_passes_systemd_analyze_verify: systemd-analyze is not installed \
+             (Debian's systemd package)"
         );
         return;
     }
