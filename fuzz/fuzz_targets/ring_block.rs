@@ -17,6 +17,9 @@ use bridge::port::raw::block::{Block, BlockError, Frames, RingFrame};
 use bridge::wire::vnet::VNET_HDR_LEN;
 use libfuzzer_sys::fuzz_target;
 
+mod common;
+use common::{range_in, u16_at, u32_at};
+
 /// From linux/if_packet.h.
 const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
 const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
@@ -44,27 +47,6 @@ fn agrees(items: &[Item], expected: &[Item]) -> bool {
             Item::AnyError => matches!(got, Item::Error(_)),
             want => got == want,
         })
-}
-
-fn u16_at(bytes: &[u8], at: usize) -> u16 {
-    u16::from_ne_bytes([bytes[at], bytes[at + 1]])
-}
-
-fn u32_at(bytes: &[u8], at: usize) -> u32 {
-    u32::from_ne_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
-}
-
-/// Where `slice` lies in `bytes`; panics unless wholly inside it.
-fn range_in(bytes: &[u8], slice: &[u8]) -> Range<usize> {
-    let base = bytes.as_ptr() as usize;
-    let start = slice.as_ptr() as usize;
-    assert!(
-        start >= base && start + slice.len() <= base + bytes.len(),
-        "slice {start:#x}+{} outside the block {base:#x}+{}",
-        slice.len(),
-        bytes.len()
-    );
-    start - base..start - base + slice.len()
 }
 
 fn item(bytes: &[u8], result: Result<RingFrame<'_>, BlockError>) -> Item {

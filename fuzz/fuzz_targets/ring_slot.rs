@@ -17,6 +17,9 @@ use bridge::port::raw::slot::{parse, Slot, SlotError};
 use bridge::wire::tag::{push_into, EmitError, Tag, TAG_LEN};
 use libfuzzer_sys::fuzz_target;
 
+mod common;
+use common::{range_in, u16_at, u32_at};
+
 /// From linux/if_packet.h.
 const TP_STATUS_COPY: u32 = 1 << 1;
 const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
@@ -27,27 +30,6 @@ const VNET_HDR_LEN: usize = 10;
 /// The buffer a frame is copied into: a slot's size, which a frame from a
 /// kernel's slot always fits, tag put back or not.
 const BUFFER_LEN: usize = 2048;
-
-fn u16_at(bytes: &[u8], at: usize) -> u16 {
-    u16::from_ne_bytes([bytes[at], bytes[at + 1]])
-}
-
-fn u32_at(bytes: &[u8], at: usize) -> u32 {
-    u32::from_ne_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
-}
-
-/// Where `slice` lies in `bytes`; panics unless wholly inside it.
-fn range_in(bytes: &[u8], slice: &[u8]) -> Range<usize> {
-    let base = bytes.as_ptr() as usize;
-    let start = slice.as_ptr() as usize;
-    assert!(
-        start >= base && start + slice.len() <= base + bytes.len(),
-        "slice {start:#x}+{} outside the slot {base:#x}+{}",
-        slice.len(),
-        bytes.len()
-    );
-    start - base..start - base + slice.len()
-}
 
 /// What the parser must return for `bytes`, from the header's fields as
 /// linux/if_packet.h lays them out, every offset checked before use.

@@ -19,6 +19,9 @@ use std::ops::Range;
 use bridge::port::vxlan::datagrams::{Datagrams, Dropped};
 use libfuzzer_sys::fuzz_target;
 
+mod common;
+use common::range_in;
+
 const INPUT_HEADER: usize = 11;
 const VXLAN_LEN: usize = 8;
 const ETHERNET_LEN: usize = 14;
@@ -26,19 +29,6 @@ const ETHERNET_LEN: usize = 14;
 /// One item of a pass: the payload offset after it, and the inner frame's
 /// VNI and place, or the drop reason.
 type Item = (usize, Result<(u32, Range<usize>), Dropped>);
-
-/// Where `slice` lies in `bytes`; panics unless wholly inside it.
-fn range_in(bytes: &[u8], slice: &[u8]) -> Range<usize> {
-    let base = bytes.as_ptr() as usize;
-    let start = slice.as_ptr() as usize;
-    assert!(
-        start >= base && start + slice.len() <= base + bytes.len(),
-        "frame {start:#x}+{} outside the message {base:#x}+{}",
-        slice.len(),
-        bytes.len()
-    );
-    start - base..start - base + slice.len()
-}
 
 /// A datagram's fate by RFC 7348 as the Linux vxlan device (and mpbridge)
 /// applies it with no extensions: long enough for the VXLAN and an
