@@ -496,22 +496,8 @@ mod emit_tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::wire::vnet::VNET_HDR_F_NEEDS_CSUM;
-
-    /// GSO TCPv4.
-    const GSO_TCPV4: u8 = 1;
-
-    /// A virtio-net header (host byte order, as taps and sockets have it).
-    fn vnet(flags: u8, gso: u8, hdr_len: u16, csum_start: u16) -> [u8; VNET_HDR_LEN] {
-        let mut bytes = [0u8; VNET_HDR_LEN];
-        bytes[0] = flags;
-        bytes[1] = gso;
-        bytes[2..4].copy_from_slice(&hdr_len.to_ne_bytes());
-        bytes[4..6].copy_from_slice(&1448u16.to_ne_bytes());
-        bytes[6..8].copy_from_slice(&csum_start.to_ne_bytes());
-        bytes[8..10].copy_from_slice(&16u16.to_ne_bytes());
-        bytes
-    }
+    use crate::wire::vnet::testing::header as vnet;
+    use crate::wire::vnet::{VNET_HDR_F_NEEDS_CSUM, VNET_HDR_GSO_TCPV4 as GSO_TCPV4};
 
     /// The offloaded segment's header, untagged: TCP headers end at 66,
     /// TCP starts at 34.
