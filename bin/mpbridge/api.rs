@@ -18,6 +18,7 @@ use bridge::counters::{self, PortCounters, WorkerCounters};
 use bridge::fdb::{FdbKey, Location, Table, Vtep};
 use bridge::monitor::{LinkEvent, LinkMonitor};
 use bridge::port::placement::CpuSet;
+use bridge::port::vhost::Device as VhostDevice;
 use bridge::port::vxlan::VxlanShared;
 use bridge::port::{netdev, LinkQueue};
 use bridge::vlan::FdbVlan;
@@ -160,6 +161,7 @@ pub struct BridgeState {
     port_settings: PortSettings,
     /// The VXLAN ports' settings, static VTEPs and counters, by port label.
     vxlans: BTreeMap<String, Arc<VxlanShared>>,
+    vhosts: BTreeMap<String, Arc<VhostDevice>>,
     /// Whether rtnetlink tells the monitor of link changes; without it the
     /// monitor looks at every link once a second.
     link_events: bool,
@@ -200,6 +202,8 @@ pub struct Parts {
     pub port_settings: PortSettings,
     /// The VXLAN ports' shared state, by label.
     pub vxlans: BTreeMap<String, Arc<VxlanShared>>,
+    /// The vhost-user ports' shared state, by label.
+    pub vhosts: BTreeMap<String, Arc<VhostDevice>>,
     /// Raw ports whose links opening them brought up.
     pub raised: std::collections::BTreeSet<String>,
     /// Whether rtnetlink link news will come.
@@ -230,6 +234,7 @@ impl BridgeState {
             config: parts.config,
             port_settings: parts.port_settings,
             vxlans: parts.vxlans,
+            vhosts: parts.vhosts,
             raised: parts.raised,
             link_events: parts.link_events,
             fatal: None,
@@ -612,6 +617,10 @@ impl BridgeState {
             Some(LinkQueue::Vxlan(port)) => Some(Arc::clone(port.shared())),
             _ => None,
         };
+        let vhost = match queues.first() {
+            Some(LinkQueue::Vhost(port)) => Some(Arc::clone(port.device())),
+            _ => None,
+        };
         let raised = matches!(queues.first(), Some(LinkQueue::Raw(port)) if port.raised_link());
         let port = PortId(id as u16);
         let mut answers = Vec::new();
@@ -641,6 +650,9 @@ impl BridgeState {
         }
         if let Some(shared) = shared {
             self.vxlans.insert(spec.label(), shared);
+        }
+        if let Some(device) = vhost {
+            self.vhosts.insert(spec.label(), device);
         }
         if raised {
             self.raised.insert(spec.name.clone());
@@ -687,6 +699,7 @@ impl BridgeState {
         self.monitor.unwatch(port, &*self.fdb);
         let flushed = self.fdb.purge_port(port);
         self.vxlans.remove(&spec.label());
+        self.vhosts.remove(&spec.label());
         if spec.kind == Kind::Raw && self.raised.remove(&spec.name) {
             self.put_down(&spec.name);
         }
@@ -933,7 +946,11 @@ impl BridgeState {
     }
 
     /// The link of a port, as `stats` and `port show` give it.
-    fn link(spec: &PortSpec, state: counters::PortState) -> &'static str {
+    fn link(&self, spec: &PortSpec, state: counters::PortState) -> &'static str {
+        if let Some(device) = self.vhosts.get(&spec.label()) {
+            // Up while a frontend runs the port's first queue pair.
+            return if device.link_up() { "up" } else { "down" };
+        }
         match netdev::link_state(&spec.name) {
             _ if state == counters::PortState::Gone => "gone",
             // No interface of its own: its underlay is the host's.
@@ -964,10 +981,11 @@ impl BridgeState {
                         Kind::Tap => "tap",
                         Kind::Raw => "raw",
                         Kind::Vxlan => "vxlan",
+                        Kind::Vhost => "vhost",
                     }
                     .to_owned(),
                     options: spec.describe(),
-                    link: Self::link(&spec, state).to_owned(),
+                    link: self.link(&spec, state).to_owned(),
                 }
             })
             .collect()
@@ -1017,7 +1035,15 @@ impl BridgeState {
                         );
                         counters
                     }),
-                    link: Self::link(&spec, state).to_owned(),
+                    vhost: self.vhosts.get(&spec.label()).map(|device| {
+                        device
+                            .counters
+                            .named()
+                            .into_iter()
+                            .map(|(name, n)| (name.to_owned(), n))
+                            .collect()
+                    }),
+                    link: self.link(&spec, state).to_owned(),
                     state: state.name().to_owned(),
                     counters: stats,
                 }

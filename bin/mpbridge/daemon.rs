@@ -62,6 +62,14 @@ pub fn run<S: Strategy>(
             _ => None,
         })
         .collect();
+    let vhosts: std::collections::BTreeMap<_, _> = specs
+        .iter()
+        .zip(&port_sets[0])
+        .filter_map(|(spec, queue)| match queue {
+            bridge::port::LinkQueue::Vhost(port) => Some((spec.label(), Arc::clone(port.device()))),
+            _ => None,
+        })
+        .collect();
     let raised = specs
         .iter()
         .zip(&port_sets[0])
@@ -152,6 +160,7 @@ pub fn run<S: Strategy>(
         config: file.clone(),
         port_settings,
         vxlans,
+        vhosts,
         raised,
         link_events: link_news.is_some(),
     });

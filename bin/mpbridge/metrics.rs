@@ -661,6 +661,7 @@ mod tests {
         PortStats {
             vlans: None,
             vxlan: None,
+            vhost: None,
             name: name.to_owned(),
             link: link.to_owned(),
             state: state.to_owned(),

@@ -8,10 +8,12 @@ use bridge::port::tap::TapError;
 use std::net::{IpAddr, SocketAddr};
 
 use bridge::port::raw::RingKind;
+use bridge::port::vhost::{self, Mode as VhostMode};
 use bridge::port::vxlan::VxlanConfig;
 use bridge::port::{LinkQueue, RawQueue, TapQueue, VxlanQueue};
 use bridge::vlan::{self, PortVlans, VlanSet};
 use bridge::wire::vxlan::MAX_VNI;
+use std::path::Path;
 
 /// What kind of port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +24,8 @@ pub enum Kind {
     Raw,
     /// A VXLAN segment over UDP.
     Vxlan,
+    /// A vhost-user socket: a VM or a DPDK application.
+    Vhost,
 }
 
 /// A port as `--port` gives it.
@@ -35,10 +39,13 @@ pub struct PortSpec {
     pub vlans: Option<PortVlans>,
     /// A VXLAN port's settings.
     pub vxlan: Option<VxlanConfig>,
+    /// A vhost-user port's side of its socket.
+    pub vhost: Option<VhostMode>,
 }
 
 impl PortSpec {
-    /// Parses `tap:NAME`, `raw:IFNAME` or `vxlan:NAME,...`, then VLAN options: `access=VID`,
+    /// Parses `tap:NAME`, `raw:IFNAME`, `vxlan:NAME,...` or
+    /// `vhost:PATH[,client]`, then VLAN options: `access=VID`,
     /// or `trunk=LIST` (numbers and ranges, `10,20,100-110`, running to the
     /// next `key=value`) with an optional `native=VID`.
     pub fn parse(spec: &str) -> Result<PortSpec, String> {
@@ -47,6 +54,31 @@ impl PortSpec {
             None => (spec, None),
         };
         let mut parsed = PortSpec::parse_port(port, spec)?;
+        // A vhost port's one flag has no value.
+        let mut client = false;
+        let kept: String;
+        let options = match (parsed.kind, options) {
+            (Kind::Vhost, Some(options)) => {
+                let rest: Vec<&str> = options
+                    .split(',')
+                    .filter(|item| {
+                        let flag = *item == "client";
+                        client |= flag;
+                        !flag
+                    })
+                    .collect();
+                kept = rest.join(",");
+                (!rest.is_empty()).then_some(kept.as_str())
+            }
+            (_, options) => options,
+        };
+        if parsed.kind == Kind::Vhost {
+            parsed.vhost = Some(if client {
+                VhostMode::Client
+            } else {
+                VhostMode::Server
+            });
+        }
         let keys: &[&str] = match parsed.kind {
             Kind::Vxlan => &VXLAN_KEYS,
             _ => &VLAN_KEYS,
@@ -56,7 +88,7 @@ impl PortSpec {
             Some(options) => split_options(options, keys).map_err(in_spec)?,
             None => Vec::new(),
         };
-        if options.is_some() && items.is_empty() {
+        if options.is_some() && items.is_empty() && !client {
             return Err(in_spec("no options after ','".to_owned()));
         }
         parsed.vlans = vlan_options(&items).map_err(in_spec)?;
@@ -71,9 +103,25 @@ impl PortSpec {
             Some(("tap", name)) => (Kind::Tap, name),
             Some(("raw", name)) => (Kind::Raw, name),
             Some(("vxlan", name)) => (Kind::Vxlan, name),
+            Some(("vhost", path)) => {
+                // sun_path holds 108 bytes with the terminating NUL.
+                if path.is_empty() || path.len() > 107 {
+                    return Err(format!(
+                        "invalid socket path in port '{spec}' (1 to 107 bytes, no ',')"
+                    ));
+                }
+                return Ok(PortSpec {
+                    kind: Kind::Vhost,
+                    name: path.to_owned(),
+                    vlans: None,
+                    vxlan: None,
+                    vhost: None,
+                });
+            }
             _ => {
                 return Err(format!(
-                    "invalid port '{spec}' (expected tap:NAME, raw:IFNAME or vxlan:NAME,vni=N,local=IP)"
+                    "invalid port '{spec}' (expected tap:NAME, raw:IFNAME, \
+                     vxlan:NAME,vni=N,local=IP or vhost:PATH[,client])"
                 ))
             }
         };
@@ -87,6 +135,7 @@ impl PortSpec {
             name: name.to_owned(),
             vlans: None,
             vxlan: None,
+            vhost: None,
         })
     }
 
@@ -113,6 +162,9 @@ impl PortSpec {
                 text += ",learning=off";
             }
         }
+        if self.vhost == Some(VhostMode::Client) {
+            text += ",client";
+        }
         if let Some(vlans) = &self.vlans {
             text += &format!(",{vlans}");
         }
@@ -125,6 +177,7 @@ impl PortSpec {
             Kind::Tap => format!("tap:{}", self.name),
             Kind::Raw => format!("raw:{}", self.name),
             Kind::Vxlan => format!("vxlan:{}", self.name),
+            Kind::Vhost => format!("vhost:{}", self.name),
         }
     }
 }
@@ -270,7 +323,9 @@ fn open_error(spec: &PortSpec, error: &io::Error) -> String {
         (Some(libc::EPERM | libc::EACCES), Kind::Tap) => {
             "permission denied (a tap port needs CAP_NET_ADMIN)".to_owned()
         }
-        (Some(libc::EPERM | libc::EACCES), Kind::Vxlan) => "permission denied".to_owned(),
+        (Some(libc::EPERM | libc::EACCES), Kind::Vxlan | Kind::Vhost) => {
+            "permission denied".to_owned()
+        }
         (Some(libc::EBUSY), Kind::Tap) => {
             "busy: another program has the tap's queue (a VM?); bridge it as raw:NAME".to_owned()
         }
@@ -316,6 +371,14 @@ pub fn open_queues(
                 log::info!("tap {} existed before and will stay", spec.name);
             }
             tap.queues.into_iter().map(LinkQueue::Tap).collect()
+        }
+        Kind::Vhost => {
+            let mode = spec.vhost.unwrap_or(VhostMode::Server);
+            vhost::open(Path::new(&spec.name), mode, workers)
+                .map_err(|e| format!("cannot open port {}: {e}", spec.label()))?
+                .into_iter()
+                .map(LinkQueue::Vhost)
+                .collect()
         }
         Kind::Raw => RawQueue::open_with(&spec.name, workers, settings.rx_ring)
             .map_err(|e| open_error(spec, &e))?

@@ -382,6 +382,14 @@ pub struct PortStats {
     /// heard beyond the most it names (`vteps_refused`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vxlan: Option<std::collections::BTreeMap<String, u64>>,
+    /// A vhost-user port's own counters: frontends that connected
+    /// (`connects`) and went (`disconnects`), messages that broke the
+    /// protocol (`bad_messages`), memory tables and rings refused
+    /// (`bad_memory`, `bad_rings`), chains that broke the rules
+    /// (`bad_chains`), frames for the driver dropped for want of room
+    /// (`no_room`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vhost: Option<std::collections::BTreeMap<String, u64>>,
 }
 
 /// One worker's counters.
@@ -581,6 +589,7 @@ mod tests {
             counters,
             vlans: None,
             vxlan: None,
+            vhost: None,
         };
         let json = serde_json::to_value(&port).unwrap();
         assert_eq!(json["rx_frames"], 3, "{json}");

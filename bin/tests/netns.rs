@@ -101,10 +101,25 @@ impl Daemon {
 
     /// `start` with extra environment variables.
     pub fn start_with(ns: &Netns, args: &[&str], env: &[(&str, &str)]) -> Daemon {
-        let mut child = Command::new("ip")
+        let mut command = Command::new("ip");
+        command
             .args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_mpbridge")])
             .args(named(args))
-            .envs(env.iter().copied())
+            .envs(env.iter().copied());
+        Self::spawn(command)
+    }
+
+    /// Starts mpbridge with `args` here, in the test's own namespace: for
+    /// bridges of ports that need none (vhost-user sockets).
+    pub fn start_here(args: &[&str]) -> Daemon {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mpbridge"));
+        command.args(named(args));
+        Self::spawn(command)
+    }
+
+    /// Starts `command` and waits (at most 10 s) for mpbridge's ready line.
+    fn spawn(mut command: Command) -> Daemon {
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

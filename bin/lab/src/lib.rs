@@ -10,6 +10,7 @@ mod privileges;
 mod process;
 pub mod prometheus;
 mod station;
+pub mod vhost;
 pub mod workload;
 
 pub use netns::{ip, unique, DevCounters, Netns};

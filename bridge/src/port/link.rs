@@ -1,4 +1,4 @@
-//! A worker's queue of a port on a real link, tap, raw or VXLAN, as one
+//! A worker's queue of a port on a real link, tap, raw, VXLAN or vhost-user, as one
 //! type, so that a bridge can mix the kinds while the worker stays
 //! monomorphised (an enum, not `dyn`).
 
@@ -8,10 +8,11 @@ use std::os::fd::RawFd;
 use crate::wire::vxlan::Vtep;
 
 use super::{
-    PortError, Queue, RawQueue, RxBatch, RxReport, SendReport, TapQueue, VxlanQueue, VNET_HDR_LEN,
+    PortError, Queue, RawQueue, RxBatch, RxReport, SendReport, TapQueue, VhostQueue, VxlanQueue,
+    VNET_HDR_LEN,
 };
 
-/// A tap queue, a packet socket or a VXLAN queue.
+/// A tap queue, a packet socket, a VXLAN queue or a vhost-user queue pair.
 #[derive(Debug)]
 pub enum LinkQueue {
     /// A tap queue.
@@ -20,6 +21,8 @@ pub enum LinkQueue {
     Raw(RawQueue),
     /// A VXLAN segment's queue.
     Vxlan(VxlanQueue),
+    /// A vhost-user port's queue pair.
+    Vhost(VhostQueue),
 }
 
 impl Queue for LinkQueue {
@@ -32,6 +35,7 @@ impl Queue for LinkQueue {
             LinkQueue::Tap(port) => port.name(),
             LinkQueue::Raw(port) => port.name(),
             LinkQueue::Vxlan(port) => port.name(),
+            LinkQueue::Vhost(port) => port.name(),
         }
     }
 
@@ -40,6 +44,7 @@ impl Queue for LinkQueue {
             LinkQueue::Tap(port) => port.raw_fd(),
             LinkQueue::Raw(port) => port.raw_fd(),
             LinkQueue::Vxlan(port) => port.raw_fd(),
+            LinkQueue::Vhost(port) => port.raw_fd(),
         }
     }
 
@@ -48,6 +53,7 @@ impl Queue for LinkQueue {
             LinkQueue::Tap(port) => port.recv_batch(batch),
             LinkQueue::Raw(port) => port.recv_batch(batch),
             LinkQueue::Vxlan(port) => port.recv_batch(batch),
+            LinkQueue::Vhost(port) => port.recv_batch(batch),
         }
     }
 
@@ -56,6 +62,7 @@ impl Queue for LinkQueue {
             LinkQueue::Tap(port) => port.send_batch(frames),
             LinkQueue::Raw(port) => port.send_batch(frames),
             LinkQueue::Vxlan(port) => port.send_batch(frames),
+            LinkQueue::Vhost(port) => port.send_batch(frames),
         }
     }
 
@@ -67,6 +74,7 @@ impl Queue for LinkQueue {
             LinkQueue::Tap(port) => port.send_batch_to(frames),
             LinkQueue::Raw(port) => port.send_batch_to(frames),
             LinkQueue::Vxlan(port) => port.send_batch_to(frames),
+            LinkQueue::Vhost(port) => port.send_batch_to(frames),
         }
     }
 
@@ -75,6 +83,7 @@ impl Queue for LinkQueue {
             LinkQueue::Tap(port) => port.take_error(),
             LinkQueue::Raw(port) => port.take_error(),
             LinkQueue::Vxlan(port) => port.take_error(),
+            LinkQueue::Vhost(port) => port.take_error(),
         }
     }
 
@@ -83,6 +92,14 @@ impl Queue for LinkQueue {
             LinkQueue::Tap(port) => port.link_ready(),
             LinkQueue::Raw(port) => port.link_ready(),
             LinkQueue::Vxlan(port) => port.link_ready(),
+            LinkQueue::Vhost(port) => port.link_ready(),
+        }
+    }
+
+    fn link_fd(&self) -> Option<RawFd> {
+        match self {
+            LinkQueue::Vhost(port) => port.link_fd(),
+            _ => None,
         }
     }
 
@@ -91,6 +108,7 @@ impl Queue for LinkQueue {
             LinkQueue::Tap(port) => port.link_lost(),
             LinkQueue::Raw(port) => port.link_lost(),
             LinkQueue::Vxlan(port) => port.link_lost(),
+            LinkQueue::Vhost(port) => port.link_lost(),
         }
     }
 
@@ -99,12 +117,14 @@ impl Queue for LinkQueue {
             LinkQueue::Tap(port) => port.empty_read_is_syscall(),
             LinkQueue::Raw(port) => port.empty_read_is_syscall(),
             LinkQueue::Vxlan(port) => port.empty_read_is_syscall(),
+            LinkQueue::Vhost(port) => port.empty_read_is_syscall(),
         }
     }
 
     fn pending(&self) -> bool {
         match self {
             LinkQueue::Vxlan(port) => port.pending(),
+            LinkQueue::Vhost(port) => port.pending(),
             _ => false,
         }
     }

@@ -16,6 +16,7 @@ pub mod netdev;
 pub mod placement;
 pub mod raw;
 pub mod tap;
+pub mod vhost;
 pub mod vxlan;
 pub(crate) mod wake;
 
@@ -23,6 +24,7 @@ pub use link::LinkQueue;
 pub use memory::{MemoryPeer, MemoryQueue};
 pub use raw::RawQueue;
 pub use tap::TapQueue;
+pub use vhost::VhostQueue;
 pub use vxlan::VxlanQueue;
 
 /// The length of the virtio-net header before every frame of a real port.
@@ -395,6 +397,14 @@ pub trait Queue: Send {
     /// back-off is tried again.
     fn link_ready(&self) -> bool {
         true
+    }
+
+    /// A descriptor that polls readable when the port's link may have come
+    /// back, if there is one: a worker sleeping while the port backs off
+    /// then tries it at once rather than at the back-off's end. It is
+    /// emptied by [`link_ready`](Self::link_ready).
+    fn link_fd(&self) -> Option<RawFd> {
+        None
     }
 
     /// Whether the port's link went down with nothing failing on the

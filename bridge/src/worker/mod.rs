@@ -378,6 +378,14 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                 Health::Backoff(until) => {
                     let wait = until.saturating_duration_since(now).as_millis() as i32 + 1;
                     timeout = timeout.min(wait);
+                    if let Some(fd) = port.link_fd() {
+                        fds.push(libc::pollfd {
+                            fd,
+                            events: libc::POLLIN,
+                            revents: 0,
+                        });
+                        self.polled.push(index);
+                    }
                     continue;
                 }
                 Health::Up | Health::Retrying => {}
@@ -417,6 +425,13 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         // next poll returns at once, and the next, and the core spins.
         for slot in 0..self.polled.len() {
             let (index, revents) = (self.polled[slot], fds[slot + 2].revents);
+            if let Health::Backoff(_) = self.slots[index].fault.health {
+                // Its link may be back: tried in the next round.
+                if revents != 0 {
+                    self.slots[index].fault.health = Health::Backoff(now);
+                }
+                continue;
+            }
             if revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) == 0 {
                 continue;
             }

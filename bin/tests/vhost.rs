@@ -1,0 +1,518 @@
+//! vhost-user ports against a frontend written for the tests (`lab::vhost`,
+//! on the `vhost` crate's frontend side, with memfd memory): negotiation,
+//! learning and flooding, a hostile driver, disconnects and reconnects,
+//! client mode, queue pairs, and the socket's life. Needs no privileges:
+//! the frames cross shared memory only.
+
+mod netns;
+
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use lab::vhost::{Frontend, EVENT_IDX, HEADER, MQ, MRG_RXBUF, PROTOCOL_FEATURES, VERSION_1};
+use netns::{ctl_json, ctl_ok, mac, port_stats, test_frame, Daemon, BROADCAST};
+
+/// What a QEMU or DPDK frontend takes of what mpbridge offers.
+const FEATURES: u64 = VERSION_1 | MRG_RXBUF | EVENT_IDX | PROTOCOL_FEATURES | MQ;
+
+/// A folder of this test's own for its sockets, removed on drop.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new() -> Dir {
+        let dir = std::env::temp_dir().join(netns::unique("vhost"));
+        std::fs::create_dir_all(&dir).unwrap();
+        Dir(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A bridge of vhost-user ports at `sockets`, with `extra` options.
+fn bridge(dir: &Dir, ports: &[String], extra: &[&str]) -> (Daemon, PathBuf) {
+    let ctl = dir.path("ctl.sock");
+    let mut args = vec!["run".to_owned(), format!("--ctl={}", ctl.display())];
+    for port in ports {
+        args.push(format!("--port={port}"));
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    (Daemon::start_here(&args), ctl)
+}
+
+fn port(path: &Path) -> String {
+    format!("vhost:{}", path.display())
+}
+
+/// Waits (at most 5 s) until `port`'s link reads `link` in `stats`.
+fn wait_link(ctl: &Path, port: &str, link: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let stats = ctl_json(ctl, &["stats", "--json"]);
+        let now = port_stats(&stats, port)["link"].clone();
+        if now == link {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{port}: link {now}, not {link}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The frames `frontend` got on pair 0 within a short quiet time.
+fn frames(frontend: &mut Frontend) -> Vec<Vec<u8>> {
+    frontend
+        .receive(0, Duration::from_millis(200))
+        .into_iter()
+        .map(|(_, frame)| frame)
+        .collect()
+}
+
+/// Asserts that `got` are `want`, saying how they differ in a line.
+fn same(got: &[Vec<u8>], want: &[Vec<u8>]) {
+    let brief = |frames: &[Vec<u8>]| -> Vec<String> {
+        frames
+            .iter()
+            .map(|f| format!("{} bytes {:02x?}", f.len(), &f[..f.len().min(16)]))
+            .collect()
+    };
+    assert!(got == want, "got {:?}, want {:?}", brief(got), brief(want));
+}
+
+fn vhost_counter(ctl: &Path, port: &str, name: &str) -> u64 {
+    let stats = ctl_json(ctl, &["stats", "--json"]);
+    port_stats(&stats, port)["vhost"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no vhost counter {name} in {stats}"))
+}
+
+/// Two frontends on a bridge of three ports: flooding, learning, and
+/// unicast to the one port that has the station.
+fn learning_and_flooding(lock: &str) {
+    let dir = Dir::new();
+    let sockets: Vec<PathBuf> = (0..3).map(|i| dir.path(&format!("p{i}.sock"))).collect();
+    let ports: Vec<String> = sockets.iter().map(|s| port(s)).collect();
+    let (daemon, ctl) = bridge(&dir, &ports, &["--lock", lock]);
+    let mut fronts: Vec<Frontend> = sockets
+        .iter()
+        .map(|s| Frontend::connect(s, 1, FEATURES).expect("negotiates"))
+        .collect();
+    for (front, port) in fronts.iter_mut().zip(&ports) {
+        wait_link(&ctl, port, "up");
+        assert_eq!(
+            front.features, FEATURES,
+            "every feature asked for is offered"
+        );
+        front.post_room(0, 64);
+    }
+    let (a, b, c) = (mac(1), mac(2), mac(3));
+    // A broadcast from a reaches b's and c's ports, not its own.
+    let hello = test_frame(BROADCAST, a, 1, 60);
+    assert!(fronts[0].send(0, &hello));
+    same(&frames(&mut fronts[1]), std::slice::from_ref(&hello));
+    same(&frames(&mut fronts[2]), std::slice::from_ref(&hello));
+    assert!(frames(&mut fronts[0]).is_empty());
+    // b answers a: a is known, so only a's port has it.
+    let answer = test_frame(a, b, 2, 1514);
+    assert!(fronts[1].send(0, &answer));
+    same(&frames(&mut fronts[0]), std::slice::from_ref(&answer));
+    assert!(frames(&mut fronts[2]).is_empty());
+    // To b, now known: only b's port.
+    let to_b = test_frame(b, a, 3, 512);
+    assert!(fronts[0].send(0, &to_b));
+    same(&frames(&mut fronts[1]), std::slice::from_ref(&to_b));
+    assert!(frames(&mut fronts[2]).is_empty());
+    // An unknown destination floods.
+    let unknown = test_frame(c, a, 4, 60);
+    assert!(fronts[0].send(0, &unknown));
+    assert_eq!(frames(&mut fronts[1]).len(), 1);
+    assert_eq!(frames(&mut fronts[2]).len(), 1);
+    // The table names the vhost ports.
+    let (code, out, _) = netns::ctl(&ctl, &["fdb", "show"]);
+    assert_eq!(code, 0);
+    for (station, port) in [(a, &ports[0]), (b, &ports[1])] {
+        let text = station.map(|b| format!("{b:02x}")).join(":");
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(&text) && l.contains(&format!("port {port} "))),
+            "{text} on {port}: {out}"
+        );
+    }
+    let stats = ctl_json(&ctl, &["stats", "--json"]);
+    let first = port_stats(&stats, &ports[0]);
+    assert_eq!(first["rx_frames"], 3, "{first}");
+    assert_eq!(first["tx_frames"], 1, "{first}");
+    assert_eq!(first["vhost"]["connects"], 1, "{first}");
+    drop(fronts);
+    let (status, log) = daemon.stop(Duration::from_secs(5));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+    for socket in &sockets {
+        assert!(!socket.exists(), "{} left behind", socket.display());
+    }
+}
+
+macro_rules! learning_tests {
+    ($($name:ident: $lock:expr;)*) => {
+        $(fn $name() { learning_and_flooding($lock) })*
+    };
+}
+
+learning_tests! {
+    learning_and_flooding_mutex: "mutex";
+    learning_and_flooding_rwlock: "rwlock";
+    learning_and_flooding_rmlock: "rmlock";
+    learning_and_flooding_sharded: "sharded";
+    learning_and_flooding_rcu: "rcu";
+    learning_and_flooding_epoch: "epoch";
+}
+
+/// Frames of every size cross byte-identical, with and without mergeable
+/// buffers and event indices, in both directions.
+fn frames_cross_whole_with_each_feature_set() {
+    for features in [
+        FEATURES,
+        VERSION_1 | PROTOCOL_FEATURES,
+        VERSION_1,
+        MRG_RXBUF | PROTOCOL_FEATURES,
+    ] {
+        let dir = Dir::new();
+        let (s0, s1) = (dir.path("a.sock"), dir.path("b.sock"));
+        let (daemon, ctl) = bridge(&dir, &[port(&s0), port(&s1)], &[]);
+        let mut a = Frontend::connect(&s0, 1, features).unwrap();
+        let mut b = Frontend::connect(&s1, 1, features).unwrap();
+        wait_link(&ctl, &port(&s0), "up");
+        wait_link(&ctl, &port(&s1), "up");
+        a.post_room(0, 200);
+        b.post_room(0, 200);
+        let mut sent = Vec::new();
+        for (n, len) in [60, 64, 128, 512, 1000, 1514, 1518, 61, 999]
+            .into_iter()
+            .enumerate()
+        {
+            let frame = test_frame(mac(2), mac(1), n as u8, len);
+            assert!(a.send(0, &frame));
+            sent.push(frame);
+        }
+        let got = b.receive(0, Duration::from_millis(300));
+        let frames: Vec<Vec<u8>> = got.iter().map(|(_, f)| f.clone()).collect();
+        println!("features {features:#x}");
+        same(&frames, &sent);
+        for (header, _) in &got {
+            assert_eq!(header.len(), a.header_len());
+            if header.len() == HEADER {
+                assert_eq!(&header[10..], &1u16.to_le_bytes(), "num_buffers");
+            }
+        }
+        assert_eq!(a.sent_back(0), sent.len() as u16, "each chain returned");
+        let back = test_frame(mac(1), mac(2), 9, 300);
+        assert!(b.send(0, &back));
+        same(&frames_of(&mut a), std::slice::from_ref(&back));
+        drop((a, b));
+        drop(daemon);
+    }
+}
+
+fn frames_of(frontend: &mut Frontend) -> Vec<Vec<u8>> {
+    frames(frontend)
+}
+
+/// A driver that breaks the rules: each bad chain is counted and returned,
+/// the ring goes on, and the other ports keep forwarding; a ring outside
+/// memory is refused; a bad message closes the connection, and the next
+/// frontend negotiates afresh.
+fn a_hostile_driver_is_counted_and_survived() {
+    use bridge::port::vhost::ring::driver;
+    let dir = Dir::new();
+    let (s0, s1) = (dir.path("a.sock"), dir.path("b.sock"));
+    let (p0, p1) = (port(&s0), port(&s1));
+    let (daemon, ctl) = bridge(&dir, &[p0.clone(), p1.clone()], &[]);
+    let mut evil = Frontend::connect(&s0, 1, FEATURES).unwrap();
+    let mut good = Frontend::connect(&s1, 1, FEATURES).unwrap();
+    wait_link(&ctl, &p0, "up");
+    wait_link(&ctl, &p1, "up");
+    good.post_room(0, 64);
+    let rx_errors = |ctl: &Path| {
+        let stats = ctl_json(ctl, &["stats", "--json"]);
+        port_stats(&stats, &p0)["rx_errors"].as_u64().unwrap()
+    };
+    let errors_before = rx_errors(&ctl);
+    let tx = evil.layout(1);
+    let memory_end = 0x4000_0000u64 + 0x10_0000 * 64; // far past the memfd
+    let buffers = tx.desc + 0x10_0000;
+    let cases: [(u16, u64, u32, u16, u16); 6] = [
+        // (descriptor, addr, len, flags, next)
+        (10, memory_end, 64, 0, 0),             // outside memory
+        (11, buffers, 64, driver::NEXT, 11),    // a loop onto itself
+        (12, buffers, 0, 0, 0),                 // zero length
+        (13, buffers, 64, driver::INDIRECT, 0), // indirect, not negotiated
+        (14, buffers, 64, driver::WRITE, 0),    // device-writable on transmit
+        (15, buffers, 64, driver::NEXT, 300),   // next outside the ring
+    ];
+    for &(index, addr, len, flags, next) in &cases {
+        driver::set_descriptor(evil.memory(), &tx, index, addr, len, flags, next);
+        evil.make_available(1, index);
+    }
+    // Then a good frame: the ring goes on past the bad chains.
+    let frame = test_frame(mac(2), mac(1), 7, 100);
+    assert!(evil.send(0, &frame));
+    same(&frames(&mut good), std::slice::from_ref(&frame));
+    assert_eq!(evil.wait_used(1, 7), 7, "every chain returned");
+    assert_eq!(vhost_counter(&ctl, &p0, "bad_chains"), 6);
+    assert_eq!(rx_errors(&ctl) - errors_before, 6);
+    // An avail index that runs ahead of the ring: the port is faulted,
+    // counted once, and the bridge goes on.
+    driver::set_avail_idx(evil.memory(), &tx, 7 + 1000);
+    drop(evil);
+    // A ring outside the memory table is refused.
+    let mut outside = Frontend::connect(&s0, 1, FEATURES).unwrap();
+    wait_link(&ctl, &p0, "up");
+    {
+        use vhost::VhostBackend;
+        let c = outside.connection();
+        let config = vhost::VringConfigData {
+            queue_max_size: 256,
+            queue_size: 256,
+            flags: 0,
+            desc_table_addr: memory_end,
+            used_ring_addr: memory_end,
+            avail_ring_addr: memory_end,
+            log_addr: None,
+        };
+        c.set_vring_addr(1, &config).unwrap();
+    }
+    wait_link(&ctl, &p0, "down");
+    assert!(vhost_counter(&ctl, &p0, "bad_rings") >= 1);
+    drop(outside);
+    // Garbage on the socket closes the connection; it is counted.
+    let before = vhost_counter(&ctl, &p0, "bad_messages");
+    {
+        use std::io::Write;
+        let mut raw = UnixStream::connect(&s0).unwrap();
+        // A header of request 0xffff with a body length past the maximum.
+        let mut garbage = Vec::new();
+        garbage.extend_from_slice(&0xffffu32.to_le_bytes());
+        garbage.extend_from_slice(&1u32.to_le_bytes());
+        garbage.extend_from_slice(&0x00ff_ffff_u32.to_le_bytes());
+        raw.write_all(&garbage).unwrap();
+        raw.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut buf = [0u8; 16];
+        let n = std::io::Read::read(&mut raw, &mut buf).unwrap_or(0);
+        assert_eq!(n, 0, "the connection is closed");
+    }
+    assert_eq!(vhost_counter(&ctl, &p0, "bad_messages"), before + 1);
+    // A frontend that goes away in the middle of negotiating.
+    {
+        use vhost::VhostBackend;
+        let stream = UnixStream::connect(&s0).unwrap();
+        let c = vhost::vhost_user::Frontend::from_stream(stream, 2);
+        c.set_owner().unwrap();
+        c.get_features().unwrap();
+    }
+    // The next frontend negotiates afresh and frames pass again.
+    let mut again = Frontend::connect(&s0, 1, FEATURES).unwrap();
+    wait_link(&ctl, &p0, "up");
+    let frame = test_frame(mac(2), mac(5), 8, 200);
+    assert!(again.send(0, &frame));
+    same(&frames(&mut good), std::slice::from_ref(&frame));
+    // The good port forwarded throughout; the daemon never died.
+    let (status, log) = daemon.stop(Duration::from_secs(5));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+    assert!(!log.iter().any(|l| l.contains("panicked")), "{log:?}");
+}
+
+/// A frontend that goes away takes the link down, flushes its stations
+/// and costs nothing while gone; the next one brings it up again.
+fn a_disconnect_is_link_down_and_a_reconnect_brings_it_back() {
+    let dir = Dir::new();
+    let (s0, s1) = (dir.path("a.sock"), dir.path("b.sock"));
+    let (p0, p1) = (port(&s0), port(&s1));
+    let (daemon, ctl) = bridge(&dir, &[p0.clone(), p1.clone()], &[]);
+    let mut a = Frontend::connect(&s0, 1, FEATURES).unwrap();
+    let mut b = Frontend::connect(&s1, 1, FEATURES).unwrap();
+    wait_link(&ctl, &p0, "up");
+    b.post_room(0, 64);
+    a.post_room(0, 64);
+    assert!(a.send(0, &test_frame(BROADCAST, mac(1), 1, 60)));
+    assert_eq!(frames(&mut b).len(), 1);
+    let learned = |ctl: &Path| {
+        let (_, out, _) = ctl_ok_out(ctl, &["fdb", "show"]);
+        out.lines()
+            .filter(|l| l.contains(&format!("port {p0} ")))
+            .count()
+    };
+    assert_eq!(learned(&ctl), 1);
+    drop(a);
+    wait_link(&ctl, &p0, "down");
+    assert_eq!(learned(&ctl), 0, "stations flushed");
+    // Frames to the gone port are not sent anywhere; the bridge idles.
+    assert!(b.send(0, &test_frame(mac(1), mac(2), 2, 60)));
+    let cpu = netns::cpu_over(daemon.child.id(), Duration::from_millis(500));
+    assert!(cpu < 0.1, "{cpu} s of CPU in 0.5 s with a port gone");
+    let mut a = Frontend::connect(&s0, 1, FEATURES).unwrap();
+    wait_link(&ctl, &p0, "up");
+    a.post_room(0, 64);
+    let frame = test_frame(mac(1), mac(2), 3, 60);
+    // Sent until the worker has taken the port back (within its back-off).
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut got = Vec::new();
+    while got.is_empty() && Instant::now() < deadline {
+        assert!(b.send(0, &frame));
+        got = frames(&mut a);
+    }
+    assert!(got.first() == Some(&frame), "{} frames back", got.len());
+    assert_eq!(vhost_counter(&ctl, &p0, "connects"), 2);
+    assert_eq!(vhost_counter(&ctl, &p0, "disconnects"), 1);
+    drop(daemon);
+}
+
+fn ctl_ok_out(socket: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = netns::ctl(socket, args);
+    assert_eq!(out.0, 0, "{args:?}: {}", out.2);
+    out
+}
+
+/// `,client`: mpbridge connects to a frontend that listens, retries while
+/// it is absent, and again after it goes.
+fn client_mode_connects_and_reconnects() {
+    let dir = Dir::new();
+    let (listen, s1) = (dir.path("front.sock"), dir.path("b.sock"));
+    let client = format!("vhost:{},client", listen.display());
+    let (daemon, ctl) = bridge(&dir, &[client.clone(), port(&s1)], &[]);
+    let label = port(&listen);
+    wait_link(&ctl, &label, "down");
+    let mut b = Frontend::connect(&s1, 1, FEATURES).unwrap();
+    b.post_room(0, 64);
+    for round in 0..2 {
+        let listener = UnixListener::bind(&listen).unwrap();
+        listener.set_nonblocking(false).unwrap();
+        let (stream, _) = accept_within(&listener, Duration::from_secs(5));
+        let mut a = Frontend::negotiate(stream, 1, FEATURES).unwrap();
+        wait_link(&ctl, &label, "up");
+        let frame = test_frame(mac(2), mac(1), round, 100);
+        assert!(a.send(0, &frame));
+        same(&frames(&mut b), std::slice::from_ref(&frame));
+        drop(a);
+        drop(listener);
+        std::fs::remove_file(&listen).unwrap();
+        wait_link(&ctl, &label, "down");
+    }
+    let (code, out, _) = netns::ctl(&ctl, &["port", "show"]);
+    assert_eq!(code, 0);
+    assert!(out.contains(",client"), "{out}");
+    drop(daemon);
+}
+
+fn accept_within(
+    listener: &UnixListener,
+    within: Duration,
+) -> (UnixStream, std::os::unix::net::SocketAddr) {
+    listener.set_nonblocking(true).unwrap();
+    let deadline = Instant::now() + within;
+    loop {
+        match listener.accept() {
+            Ok((stream, addr)) => {
+                stream.set_nonblocking(false).unwrap();
+                return (stream, addr);
+            }
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("mpbridge did not connect: {e}"),
+        }
+    }
+}
+
+/// Two workers serve two queue pairs; a frontend may use fewer.
+fn queue_pairs_follow_the_workers() {
+    let dir = Dir::new();
+    let (s0, s1) = (dir.path("a.sock"), dir.path("b.sock"));
+    let (p0, p1) = (port(&s0), port(&s1));
+    let (daemon, ctl) = bridge(&dir, &[p0.clone(), p1.clone()], &["--workers", "2"]);
+    // One pair per worker is offered, and no more are taken.
+    assert_eq!(Frontend::queue_pairs(&s0), Ok(2));
+    assert!(Frontend::connect(&s0, 3, FEATURES).is_err(), "a third pair");
+    let mut a = Frontend::connect(&s0, 2, FEATURES).unwrap();
+    let mut b = Frontend::connect(&s1, 1, FEATURES).unwrap();
+    wait_link(&ctl, &p0, "up");
+    wait_link(&ctl, &p1, "up");
+    b.post_room(0, 64);
+    a.post_room(0, 64);
+    a.post_room(1, 64);
+    // Sent on pair 1 (worker 1), received on b's only pair.
+    let frame = test_frame(mac(2), mac(1), 1, 100);
+    assert!(a.send(1, &frame));
+    same(&frames(&mut b), std::slice::from_ref(&frame));
+    // Back from b (worker 0) to a, on a's pair 0.
+    let back = test_frame(mac(1), mac(2), 2, 100);
+    assert!(b.send(0, &back));
+    same(&frames(&mut a), std::slice::from_ref(&back));
+    drop(daemon);
+}
+
+/// The socket's life: a stale socket is replaced, one in use or a file
+/// that is not a socket is refused with one line, and the port comes and
+/// goes with `port add` and `port del`.
+fn the_socket_is_made_refused_and_removed() {
+    let dir = Dir::new();
+    let file = dir.path("file");
+    std::fs::write(&file, b"not a socket").unwrap();
+    let other = dir.path("other.sock");
+    let (status, err) = netns::run_to_exit(
+        None,
+        &[
+            "run",
+            &format!("--ctl={}", dir.path("x.sock").display()),
+            &format!("--port=vhost:{}", file.display()),
+            &format!("--port={}", port(&other)),
+        ],
+        Duration::from_secs(5),
+    );
+    assert!(!status.success());
+    assert!(err.contains("exists and is not a socket"), "{err}");
+    assert!(file.exists(), "a file that is not a socket stays");
+    // A stale socket (nobody listening) is replaced.
+    let stale = dir.path("stale.sock");
+    drop(UnixListener::bind(&stale).unwrap());
+    assert!(stale.exists());
+    let (daemon, ctl) = bridge(&dir, &[port(&stale), port(&other)], &[]);
+    let _a = Frontend::connect(&stale, 1, FEATURES).unwrap();
+    wait_link(&ctl, &port(&stale), "up");
+    // A socket in use is refused, here by a second port on it.
+    let (code, _, err) = netns::ctl(&ctl, &["port", "add", &port(&stale)]);
+    assert_ne!(code, 0);
+    assert!(!err.trim().contains('\n') && !err.is_empty(), "{err}");
+    let added = dir.path("added.sock");
+    ctl_ok(&ctl, &["port", "add", &port(&added)]);
+    assert!(added.exists());
+    let mut c = Frontend::connect(&added, 1, FEATURES).unwrap();
+    wait_link(&ctl, &port(&added), "up");
+    c.post_room(0, 8);
+    ctl_ok(&ctl, &["port", "del", &port(&added)]);
+    assert!(!added.exists(), "removed with its port");
+    drop(c);
+    drop(daemon);
+}
+
+lab::test_main! {
+    privileged: [],
+    plain: [
+        learning_and_flooding_mutex,
+        learning_and_flooding_rwlock,
+        learning_and_flooding_rmlock,
+        learning_and_flooding_sharded,
+        learning_and_flooding_rcu,
+        learning_and_flooding_epoch,
+        frames_cross_whole_with_each_feature_set,
+        a_hostile_driver_is_counted_and_survived,
+        a_disconnect_is_link_down_and_a_reconnect_brings_it_back,
+        client_mode_connects_and_reconnects,
+        queue_pairs_follow_the_workers,
+        the_socket_is_made_refused_and_removed,
+    ],
+}

@@ -1,0 +1,309 @@
+//! A vhost-user port's control thread: it owns the unix socket, takes one
+//! frontend at a time (accepting it as a server, or connecting to it as a
+//! client, again every second while it is absent), and hands each of its
+//! messages to the protocol handler. Workers never touch the socket. A
+//! second frontend that connects while one is served waits in the
+//! listen queue until the first has gone, as a restarted VM whose old
+//! connection is still being torn down would.
+//!
+//! The frontend is untrusted: a message it leaves half-sent times out
+//! (the socket has a receive timeout), and any message that breaks the
+//! protocol ends the connection, which stops the rings and takes the link
+//! down; the next frontend starts afresh.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use vhost::vhost_user::{BackendReqHandler, Error as VhostError};
+
+use super::device::{Device, VhostCounters};
+use super::protocol::Handler;
+use crate::port::wake;
+
+/// How long a message may take to arrive whole once it has begun.
+const MESSAGE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often a client retries a frontend that is absent.
+const RETRY_MS: i32 = 1000;
+
+/// Which side of the socket the port is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// mpbridge listens on the socket; the frontend connects.
+    Server,
+    /// The frontend listens; mpbridge connects.
+    Client,
+}
+
+/// The control thread, stopped and joined on drop (when the port's last
+/// queue goes); a server's socket is removed then.
+#[derive(Debug)]
+pub struct Control {
+    stop: OwnedFd,
+    /// The connection being served, to shut down on stop.
+    current: Arc<Mutex<Option<UnixStream>>>,
+    thread: Option<JoinHandle<()>>,
+    socket: Option<PathBuf>,
+}
+
+/// Why a vhost-user socket could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    /// Something that is not a socket is at the path.
+    #[error("{0} exists and is not a socket")]
+    NotSocket(PathBuf),
+    /// Another program serves on the socket.
+    #[error("{0} is in use: a program is listening on it")]
+    InUse(PathBuf),
+    /// A system call failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The socket's path.
+        path: PathBuf,
+        /// What the system said.
+        source: io::Error,
+    },
+}
+
+/// Binds the server's socket at `path`: a stale socket there (nobody
+/// listening) is replaced; anything else there is refused.
+fn bind(path: &Path) -> Result<UnixListener, SocketError> {
+    let io = |source| SocketError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if !meta.file_type().is_socket() => {
+            return Err(SocketError::NotSocket(path.to_owned()))
+        }
+        Ok(_) => {
+            if UnixStream::connect(path).is_ok() {
+                return Err(SocketError::InUse(path.to_owned()));
+            }
+            std::fs::remove_file(path).map_err(io)?;
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(e)),
+    }
+    let listener = UnixListener::bind(path).map_err(io)?;
+    listener.set_nonblocking(true).map_err(io)?;
+    Ok(listener)
+}
+
+impl Control {
+    /// Starts the control thread of `device` on the socket at `path`.
+    pub fn start(path: &Path, mode: Mode, device: Arc<Device>) -> Result<Control, SocketError> {
+        let io = |source| SocketError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let listener = match mode {
+            Mode::Server => Some(bind(path)?),
+            Mode::Client => None,
+        };
+        let stop = wake::eventfd().map_err(io)?;
+        let thread_stop = stop.try_clone().map_err(io)?;
+        let current = Arc::new(Mutex::new(None));
+        let thread_current = Arc::clone(&current);
+        let thread_path = path.to_owned();
+        let thread = std::thread::Builder::new()
+            .name("vhost-control".to_owned())
+            .spawn(move || {
+                let session = Session {
+                    device,
+                    stop: thread_stop,
+                    current: thread_current,
+                    path: thread_path,
+                    listener,
+                };
+                session.run();
+            })
+            .map_err(io)?;
+        Ok(Control {
+            stop,
+            current,
+            thread: Some(thread),
+            socket: (mode == Mode::Server).then(|| path.to_owned()),
+        })
+    }
+}
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        let _ = wake::eventfd_signal(&self.stop);
+        // A frontend that stalls mid-message would hold the thread for
+        // the message timeout; shutting its socket down ends that at once.
+        if let Ok(current) = self.current.lock() {
+            if let Some(stream) = current.as_ref() {
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+            }
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        if let Some(path) = &self.socket {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// What the control thread works with.
+struct Session {
+    device: Arc<Device>,
+    stop: OwnedFd,
+    current: Arc<Mutex<Option<UnixStream>>>,
+    path: PathBuf,
+    listener: Option<UnixListener>,
+}
+
+/// What one wait saw.
+enum Woken {
+    Stop,
+    Ready,
+    Timeout,
+}
+
+impl Session {
+    fn run(self) {
+        let mut said_absent = false;
+        loop {
+            let stream = match &self.listener {
+                Some(listener) => match self.wait(Some(listener.as_raw_fd()), -1) {
+                    Woken::Stop => return,
+                    Woken::Timeout => continue,
+                    Woken::Ready => match listener.accept() {
+                        Ok((stream, _)) => stream,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                        Err(e) => {
+                            log::warn!("{}: accept: {e}", self.device.name());
+                            if let Woken::Stop = self.wait(None, RETRY_MS) {
+                                return;
+                            }
+                            continue;
+                        }
+                    },
+                },
+                None => match UnixStream::connect(&self.path) {
+                    Ok(stream) => {
+                        said_absent = false;
+                        stream
+                    }
+                    Err(e) => {
+                        if !said_absent {
+                            log::info!(
+                                "{}: no frontend listening ({e}); retrying every second",
+                                self.device.name()
+                            );
+                            said_absent = true;
+                        }
+                        if let Woken::Stop = self.wait(None, RETRY_MS) {
+                            return;
+                        }
+                        continue;
+                    }
+                },
+            };
+            if !self.serve(stream) {
+                return;
+            }
+        }
+    }
+
+    /// Waits for `fd` to be readable, the stop signal, or `timeout_ms`.
+    fn wait(&self, fd: Option<i32>, timeout_ms: i32) -> Woken {
+        let mut fds = vec![libc::pollfd {
+            fd: self.stop.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        if let Some(fd) = fd {
+            fds.push(libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        match wake::poll(&mut fds, timeout_ms) {
+            Ok(_) if fds[0].revents != 0 => Woken::Stop,
+            Ok(_) if fds.len() > 1 && fds[1].revents != 0 => Woken::Ready,
+            Ok(_) => Woken::Timeout,
+            Err(_) => Woken::Timeout,
+        }
+    }
+
+    /// Serves one frontend until it goes; returns false when told to stop.
+    fn serve(&self, stream: UnixStream) -> bool {
+        let name = self.device.name().to_owned();
+        let counters = &self.device.counters;
+        if let Err(e) = stream
+            .set_nonblocking(false)
+            .and_then(|_| stream.set_read_timeout(Some(MESSAGE_TIMEOUT)))
+        {
+            log::warn!("{name}: {e}");
+            return true;
+        }
+        VhostCounters::bump(&counters.connects);
+        log::info!("{name}: frontend connected");
+        let fd = stream.as_raw_fd();
+        if let (Ok(mut current), Ok(clone)) = (self.current.lock(), stream.try_clone()) {
+            *current = Some(clone);
+        }
+        let handler = Arc::new(Mutex::new(Handler::new(Arc::clone(&self.device))));
+        let mut requests = BackendReqHandler::from_stream(stream, Arc::clone(&handler));
+        let mut fds = [
+            libc::pollfd {
+                fd: self.stop.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let keep_going = loop {
+            for entry in &mut fds {
+                entry.revents = 0;
+            }
+            if wake::poll(&mut fds, -1).is_err() {
+                continue;
+            }
+            if fds[0].revents != 0 {
+                break false;
+            }
+            if fds[1].revents == 0 {
+                continue;
+            }
+            match requests.handle_request() {
+                Ok(()) => {}
+                Err(VhostError::Disconnected | VhostError::PartialMessage) => {
+                    log::info!("{name}: frontend disconnected");
+                    break true;
+                }
+                Err(VhostError::SocketBroken(e)) if e.kind() == io::ErrorKind::ConnectionReset => {
+                    log::info!("{name}: frontend disconnected");
+                    break true;
+                }
+                Err(error) => {
+                    VhostCounters::bump(&counters.bad_messages);
+                    log::warn!("{name}: frontend broke the protocol ({error}); closing it");
+                    break true;
+                }
+            }
+        };
+        if let Ok(mut current) = self.current.lock() {
+            *current = None;
+        }
+        if let Ok(mut handler) = handler.lock() {
+            handler.reset();
+        }
+        VhostCounters::bump(&counters.disconnects);
+        keep_going
+    }
+}

@@ -1,0 +1,356 @@
+//! vhost-user ports: a VM's virtio-net device (QEMU) or a DPDK
+//! application (virtio-user) whose rings live in memory it shares with
+//! the bridge, so that a frame crosses by one copy, with no system call.
+//!
+//! - `control.rs`: the port's control thread, on the unix socket.
+//! - `protocol.rs`: what each vhost-user message does (the `vhost` crate
+//!   reads and answers them).
+//! - `device.rs`: what the control thread and the workers share.
+//! - `memory.rs`: the frontend's memory table, mapped.
+//! - `ring.rs`: the split virtqueue, from the device's side.
+//!
+//! Worker `k` serves queue pair `k`: it takes frames from the pair's
+//! transmit ring (vring `2k + 1`) and gives frames to the receive ring of
+//! pair `k % n`, where the frontend runs `n` pairs (fewer pairs than
+//! workers share receive rings). A worker with nothing to do sleeps on its
+//! pair's kick; while busy it asks the driver not to kick.
+
+mod control;
+mod device;
+pub mod memory;
+mod protocol;
+pub mod ring;
+
+use std::io;
+use std::os::fd::RawFd;
+use std::path::Path;
+use std::sync::Arc;
+
+pub use control::{Mode, SocketError};
+pub use device::{Device, Negotiated, VhostCounters, OFFERED_FEATURES};
+
+use super::{PortError, Queue, RxBatch, RxReport, SendReport, VNET_HDR_LEN};
+use crate::wire::segment::make_whole;
+use crate::wire::vnet::{VnetHeader, VNET_HDR_GSO_ECN, VNET_HDR_GSO_NONE, VNET_HDR_GSO_TCPV4};
+use control::Control;
+use device::Running;
+use ring::{ChainError, Direction, Segment};
+
+/// The longest virtio-net header: virtio 1's, with `num_buffers`.
+const MAX_HEADER: usize = 12;
+
+/// One worker's queue pair of a vhost-user port.
+#[derive(Debug)]
+pub struct VhostQueue {
+    name: String,
+    pair: usize,
+    device: Arc<Device>,
+    _control: Arc<Control>,
+    /// Whole frames made of offloaded ones the driver cannot take.
+    scratch: Vec<u8>,
+    /// The chains one frame to the driver takes (mergeable buffers).
+    heads: Vec<(u16, u32)>,
+    /// The first of them, where `num_buffers` is written last.
+    first: Vec<Segment>,
+}
+
+/// Opens a vhost-user port at `path` with one queue pair per worker.
+pub fn open(path: &Path, mode: Mode, workers: usize) -> Result<Vec<VhostQueue>, SocketError> {
+    let name = path.display().to_string();
+    let device =
+        Arc::new(
+            Device::new(&name, workers.max(1)).map_err(|source| SocketError::Io {
+                path: path.to_owned(),
+                source,
+            })?,
+        );
+    let control = Arc::new(Control::start(path, mode, Arc::clone(&device))?);
+    Ok((0..workers.max(1))
+        .map(|pair| VhostQueue {
+            name: name.clone(),
+            pair,
+            device: Arc::clone(&device),
+            _control: Arc::clone(&control),
+            scratch: Vec::new(),
+            heads: Vec::new(),
+            first: Vec::new(),
+        })
+        .collect())
+}
+
+/// What became of one frame offered to the driver.
+enum Put {
+    Sent,
+    /// No room posted.
+    NoRoom,
+    /// Larger than the room the driver posts (without mergeable buffers).
+    TooBig,
+    /// The driver's chain broke the rules.
+    BadChain(ChainError),
+}
+
+impl VhostQueue {
+    /// The port's shared state: counters, link.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    fn link_down(&self) -> io::Error {
+        io::Error::from_raw_os_error(libc::ENETDOWN)
+    }
+
+    /// Writes one frame (its virtio-net header `vnet`, its bytes `frame`)
+    /// into the driver's receive ring.
+    fn put(
+        run: &mut Running,
+        heads: &mut Vec<(u16, u32)>,
+        first: &mut Vec<Segment>,
+        vnet: &[u8],
+        frame: &[u8],
+    ) -> Put {
+        let header_len = run.negotiated.header_len();
+        let mut header = [0u8; MAX_HEADER];
+        header[..VNET_HDR_LEN].copy_from_slice(&vnet[..VNET_HDR_LEN]);
+        let ring = &mut run.ring;
+        if !run.negotiated.mergeable() {
+            let chain = match ring.pop(Direction::Write, header_len as u32, u32::MAX) {
+                Ok(Some(chain)) => chain,
+                Ok(None) => return Put::NoRoom,
+                Err(error) => return Put::BadChain(error),
+            };
+            let need = header_len + frame.len();
+            if (chain.total as usize) < need {
+                ring.unpop(1);
+                return Put::TooBig;
+            }
+            if header_len == MAX_HEADER {
+                header[VNET_HDR_LEN..].copy_from_slice(&1u16.to_le_bytes());
+            }
+            ring.write_chain(0, &header[..header_len]);
+            ring.write_chain(header_len, frame);
+            ring.push_used(chain.head, need as u32);
+            return Put::Sent;
+        }
+        heads.clear();
+        let mut written = 0;
+        while heads.is_empty() || written < frame.len() {
+            let min = if heads.is_empty() {
+                header_len as u32
+            } else {
+                1
+            };
+            let chain = match ring.pop(Direction::Write, min, u32::MAX) {
+                Ok(Some(chain)) => chain,
+                Ok(None) => {
+                    ring.unpop(heads.len() as u16);
+                    return Put::NoRoom;
+                }
+                Err(error) => {
+                    // The chains taken go back empty: the one that broke
+                    // the rules was consumed, so they cannot be put back.
+                    for &(head, _) in heads.iter() {
+                        ring.push_used(head, 0);
+                    }
+                    return Put::BadChain(error);
+                }
+            };
+            let offset = if heads.is_empty() {
+                first.clear();
+                first.extend_from_slice(ring.segments());
+                header_len
+            } else {
+                0
+            };
+            let n = ring.write_chain(offset, &frame[written..]);
+            written += n;
+            heads.push((chain.head, (offset + n) as u32));
+        }
+        header[VNET_HDR_LEN..].copy_from_slice(&(heads.len() as u16).to_le_bytes());
+        ring.write_to(first, 0, &header[..header_len]);
+        for &(head, len) in heads.iter() {
+            ring.push_used(head, len);
+        }
+        Put::Sent
+    }
+}
+
+/// Whether a driver with `negotiated` takes the frame behind `vnet` as it
+/// is (its offloads are ones it negotiated).
+fn takes(negotiated: Negotiated, vnet: &[u8]) -> bool {
+    let header = VnetHeader::new_unchecked(vnet);
+    let gso = header.gso_type() & !VNET_HDR_GSO_ECN;
+    (gso == VNET_HDR_GSO_NONE || negotiated.guest_tso(gso == VNET_HDR_GSO_TCPV4))
+        && (!header.needs_csum() || negotiated.guest_csum())
+}
+
+impl Queue for VhostQueue {
+    const METADATA_LEN: usize = VNET_HDR_LEN;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn raw_fd(&self) -> Option<RawFd> {
+        Some(self.device.wake_fd(self.pair))
+    }
+
+    fn recv_batch(&mut self, batch: &mut RxBatch) -> Result<RxReport, PortError> {
+        let mut report = RxReport::default();
+        if !self.device.link_up() {
+            self.device.drain_link_event(self.pair);
+            return Err(PortError::Recv {
+                port: self.name.clone(),
+                source: self.link_down(),
+            });
+        }
+        let Some(vring) = self.device.vring(2 * self.pair + 1) else {
+            return Ok(report);
+        };
+        let mut slot = vring.lock();
+        let Some(run) = slot.as_mut() else {
+            // A pair the frontend does not run: nothing to wait for.
+            self.device.drain_link_event(self.pair);
+            return Ok(report);
+        };
+        let header_len = run.negotiated.header_len();
+        let max = (header_len + batch.frame_capacity() - VNET_HDR_LEN) as u32;
+        let mut used = false;
+        run.ring.disable_notification();
+        loop {
+            while let Some(buffer) = batch.next_buffer() {
+                match run.ring.pop(Direction::Read, header_len as u32, max) {
+                    Ok(None) => break,
+                    Ok(Some(chain)) => {
+                        let mut header = [0u8; MAX_HEADER];
+                        run.ring.read_chain(0, &mut header[..header_len]);
+                        buffer[..VNET_HDR_LEN].copy_from_slice(&header[..VNET_HDR_LEN]);
+                        let len = run.ring.read_chain(header_len, &mut buffer[VNET_HDR_LEN..]);
+                        run.ring.push_used(chain.head, 0);
+                        batch.commit(VNET_HDR_LEN + len);
+                        report.received += 1;
+                    }
+                    Err(ChainError::Long) => report.oversize += 1,
+                    Err(ChainError::Index(ahead)) => {
+                        // Nothing can be taken from a ring whose index is
+                        // wrong: the port is faulted (and retried).
+                        VhostCounters::bump(&self.device.counters.bad_chains);
+                        if run.ring.publish() {
+                            run.notify();
+                        }
+                        return Err(PortError::Recv {
+                            port: self.name.clone(),
+                            source: io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                format!("the driver's avail index runs {ahead} entries ahead"),
+                            ),
+                        });
+                    }
+                    Err(_) => {
+                        VhostCounters::bump(&self.device.counters.bad_chains);
+                        report.malformed += 1;
+                    }
+                }
+                used = true;
+            }
+            if batch.is_full() || report.received > 0 {
+                break;
+            }
+            // Empty: sleeping is safe once the driver has been asked to
+            // kick and the ring, looked at again, is still empty. The kick
+            // is emptied first, so that one after the look wakes us.
+            run.drain_kick();
+            self.device.drain_link_event(self.pair);
+            if run.ring.enable_notification() {
+                break;
+            }
+            run.ring.disable_notification();
+        }
+        if used && run.ring.publish() {
+            run.notify();
+        }
+        Ok(report)
+    }
+
+    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = &'a [u8]>) -> SendReport {
+        let mut report = SendReport::default();
+        let Some(pair) = self.device.rx_pair(self.pair) else {
+            report.fault = Some(self.link_down());
+            return report;
+        };
+        let Some(vring) = self.device.vring(2 * pair) else {
+            report.fault = Some(self.link_down());
+            return report;
+        };
+        let mut slot = vring.lock();
+        let Some(run) = slot.as_mut() else {
+            report.fault = Some(self.link_down());
+            return report;
+        };
+        let counters = &self.device.counters;
+        let (heads, first, scratch) = (&mut self.heads, &mut self.first, &mut self.scratch);
+        let tally = |put: Put, len: usize, report: &mut SendReport| match put {
+            Put::Sent => {
+                report.sent += 1;
+                report.sent_bytes += len as u64;
+            }
+            Put::NoRoom => {
+                VhostCounters::bump(&counters.no_room);
+                report.dropped += 1;
+            }
+            Put::TooBig => report.refused += 1,
+            Put::BadChain(error) => {
+                VhostCounters::bump(&counters.bad_chains);
+                log::debug!("{}: receive chain dropped: {error}", self.name);
+                report.refused += 1;
+            }
+        };
+        for frame in frames {
+            if frame.len() < VNET_HDR_LEN {
+                report.refused += 1;
+                continue;
+            }
+            let (vnet, eth) = frame.split_at(VNET_HDR_LEN);
+            if takes(run.negotiated, vnet) {
+                let put = Self::put(run, heads, first, vnet, eth);
+                tally(put, eth.len(), &mut report);
+                continue;
+            }
+            // Offloads the driver did not negotiate are done here: the
+            // checksum filled in, the segments cut.
+            let whole = [0u8; VNET_HDR_LEN];
+            let mut outcome = None;
+            let made = make_whole(vnet, eth, scratch, |part| {
+                if outcome.is_none() {
+                    match Self::put(run, heads, first, &whole, part) {
+                        Put::Sent => {}
+                        other => outcome = Some(other),
+                    }
+                }
+            });
+            match (made, outcome) {
+                (Err(_), _) => report.refused += 1,
+                (Ok(()), Some(put)) => tally(put, 0, &mut report),
+                (Ok(()), None) => tally(Put::Sent, eth.len(), &mut report),
+            }
+        }
+        if run.ring.publish() {
+            run.notify();
+        }
+        report
+    }
+
+    fn link_ready(&self) -> bool {
+        self.device.drain_link_event(self.pair);
+        self.device.link_up()
+    }
+
+    fn link_fd(&self) -> Option<RawFd> {
+        Some(self.device.link_event_fd(self.pair))
+    }
+
+    /// The frontend went away or stopped its rings: nothing fails on the
+    /// port, so the worker asks.
+    fn link_lost(&self) -> bool {
+        !self.device.link_up()
+    }
+}

@@ -1,0 +1,743 @@
+//! The split virtqueue (virtio 1.x, 2.7) from the device's side, over
+//! memory the driver owns and may change at any moment.
+//!
+//! The project's own rather than virtio-queue's: a batch takes one acquire
+//! load of the driver's index and publishes its used entries with one
+//! release store, where virtio-queue's per-element API loads and stores
+//! per frame; and a chain that breaks a rule (a descriptor outside the
+//! memory table, a loop, an indirect table that was not negotiated, a
+//! length of zero) is reported as such, where virtio-queue ends it
+//! silently as a short chain. See docs/design.md.
+//!
+//! Every field the driver writes is read once into a local before it is
+//! checked and used; indices are reduced modulo the ring size; every
+//! range is checked to lie in one region of the memory table before a byte
+//! of it is touched. Nothing the driver writes can make this code panic
+//! or touch memory outside the table.
+#![allow(unsafe_code)]
+
+use std::sync::atomic::{fence, AtomicU16, Ordering};
+use std::sync::Arc;
+
+use super::memory::GuestMemory;
+
+/// Descriptor flags (virtio 1.x, 2.7.5).
+const DESC_F_NEXT: u16 = 1;
+const DESC_F_WRITE: u16 = 2;
+const DESC_F_INDIRECT: u16 = 4;
+/// The driver asks for no interrupt (without EVENT_IDX).
+const AVAIL_F_NO_INTERRUPT: u16 = 1;
+/// The device asks for no kick (without EVENT_IDX).
+const USED_F_NO_NOTIFY: u16 = 1;
+
+/// The largest ring virtio allows.
+pub const MAX_RING_SIZE: u16 = 32_768;
+
+/// Where a ring lives, in the frontend's virtual addresses (as
+/// SET_VRING_ADDR gives them), and its size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RingLayout {
+    /// Entries: a power of two up to 32768.
+    pub size: u16,
+    /// The descriptor table.
+    pub desc: u64,
+    /// The driver area (avail ring).
+    pub avail: u64,
+    /// The device area (used ring).
+    pub used: u64,
+}
+
+/// Why a ring could not be set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LayoutError {
+    /// Not a power of two, or too large.
+    #[error("ring size {0} is not a power of two up to 32768")]
+    Size(u16),
+    /// A part of the ring is outside the memory table or misaligned.
+    #[error("the ring's {0} is outside the memory table or misaligned")]
+    Area(&'static str),
+}
+
+/// Why a chain was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ChainError {
+    /// The avail ring named a head past the ring's end.
+    #[error("head {0} outside the ring")]
+    Head(u16),
+    /// A descriptor's next index is past the ring's end.
+    #[error("next index {0} outside the ring")]
+    Next(u16),
+    /// More descriptors than the ring holds: a loop.
+    #[error("chain longer than the ring (a loop)")]
+    Loop,
+    /// An indirect table, which was not negotiated.
+    #[error("indirect descriptor (not negotiated)")]
+    Indirect,
+    /// A buffer outside the memory table.
+    #[error("buffer outside the memory table")]
+    Outside,
+    /// A buffer the device may write where it must read, or the other way.
+    #[error("buffer of the wrong direction")]
+    Direction,
+    /// No bytes at all, or fewer than a header.
+    #[error("chain too short")]
+    Short,
+    /// More bytes than any frame.
+    #[error("chain longer than the largest frame")]
+    Long,
+    /// The driver says more buffers are available than the ring holds.
+    #[error("avail index runs {0} entries ahead of the device")]
+    Index(u16),
+}
+
+/// One buffer of a chain: guest-physical, checked to lie in the memory
+/// table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    /// Guest-physical address.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u32,
+}
+
+/// A chain taken from the avail ring: its head (to return it by) and its
+/// buffers' total length; the buffers are [`SplitRing::segments`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chain {
+    /// The head descriptor's index.
+    pub head: u16,
+    /// Bytes in all its buffers.
+    pub total: u32,
+}
+
+/// What the device reads (driver to device) or writes (device to driver).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Buffers the device reads: a frame the driver sends.
+    Read,
+    /// Buffers the device writes: room for a frame to the driver.
+    Write,
+}
+
+/// A running split ring.
+#[derive(Debug)]
+pub struct SplitRing {
+    memory: Arc<GuestMemory>,
+    size: u16,
+    desc: *mut u8,
+    avail: *mut u8,
+    used: *mut u8,
+    next_avail: u16,
+    next_used: u16,
+    /// The used index the driver was last notified at (EVENT_IDX).
+    signalled: u16,
+    event_idx: bool,
+    /// The chain just popped.
+    segments: Vec<Segment>,
+}
+
+// SAFETY: the pointers point into `memory`, which the ring keeps alive and
+// which is Send + Sync; the ring is used by one thread at a time (its
+// owner holds it under a mutex).
+unsafe impl Send for SplitRing {}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Descriptor {
+    addr: u64,
+    len: u32,
+    flags: u16,
+    next: u16,
+}
+
+impl SplitRing {
+    /// A ring at `layout` in `memory`, starting at avail index `base` and
+    /// at the used index the driver left in the ring.
+    pub fn new(
+        memory: Arc<GuestMemory>,
+        layout: RingLayout,
+        base: u16,
+        event_idx: bool,
+    ) -> Result<SplitRing, LayoutError> {
+        let size = layout.size;
+        if size == 0 || !size.is_power_of_two() || size > MAX_RING_SIZE {
+            return Err(LayoutError::Size(size));
+        }
+        let n = usize::from(size);
+        let area = |addr: u64, len: usize, align: usize, what| {
+            memory
+                .user(addr, len)
+                .filter(|p| (*p as usize) % align == 0)
+                .ok_or(LayoutError::Area(what))
+        };
+        let desc = area(layout.desc, 16 * n, 16, "descriptor table")?;
+        let avail = area(layout.avail, 6 + 2 * n, 2, "avail ring")?;
+        let used = area(layout.used, 6 + 8 * n, 4, "used ring")?;
+        let mut ring = SplitRing {
+            memory,
+            size,
+            desc,
+            avail,
+            used,
+            next_avail: base,
+            next_used: 0,
+            signalled: 0,
+            event_idx,
+            segments: Vec::with_capacity(n.min(64)),
+        };
+        ring.next_used = ring.used_idx().load(Ordering::Acquire);
+        ring.signalled = ring.next_used;
+        Ok(ring)
+    }
+
+    /// The memory the ring lives in.
+    pub fn memory(&self) -> &GuestMemory {
+        &self.memory
+    }
+
+    /// The next avail index the device will take (what GET_VRING_BASE
+    /// answers).
+    pub fn next_avail(&self) -> u16 {
+        self.next_avail
+    }
+
+    /// The ring's size.
+    pub fn size(&self) -> u16 {
+        self.size
+    }
+
+    fn avail_idx(&self) -> &AtomicU16 {
+        // SAFETY: `avail + 2` is inside the checked avail area and 2-aligned;
+        // the driver writes it concurrently, so it is only ever accessed
+        // atomically here.
+        unsafe { &*self.avail.add(2).cast::<AtomicU16>() }
+    }
+
+    fn used_idx(&self) -> &AtomicU16 {
+        // SAFETY: `used + 2` is inside the checked used area and 2-aligned.
+        unsafe { &*self.used.add(2).cast::<AtomicU16>() }
+    }
+
+    fn used_flags(&self) -> &AtomicU16 {
+        // SAFETY: `used` starts the checked used area and is 4-aligned.
+        unsafe { &*self.used.cast::<AtomicU16>() }
+    }
+
+    fn avail_flags(&self) -> u16 {
+        // SAFETY: `avail` starts the checked avail area and is 2-aligned.
+        let flags = unsafe { &*self.avail.cast::<AtomicU16>() };
+        u16::from_le(flags.load(Ordering::Relaxed))
+    }
+
+    /// How many chains the driver has made available beyond the device's
+    /// position; an error when that is more than the ring holds.
+    #[inline]
+    pub fn available(&self) -> Result<u16, ChainError> {
+        let idx = u16::from_le(self.avail_idx().load(Ordering::Acquire));
+        let ahead = idx.wrapping_sub(self.next_avail);
+        if ahead > self.size {
+            return Err(ChainError::Index(ahead));
+        }
+        Ok(ahead)
+    }
+
+    fn descriptor(&self, index: u16) -> Descriptor {
+        debug_assert!(index < self.size);
+        // SAFETY: `index < size`, so the 16 bytes lie in the checked,
+        // 16-aligned descriptor table. A volatile read copies them once;
+        // the driver may change them afterwards, which this copy ignores.
+        let raw = unsafe {
+            self.desc
+                .add(16 * usize::from(index))
+                .cast::<Descriptor>()
+                .read_volatile()
+        };
+        Descriptor {
+            addr: u64::from_le(raw.addr),
+            len: u32::from_le(raw.len),
+            flags: u16::from_le(raw.flags),
+            next: u16::from_le(raw.next),
+        }
+    }
+
+    /// Takes the next available chain, whose buffers must all go in
+    /// `direction` and hold between `min` and `max` bytes; `Ok(None)` when
+    /// none is available. A chain that breaks a rule is consumed and
+    /// returned to the driver unused (length 0) where its head is valid,
+    /// and reported; the ring goes on.
+    pub fn pop(
+        &mut self,
+        direction: Direction,
+        min: u32,
+        max: u32,
+    ) -> Result<Option<Chain>, ChainError> {
+        if self.available()? == 0 {
+            return Ok(None);
+        }
+        let slot = usize::from(self.next_avail & (self.size - 1));
+        // SAFETY: `slot < size`: the entry lies in the checked avail area,
+        // 2-aligned; it was published before the index loaded with Acquire
+        // in `available`.
+        let head =
+            u16::from_le(unsafe { self.avail.add(4 + 2 * slot).cast::<u16>().read_volatile() });
+        self.next_avail = self.next_avail.wrapping_add(1);
+        if head >= self.size {
+            return Err(ChainError::Head(head));
+        }
+        match self.walk(head, direction, min, max) {
+            Ok(total) => Ok(Some(Chain { head, total })),
+            Err(error) => {
+                self.push_used(head, 0);
+                Err(error)
+            }
+        }
+    }
+
+    fn walk(
+        &mut self,
+        head: u16,
+        direction: Direction,
+        min: u32,
+        max: u32,
+    ) -> Result<u32, ChainError> {
+        self.segments.clear();
+        let mut index = head;
+        let mut total: u32 = 0;
+        for _ in 0..self.size {
+            let desc = self.descriptor(index);
+            if desc.flags & DESC_F_INDIRECT != 0 {
+                return Err(ChainError::Indirect);
+            }
+            let writable = desc.flags & DESC_F_WRITE != 0;
+            if writable != (direction == Direction::Write) {
+                return Err(ChainError::Direction);
+            }
+            if desc.len > 0 {
+                if self.memory.guest(desc.addr, desc.len as usize).is_none() {
+                    return Err(ChainError::Outside);
+                }
+                total = total.checked_add(desc.len).ok_or(ChainError::Long)?;
+                // Room for a frame to the driver may be larger than any
+                // frame: it is filled up to what the frame needs.
+                if direction == Direction::Read && total > max {
+                    return Err(ChainError::Long);
+                }
+                self.segments.push(Segment {
+                    addr: desc.addr,
+                    len: desc.len,
+                });
+            }
+            if desc.flags & DESC_F_NEXT == 0 {
+                if total < min || total == 0 {
+                    return Err(ChainError::Short);
+                }
+                return Ok(total);
+            }
+            if desc.next >= self.size {
+                return Err(ChainError::Next(desc.next));
+            }
+            index = desc.next;
+        }
+        Err(ChainError::Loop)
+    }
+
+    /// The buffers of the chain [`pop`](Self::pop) returned last.
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// Puts back the last `count` chains popped (a frame that found too
+    /// few buffers): the driver sees them again, untouched.
+    pub fn unpop(&mut self, count: u16) {
+        self.next_avail = self.next_avail.wrapping_sub(count);
+    }
+
+    /// Returns chain `head` to the driver with `len` bytes written (0 for
+    /// a chain read); seen by the driver at the next [`publish`](Self::publish).
+    #[inline]
+    pub fn push_used(&mut self, head: u16, len: u32) {
+        let slot = usize::from(self.next_used & (self.size - 1));
+        // SAFETY: `slot < size`: the 8-byte element lies in the checked,
+        // 4-aligned used area; the driver reads it only after the release
+        // store of the index in `publish`.
+        unsafe {
+            let element = self.used.add(4 + 8 * slot);
+            element
+                .cast::<u32>()
+                .write_volatile(u32::from(head).to_le());
+            element.add(4).cast::<u32>().write_volatile(len.to_le());
+        }
+        self.next_used = self.next_used.wrapping_add(1);
+    }
+
+    /// Makes every used element pushed so far visible to the driver, with
+    /// one store, and says whether the driver wants to be notified of them.
+    pub fn publish(&mut self) -> bool {
+        let old = self.signalled;
+        let new = self.next_used;
+        if old == new {
+            return false;
+        }
+        self.used_idx().store(new.to_le(), Ordering::Release);
+        // The driver's used_event (or flags) must be read after the index
+        // is visible, or a driver going to sleep meanwhile is missed.
+        fence(Ordering::SeqCst);
+        self.signalled = new;
+        if self.event_idx {
+            // SAFETY: used_event follows the avail ring's `size` entries,
+            // inside the checked avail area (6 + 2 * size bytes).
+            let event = u16::from_le(unsafe {
+                self.avail
+                    .add(4 + 2 * usize::from(self.size))
+                    .cast::<u16>()
+                    .read_volatile()
+            });
+            // virtio 1.x, 2.7.7.2: notify when the new entries pass it.
+            new.wrapping_sub(event).wrapping_sub(1) < new.wrapping_sub(old)
+        } else {
+            self.avail_flags() & AVAIL_F_NO_INTERRUPT == 0
+        }
+    }
+
+    /// Asks the driver to kick when it makes more chains available, then
+    /// looks again: returns whether the ring is still empty (so that
+    /// sleeping is safe: a chain made available from now on kicks).
+    pub fn enable_notification(&mut self) -> bool {
+        if self.event_idx {
+            // SAFETY: avail_event follows the used ring's `size` elements,
+            // inside the checked used area (6 + 8 * size bytes).
+            unsafe {
+                self.used
+                    .add(4 + 8 * usize::from(self.size))
+                    .cast::<u16>()
+                    .write_volatile(self.next_avail.to_le());
+            }
+        } else {
+            self.used_flags().store(0, Ordering::Relaxed);
+        }
+        fence(Ordering::SeqCst);
+        matches!(self.available(), Ok(0))
+    }
+
+    /// Asks the driver not to kick while the device is busy anyway. With
+    /// EVENT_IDX the avail event left behind does that by itself.
+    pub fn disable_notification(&mut self) {
+        if !self.event_idx {
+            self.used_flags()
+                .store(USED_F_NO_NOTIFY.to_le(), Ordering::Relaxed);
+        }
+    }
+
+    /// Copies the chain's bytes from `offset` on into `into`, as far as
+    /// both go; returns how many. The segments were checked by `pop`.
+    pub fn read_chain(&self, mut offset: usize, into: &mut [u8]) -> usize {
+        let mut done = 0;
+        for segment in &self.segments {
+            let len = segment.len as usize;
+            if offset >= len {
+                offset -= len;
+                continue;
+            }
+            let take = (len - offset).min(into.len() - done);
+            let copied = self
+                .memory
+                .read(segment.addr + offset as u64, &mut into[done..done + take]);
+            debug_assert!(copied, "segments are checked when popped");
+            done += take;
+            offset = 0;
+            if done == into.len() {
+                break;
+            }
+        }
+        done
+    }
+
+    /// Copies `from` into the chain's buffers from `offset` on, as far as
+    /// both go; returns how many bytes.
+    pub fn write_chain(&self, offset: usize, from: &[u8]) -> usize {
+        self.write_to(&self.segments, offset, from)
+    }
+
+    /// [`write_chain`](Self::write_chain) into `segments`, buffers of a
+    /// chain popped earlier (and not yet returned).
+    pub fn write_to(&self, segments: &[Segment], mut offset: usize, from: &[u8]) -> usize {
+        let mut done = 0;
+        for segment in segments {
+            if done == from.len() {
+                break;
+            }
+            let len = segment.len as usize;
+            if offset >= len {
+                offset -= len;
+                continue;
+            }
+            let take = (len - offset).min(from.len() - done);
+            let copied = self
+                .memory
+                .write(segment.addr + offset as u64, &from[done..done + take]);
+            debug_assert!(copied, "segments are checked when popped");
+            done += take;
+            offset = 0;
+        }
+        done
+    }
+}
+
+/// A driver's side of a ring, over memory this process made: what the
+/// tests and the fuzz targets use to post chains and read what the device
+/// returned.
+pub mod driver {
+    use super::*;
+
+    /// Lays out a ring of `size` entries at guest address `base` (desc,
+    /// then avail, then used, each aligned), returning the layout and the
+    /// first address past it.
+    pub fn layout(base: u64, size: u16) -> (RingLayout, u64) {
+        let n = u64::from(size);
+        let desc = base.next_multiple_of(16);
+        let avail = desc + 16 * n;
+        let used = (avail + 6 + 2 * n).next_multiple_of(4);
+        let end = used + 6 + 8 * n;
+        (
+            RingLayout {
+                size,
+                desc,
+                avail,
+                used,
+            },
+            end,
+        )
+    }
+
+    /// Writes descriptor `index`.
+    pub fn set_descriptor(
+        memory: &GuestMemory,
+        layout: &RingLayout,
+        index: u16,
+        addr: u64,
+        len: u32,
+        flags: u16,
+        next: u16,
+    ) {
+        let mut raw = [0u8; 16];
+        raw[..8].copy_from_slice(&addr.to_le_bytes());
+        raw[8..12].copy_from_slice(&len.to_le_bytes());
+        raw[12..14].copy_from_slice(&flags.to_le_bytes());
+        raw[14..].copy_from_slice(&next.to_le_bytes());
+        memory.write(layout.desc + 16 * u64::from(index), &raw);
+    }
+
+    /// Puts `head` at avail slot `slot` (modulo the size).
+    pub fn set_avail(memory: &GuestMemory, layout: &RingLayout, slot: u16, head: u16) {
+        let slot = u64::from(slot & (layout.size - 1));
+        memory.write(layout.avail + 4 + 2 * slot, &head.to_le_bytes());
+    }
+
+    /// Publishes avail index `idx`.
+    pub fn set_avail_idx(memory: &GuestMemory, layout: &RingLayout, idx: u16) {
+        fence(Ordering::SeqCst);
+        memory.write(layout.avail + 2, &idx.to_le_bytes());
+    }
+
+    /// The used index the device published.
+    pub fn used_idx(memory: &GuestMemory, layout: &RingLayout) -> u16 {
+        let mut raw = [0u8; 2];
+        memory.read(layout.used + 2, &mut raw);
+        fence(Ordering::SeqCst);
+        u16::from_le_bytes(raw)
+    }
+
+    /// Used element `slot` (modulo the size): (head, length).
+    pub fn used_elem(memory: &GuestMemory, layout: &RingLayout, slot: u16) -> (u32, u32) {
+        let slot = u64::from(slot & (layout.size - 1));
+        let mut raw = [0u8; 8];
+        memory.read(layout.used + 4 + 8 * slot, &mut raw);
+        (
+            u32::from_le_bytes(raw[..4].try_into().unwrap()),
+            u32::from_le_bytes(raw[4..].try_into().unwrap()),
+        )
+    }
+
+    /// The flags of a descriptor: it continues, the device writes it.
+    pub const NEXT: u16 = DESC_F_NEXT;
+    /// The device writes this buffer.
+    pub const WRITE: u16 = DESC_F_WRITE;
+    /// An indirect table.
+    pub const INDIRECT: u16 = DESC_F_INDIRECT;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::driver::*;
+    use super::*;
+
+    const BASE: u64 = 0x1000;
+
+    fn ring(size: u16) -> (Arc<GuestMemory>, RingLayout, SplitRing) {
+        let memory = Arc::new(GuestMemory::anonymous(BASE, 1 << 20).unwrap());
+        let (layout, _) = layout(BASE, size);
+        let ring = SplitRing::new(memory.clone(), layout, 0, true).unwrap();
+        (memory, layout, ring)
+    }
+
+    const DATA: u64 = BASE + 0x10_000;
+
+    #[test]
+    fn chains_are_read_and_returned_in_one_publish() {
+        let (memory, layout, mut ring) = ring(8);
+        // Two chains: one of two buffers, one of one.
+        memory.write(DATA, b"hello ");
+        memory.write(DATA + 100, b"world");
+        set_descriptor(&memory, &layout, 0, DATA, 6, NEXT, 3);
+        set_descriptor(&memory, &layout, 3, DATA + 100, 5, 0, 0);
+        set_descriptor(&memory, &layout, 1, DATA + 200, 4, 0, 0);
+        set_avail(&memory, &layout, 0, 0);
+        set_avail(&memory, &layout, 1, 1);
+        set_avail_idx(&memory, &layout, 2);
+        let chain = ring.pop(Direction::Read, 1, 100).unwrap().unwrap();
+        assert_eq!(chain, Chain { head: 0, total: 11 });
+        let mut out = [0u8; 11];
+        assert_eq!(ring.read_chain(0, &mut out), 11);
+        assert_eq!(&out, b"hello world");
+        let mut tail = [0u8; 4];
+        assert_eq!(ring.read_chain(8, &mut tail), 3);
+        assert_eq!(&tail[..3], b"rld");
+        ring.push_used(chain.head, 0);
+        let second = ring.pop(Direction::Read, 1, 100).unwrap().unwrap();
+        ring.push_used(second.head, 0);
+        assert_eq!(ring.pop(Direction::Read, 1, 100), Ok(None));
+        assert_eq!(used_idx(&memory, &layout), 0, "nothing published yet");
+        ring.publish();
+        assert_eq!(used_idx(&memory, &layout), 2);
+        assert_eq!(used_elem(&memory, &layout, 1), (1, 0));
+        assert_eq!(ring.next_avail(), 2);
+    }
+
+    #[test]
+    fn broken_chains_are_reported_returned_and_passed() {
+        let cases: [(&str, fn(&GuestMemory, &RingLayout), ChainError); 7] = [
+            (
+                "loop",
+                |m, l| {
+                    set_descriptor(m, l, 0, DATA, 4, NEXT, 1);
+                    set_descriptor(m, l, 1, DATA, 4, NEXT, 0);
+                },
+                ChainError::Loop,
+            ),
+            (
+                "next outside",
+                |m, l| set_descriptor(m, l, 0, DATA, 4, NEXT, 9),
+                ChainError::Next(9),
+            ),
+            (
+                "outside memory",
+                |m, l| set_descriptor(m, l, 0, BASE + (1 << 20) - 2, 4, 0, 0),
+                ChainError::Outside,
+            ),
+            (
+                "zero length",
+                |m, l| set_descriptor(m, l, 0, DATA, 0, 0, 0),
+                ChainError::Short,
+            ),
+            (
+                "too long",
+                |m, l| set_descriptor(m, l, 0, DATA, 5000, 0, 0),
+                ChainError::Long,
+            ),
+            (
+                "indirect",
+                |m, l| set_descriptor(m, l, 0, DATA, 16, INDIRECT, 0),
+                ChainError::Indirect,
+            ),
+            (
+                "wrong direction",
+                |m, l| set_descriptor(m, l, 0, DATA, 64, WRITE, 0),
+                ChainError::Direction,
+            ),
+        ];
+        for (what, setup, expected) in cases {
+            let (memory, layout, mut ring) = ring(8);
+            setup(&memory, &layout);
+            set_descriptor(&memory, &layout, 5, DATA, 60, 0, 0);
+            set_avail(&memory, &layout, 0, 0);
+            set_avail(&memory, &layout, 1, 5);
+            set_avail_idx(&memory, &layout, 2);
+            assert_eq!(ring.pop(Direction::Read, 1, 4096), Err(expected), "{what}");
+            let good = ring.pop(Direction::Read, 1, 4096).unwrap().unwrap();
+            assert_eq!(good.head, 5, "{what}: the ring goes on");
+            ring.push_used(good.head, 0);
+            ring.publish();
+            assert_eq!(used_idx(&memory, &layout), 2, "{what}: both returned");
+            assert_eq!(used_elem(&memory, &layout, 0), (0, 0), "{what}");
+        }
+    }
+
+    #[test]
+    fn bad_heads_and_indices_are_refused() {
+        let (memory, layout, mut ring) = ring(8);
+        set_avail(&memory, &layout, 0, 8);
+        set_avail_idx(&memory, &layout, 1);
+        assert_eq!(ring.pop(Direction::Read, 1, 100), Err(ChainError::Head(8)));
+        set_avail_idx(&memory, &layout, 20);
+        assert_eq!(
+            ring.pop(Direction::Read, 1, 100),
+            Err(ChainError::Index(19))
+        );
+        assert_eq!(
+            ring.next_avail(),
+            1,
+            "an index that runs ahead takes nothing"
+        );
+    }
+
+    #[test]
+    fn rings_outside_memory_or_of_bad_sizes_are_refused() {
+        let memory = Arc::new(GuestMemory::anonymous(BASE, 4096).unwrap());
+        let (good, _) = layout(BASE, 64);
+        assert!(SplitRing::new(memory.clone(), good, 0, false).is_ok());
+        for size in [0, 3, 100] {
+            let bad = RingLayout { size, ..good };
+            assert_eq!(
+                SplitRing::new(memory.clone(), bad, 0, false).unwrap_err(),
+                LayoutError::Size(size)
+            );
+        }
+        let (big, _) = layout(BASE, 256);
+        assert!(SplitRing::new(memory.clone(), big, 0, false).is_err());
+        let misaligned = RingLayout {
+            desc: good.desc + 8,
+            ..good
+        };
+        assert!(SplitRing::new(memory, misaligned, 0, false).is_err());
+    }
+
+    #[test]
+    fn notifications_follow_event_idx() {
+        let (memory, layout, mut ring) = ring(8);
+        set_descriptor(&memory, &layout, 0, DATA, 60, 0, 0);
+        for n in 0..4 {
+            set_avail(&memory, &layout, n, 0);
+        }
+        set_avail_idx(&memory, &layout, 4);
+        // used_event = 1: the driver wants to hear once the entry at
+        // index 1 is used.
+        memory.write(layout.avail + 4 + 2 * 8, &1u16.to_le_bytes());
+        let chain = ring.pop(Direction::Read, 1, 100).unwrap().unwrap();
+        ring.push_used(chain.head, 0);
+        assert!(!ring.publish(), "used idx 1 does not pass used_event 1");
+        let chain = ring.pop(Direction::Read, 1, 100).unwrap().unwrap();
+        ring.push_used(chain.head, 0);
+        assert!(ring.publish(), "used idx 2 passes it");
+        // Going idle: the avail event names the next index, and two chains
+        // are still there, so sleeping is not safe.
+        assert!(!ring.enable_notification());
+        let mut event = [0u8; 2];
+        memory.read(layout.used + 4 + 8 * 8, &mut event);
+        assert_eq!(u16::from_le_bytes(event), 2);
+        for _ in 0..2 {
+            let chain = ring.pop(Direction::Read, 1, 100).unwrap().unwrap();
+            ring.push_used(chain.head, 0);
+        }
+        assert!(ring.enable_notification());
+    }
+}
