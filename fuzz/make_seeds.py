@@ -402,3 +402,38 @@ write("segment", "bug-gso-tcpv4-on-udp", seg(vnet(1, 1, 54, 40, l4, 16), 1, byte
 # payload length wrapped to 19.
 write("segment", "bug-ip-length-wraps", seg(
     vnet(1, 4, 74, 65535, 54, 16), 219, tcp(v6=True, ip_len=0)))
+
+# vring: a split ring as a driver lays it out at the start of its memory
+# (desc, avail, used; see ring::driver::layout), then buffers.
+VRING_BASE = 0x10000
+
+
+def vring(size_log2, chains, write_dir=False, event_idx=False, base=0, lo=0, hi=2048):
+    size = 1 << size_log2
+    desc_at = 0
+    avail_at = 16 * size
+    used_at = (avail_at + 6 + 2 * size + 3) // 4 * 4
+    image = bytearray(used_at + 6 + 8 * size)
+    data_at = (len(image) + 63) // 64 * 64
+    image.extend(bytes(data_at - len(image)))
+    index = 0
+    heads = []
+    for lens in chains:
+        heads.append(index)
+        for n, length in enumerate(lens):
+            flags = (1 if n + 1 < len(lens) else 0) | (2 if write_dir else 0)
+            struct.pack_into("<QIHH", image, desc_at + 16 * index,
+                             VRING_BASE + len(image), length, flags, index + 1)
+            image.extend(bytes([n + 1]) * length)
+            index += 1
+    for slot, head in enumerate(heads):
+        struct.pack_into("<H", image, avail_at + 4 + 2 * ((base + slot) % size), head)
+    struct.pack_into("<H", image, avail_at + 2, (base + len(heads)) & 0xFFFF)
+    flags = (2 if write_dir else 0) | (1 if event_idx else 0)
+    head = struct.pack("<BBHBHB", size_log2, flags, base, lo, hi, 0)
+    return head + bytes(image)
+
+
+write("vring", "two-chains", vring(3, [[12, 60], [72]]))
+write("vring", "receive-room", vring(4, [[2048], [12, 1500]], write_dir=True, event_idx=True))
+write("vring", "wrapping-base", vring(2, [[64], [64], [64]], base=65534))

@@ -62,7 +62,8 @@ pub struct StaticEntry {
     pub mac: StationMac,
     /// Its VLAN.
     pub vlan: FdbVlan,
-    /// Its port, as the file names it (`tap:NAME`, `raw:IFNAME`, `vxlan:NAME`).
+    /// Its port, as the file names it (`tap:NAME`, `raw:IFNAME`, `vxlan:NAME`,
+    /// `vhost:PATH`).
     pub port: String,
 }
 

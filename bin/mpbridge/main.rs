@@ -141,11 +141,12 @@ enum LockCommand {
 
 #[derive(Subcommand)]
 enum PortCommand {
-    /// Add a port: tap:NAME, raw:IFNAME or vxlan:NAME,... with options as
-    /// --port takes them. Every worker gets a queue of it.
+    /// Add a port: tap:NAME, raw:IFNAME, vxlan:NAME,... or vhost:PATH with
+    /// options as --port takes them. Every worker gets a queue of it.
     Add {
-        /// tap:NAME, raw:IFNAME or vxlan:NAME,..., with options.
-        #[arg(value_name = "tap:NAME|raw:IFNAME|vxlan:NAME,...[,OPTIONS]")]
+        /// tap:NAME, raw:IFNAME, vxlan:NAME,... or vhost:PATH[,client],
+        /// with options.
+        #[arg(value_name = "tap:NAME|raw:IFNAME|vxlan:NAME,...|vhost:PATH[,OPTIONS]")]
         port: String,
     },
     /// Remove a port (at least two stay); its table entries go with it.
@@ -208,14 +209,17 @@ struct RunArgs {
     /// or raw:IFNAME (an existing interface through AF_PACKET, promiscuous:
     /// a NIC, a veth, or a VM's tap on its host side; needs CAP_NET_RAW),
     /// or vxlan:NAME,vni=N,local=IP[,port=4789][,remote=IP]...[,learning=off]
-    /// (a VXLAN segment over UDP to the listed VTEPs, RFC 7348). Repeat for
-    /// each port; at least two. With --vlan-filtering, VLAN options may
+    /// (a VXLAN segment over UDP to the listed VTEPs, RFC 7348), or
+    /// vhost:PATH[,client] (a vhost-user socket for a QEMU guest's
+    /// virtio-net or a DPDK virtio-user port: mpbridge listens at PATH, or
+    /// with ,client connects to a frontend listening there; one queue pair
+    /// per worker). Repeat for each port; at least two. With --vlan-filtering, VLAN options may
     /// follow: ,access=VID (untagged in and out, in VLAN VID), ,trunk=LIST
     /// (tagged, LIST like 10,20,100-110), ,native=VID (with trunk: untagged
     /// frames belong to VID and leave untagged).
     #[arg(
         long = "port",
-        value_name = "tap:NAME|raw:IFNAME|vxlan:NAME,...[,OPTIONS]",
+        value_name = "tap:NAME|raw:IFNAME|vxlan:NAME,...|vhost:PATH[,OPTIONS]",
         required_unless_present = "config",
         value_parser = parse_port
     )]

@@ -509,6 +509,31 @@ mod tests {
     }
 
     #[test]
+    fn vhost_ports_parse() {
+        let server = PortSpec::parse("vhost:/run/vm0.sock").unwrap();
+        assert_eq!(server.kind, Kind::Vhost);
+        assert_eq!(server.name, "/run/vm0.sock");
+        assert_eq!(server.vhost, Some(VhostMode::Server));
+        assert_eq!(server.describe(), "vhost:/run/vm0.sock");
+        let client = PortSpec::parse("vhost:vm1.sock,access=10,client").unwrap();
+        assert_eq!(client.vhost, Some(VhostMode::Client));
+        assert_eq!(client.vlans, Some(PortVlans::access(10)));
+        assert_eq!(client.label(), "vhost:vm1.sock");
+        assert_eq!(client.describe(), "vhost:vm1.sock,client,access=10");
+        assert_eq!(PortSpec::parse(&client.describe()).unwrap(), client);
+        for (spec, expected) in [
+            ("vhost:", "invalid socket path"),
+            (&format!("vhost:/{}", "x".repeat(107)), "1 to 107 bytes"),
+            ("vhost:/s,server", "'server' is not an option"),
+            ("vhost:/s,vni=3", "unknown option 'vni'"),
+            ("tap:t0,client", "'client' is not an option"),
+        ] {
+            let error = PortSpec::parse(spec).unwrap_err();
+            assert!(error.contains(expected), "{spec}: {error}");
+        }
+    }
+
+    #[test]
     fn bad_vlan_options_are_one_line_errors() {
         for (spec, expected) in [
             ("tap:t0,access=0", "invalid VLAN id"),

@@ -520,3 +520,66 @@ pub fn ctl_socket(prefix: &str) -> (std::path::PathBuf, String) {
     let arg = format!("--ctl={}", socket.display());
     (socket, arg)
 }
+
+/// A folder of a test's own (for sockets), removed on drop.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(prefix: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(unique(prefix));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    pub fn path(&self, name: &str) -> std::path::PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// mpbridge started here with `ports` (vhost-user ones need no namespace)
+/// and `extra` options, its control socket in `dir`.
+pub fn bridge_here(
+    dir: &TempDir,
+    ports: &[String],
+    extra: &[&str],
+) -> (Daemon, std::path::PathBuf) {
+    let ctl = dir.path("ctl.sock");
+    let mut args = vec!["run".to_owned(), format!("--ctl={}", ctl.display())];
+    args.extend(ports.iter().map(|p| format!("--port={p}")));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    (Daemon::start_here(&args), ctl)
+}
+
+/// One test per lock strategy, each calling `$body` with the strategy's
+/// name: `strategy_tests!(body: t_mutex, t_rwlock, t_rmlock, t_sharded,
+/// t_rcu, t_epoch);`.
+#[macro_export]
+macro_rules! strategy_tests {
+    ($body:ident: $mutex:ident, $rwlock:ident, $rmlock:ident, $sharded:ident, $rcu:ident, $epoch:ident) => {
+        fn $mutex() {
+            $body("mutex")
+        }
+        fn $rwlock() {
+            $body("rwlock")
+        }
+        fn $rmlock() {
+            $body("rmlock")
+        }
+        fn $sharded() {
+            $body("sharded")
+        }
+        fn $rcu() {
+            $body("rcu")
+        }
+        fn $epoch() {
+            $body("epoch")
+        }
+    };
+}

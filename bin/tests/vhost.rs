@@ -11,43 +11,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use lab::vhost::{Frontend, EVENT_IDX, HEADER, MQ, MRG_RXBUF, PROTOCOL_FEATURES, VERSION_1};
-use netns::{ctl_json, ctl_ok, mac, port_stats, test_frame, Daemon, BROADCAST};
+use netns::{bridge_here, ctl_json, ctl_ok, mac, port_stats, test_frame, TempDir, BROADCAST};
 
 /// What a QEMU or DPDK frontend takes of what mpbridge offers.
 const FEATURES: u64 = VERSION_1 | MRG_RXBUF | EVENT_IDX | PROTOCOL_FEATURES | MQ;
-
-/// A folder of this test's own for its sockets, removed on drop.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new() -> Dir {
-        let dir = std::env::temp_dir().join(netns::unique("vhost"));
-        std::fs::create_dir_all(&dir).unwrap();
-        Dir(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A bridge of vhost-user ports at `sockets`, with `extra` options.
-fn bridge(dir: &Dir, ports: &[String], extra: &[&str]) -> (Daemon, PathBuf) {
-    let ctl = dir.path("ctl.sock");
-    let mut args = vec!["run".to_owned(), format!("--ctl={}", ctl.display())];
-    for port in ports {
-        args.push(format!("--port={port}"));
-    }
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    (Daemon::start_here(&args), ctl)
-}
 
 fn port(path: &Path) -> String {
     format!("vhost:{}", path.display())
@@ -97,10 +64,10 @@ fn vhost_counter(ctl: &Path, port: &str, name: &str) -> u64 {
 /// Two frontends on a bridge of three ports: flooding, learning, and
 /// unicast to the one port that has the station.
 fn learning_and_flooding(lock: &str) {
-    let dir = Dir::new();
+    let dir = TempDir::new("vhost");
     let sockets: Vec<PathBuf> = (0..3).map(|i| dir.path(&format!("p{i}.sock"))).collect();
     let ports: Vec<String> = sockets.iter().map(|s| port(s)).collect();
-    let (daemon, ctl) = bridge(&dir, &ports, &["--lock", lock]);
+    let (daemon, ctl) = bridge_here(&dir, &ports, &["--lock", lock]);
     let mut fronts: Vec<Frontend> = sockets
         .iter()
         .map(|s| Frontend::connect(s, 1, FEATURES).expect("negotiates"))
@@ -159,20 +126,9 @@ fn learning_and_flooding(lock: &str) {
     }
 }
 
-macro_rules! learning_tests {
-    ($($name:ident: $lock:expr;)*) => {
-        $(fn $name() { learning_and_flooding($lock) })*
-    };
-}
-
-learning_tests! {
-    learning_and_flooding_mutex: "mutex";
-    learning_and_flooding_rwlock: "rwlock";
-    learning_and_flooding_rmlock: "rmlock";
-    learning_and_flooding_sharded: "sharded";
-    learning_and_flooding_rcu: "rcu";
-    learning_and_flooding_epoch: "epoch";
-}
+strategy_tests!(learning_and_flooding: learning_and_flooding_mutex, learning_and_flooding_rwlock,
+    learning_and_flooding_rmlock, learning_and_flooding_sharded, learning_and_flooding_rcu,
+    learning_and_flooding_epoch);
 
 /// Frames of every size cross byte-identical, with and without mergeable
 /// buffers and event indices, in both directions.
@@ -183,9 +139,9 @@ fn frames_cross_whole_with_each_feature_set() {
         VERSION_1,
         MRG_RXBUF | PROTOCOL_FEATURES,
     ] {
-        let dir = Dir::new();
+        let dir = TempDir::new("vhost");
         let (s0, s1) = (dir.path("a.sock"), dir.path("b.sock"));
-        let (daemon, ctl) = bridge(&dir, &[port(&s0), port(&s1)], &[]);
+        let (daemon, ctl) = bridge_here(&dir, &[port(&s0), port(&s1)], &[]);
         let mut a = Frontend::connect(&s0, 1, features).unwrap();
         let mut b = Frontend::connect(&s1, 1, features).unwrap();
         wait_link(&ctl, &port(&s0), "up");
@@ -230,10 +186,10 @@ fn frames_of(frontend: &mut Frontend) -> Vec<Vec<u8>> {
 /// frontend negotiates afresh.
 fn a_hostile_driver_is_counted_and_survived() {
     use bridge::port::vhost::ring::driver;
-    let dir = Dir::new();
+    let dir = TempDir::new("vhost");
     let (s0, s1) = (dir.path("a.sock"), dir.path("b.sock"));
     let (p0, p1) = (port(&s0), port(&s1));
-    let (daemon, ctl) = bridge(&dir, &[p0.clone(), p1.clone()], &[]);
+    let (daemon, ctl) = bridge_here(&dir, &[p0.clone(), p1.clone()], &[]);
     let mut evil = Frontend::connect(&s0, 1, FEATURES).unwrap();
     let mut good = Frontend::connect(&s1, 1, FEATURES).unwrap();
     wait_link(&ctl, &p0, "up");
@@ -331,10 +287,10 @@ fn a_hostile_driver_is_counted_and_survived() {
 /// A frontend that goes away takes the link down, flushes its stations
 /// and costs nothing while gone; the next one brings it up again.
 fn a_disconnect_is_link_down_and_a_reconnect_brings_it_back() {
-    let dir = Dir::new();
+    let dir = TempDir::new("vhost");
     let (s0, s1) = (dir.path("a.sock"), dir.path("b.sock"));
     let (p0, p1) = (port(&s0), port(&s1));
-    let (daemon, ctl) = bridge(&dir, &[p0.clone(), p1.clone()], &[]);
+    let (daemon, ctl) = bridge_here(&dir, &[p0.clone(), p1.clone()], &[]);
     let mut a = Frontend::connect(&s0, 1, FEATURES).unwrap();
     let mut b = Frontend::connect(&s1, 1, FEATURES).unwrap();
     wait_link(&ctl, &p0, "up");
@@ -382,10 +338,10 @@ fn ctl_ok_out(socket: &Path, args: &[&str]) -> (i32, String, String) {
 /// `,client`: mpbridge connects to a frontend that listens, retries while
 /// it is absent, and again after it goes.
 fn client_mode_connects_and_reconnects() {
-    let dir = Dir::new();
+    let dir = TempDir::new("vhost");
     let (listen, s1) = (dir.path("front.sock"), dir.path("b.sock"));
     let client = format!("vhost:{},client", listen.display());
-    let (daemon, ctl) = bridge(&dir, &[client.clone(), port(&s1)], &[]);
+    let (daemon, ctl) = bridge_here(&dir, &[client.clone(), port(&s1)], &[]);
     let label = port(&listen);
     wait_link(&ctl, &label, "down");
     let mut b = Frontend::connect(&s1, 1, FEATURES).unwrap();
@@ -430,10 +386,10 @@ fn accept_within(
 
 /// Two workers serve two queue pairs; a frontend may use fewer.
 fn queue_pairs_follow_the_workers() {
-    let dir = Dir::new();
+    let dir = TempDir::new("vhost");
     let (s0, s1) = (dir.path("a.sock"), dir.path("b.sock"));
     let (p0, p1) = (port(&s0), port(&s1));
-    let (daemon, ctl) = bridge(&dir, &[p0.clone(), p1.clone()], &["--workers", "2"]);
+    let (daemon, ctl) = bridge_here(&dir, &[p0.clone(), p1.clone()], &["--workers", "2"]);
     // One pair per worker is offered, and no more are taken.
     assert_eq!(Frontend::queue_pairs(&s0), Ok(2));
     assert!(Frontend::connect(&s0, 3, FEATURES).is_err(), "a third pair");
@@ -459,7 +415,7 @@ fn queue_pairs_follow_the_workers() {
 /// that is not a socket is refused with one line, and the port comes and
 /// goes with `port add` and `port del`.
 fn the_socket_is_made_refused_and_removed() {
-    let dir = Dir::new();
+    let dir = TempDir::new("vhost");
     let file = dir.path("file");
     std::fs::write(&file, b"not a socket").unwrap();
     let other = dir.path("other.sock");
@@ -480,7 +436,7 @@ fn the_socket_is_made_refused_and_removed() {
     let stale = dir.path("stale.sock");
     drop(UnixListener::bind(&stale).unwrap());
     assert!(stale.exists());
-    let (daemon, ctl) = bridge(&dir, &[port(&stale), port(&other)], &[]);
+    let (daemon, ctl) = bridge_here(&dir, &[port(&stale), port(&other)], &[]);
     let _a = Frontend::connect(&stale, 1, FEATURES).unwrap();
     wait_link(&ctl, &port(&stale), "up");
     // A socket in use is refused, here by a second port on it.

@@ -16,7 +16,9 @@ use crate::flags;
     .help("Runs per point, the configurations interleaved; the median is reported")))]
 pub struct ForwardArgs {
     /// Port kinds: raw (veth pairs through AF_PACKET), tap, vxlan (two
-    /// VTEPs across a veth underlay), or several.
+    /// VTEPs across a veth underlay), or several; or vhost alone (two
+    /// vhost-user ports and a DPDK testpmd generator, beside DPDK's own
+    /// vhost switch).
     #[arg(long, value_delimiter = ',', default_value = "raw")]
     pub(super) ports: Vec<PortKindArg>,
     #[command(flatten)]
@@ -88,6 +90,9 @@ pub(super) enum PortKindArg {
     /// each host and a VXLAN port, or the kernel's vxlan devices and
     /// bridges with a veth to each host.
     Vxlan,
+    /// Two vhost-user ports, a DPDK testpmd generator behind them, and
+    /// DPDK's vhost switch as the ceiling.
+    Vhost,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]

@@ -27,6 +27,7 @@ mod measure;
 mod report;
 mod tcp;
 mod topology;
+mod vhost;
 
 use std::thread;
 use std::time::Duration;
@@ -192,6 +193,12 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
         path: mpbridge_path(args.binary.mpbridge.as_deref())?,
         rx_ring: args.rx_ring.clone(),
     };
+    if args.ports.contains(&PortKindArg::Vhost) {
+        if args.ports.len() > 1 || args.tcp {
+            return Err("--ports vhost runs alone, without --tcp".to_owned());
+        }
+        return vhost::run(&args, &mpbridge.path);
+    }
     let setups = setups(&args);
     if args.tcp {
         return tcp::run(&args, &setups, &mpbridge);

@@ -51,6 +51,7 @@ impl Setup {
             PortKindArg::Raw => "raw",
             PortKindArg::Tap => "tap",
             PortKindArg::Vxlan => "vxlan",
+            PortKindArg::Vhost => "vhost",
         };
         let io = |poll: bool| if poll { ", poll" } else { "" };
         let placed = match self.placement {
@@ -279,6 +280,9 @@ pub(super) fn build(setup: Setup, mpbridge: &Program) -> Result<Bench, String> {
             )?);
             move_taps(&b, &generator, &sink)?;
             bridge = Some(b);
+        }
+        (_, PortKindArg::Vhost) => {
+            return Err("vhost ports are measured by forward/vhost.rs".to_owned())
         }
     }
     for (ns, mac) in [(&generator, GENERATOR_MAC), (&sink, SINK_MAC)] {

@@ -1,0 +1,386 @@
+//! `mpbench forward --ports vhost`: frames per second through mpbridge
+//! between two vhost-user ports, beside DPDK's own vhost switch in the
+//! same run with the same generator.
+//!
+//! The generator is one DPDK testpmd with two virtio-user ports, both
+//! served by one forwarding lcore pinned to CPU 0 (its main lcore shares
+//! CPU 0 and sleeps). It runs macswap with each port looped onto itself,
+//! after a first burst (`--tx-first`) from each port to the other's MAC:
+//! every frame carries the MAC of the port that sent it, so the switch
+//! learns each station once and then looks up and refreshes entries, as
+//! it would for two VMs. (testpmd's flowgen mode, in DPDK 22.11, sends
+//! every frame from one fixed source MAC on both ports, which makes a
+//! learning switch move that station on every batch.) The frames in
+//! flight are the first bursts, `--burst` frames per port; what the
+//! generator receives per second is the figure.
+//!
+//! The switch runs on CPU 1: mpbridge with one worker (the strategies in
+//! turn), or testpmd with two `net_vhost` ports in io mode, which forwards
+//! each port's frames to the other without looking at them: the ceiling.
+//! Each figure comes with the switch's CPU time per forwarded frame (its
+//! process's user and system time) and both cores' busy time.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use locks::StrategyKind;
+
+use super::args::ForwardArgs;
+use crate::cpuload;
+
+/// Frames in flight per port (testpmd's largest burst).
+const BURST: usize = 512;
+/// Ring entries per virtqueue.
+const QUEUE_SIZE: usize = 1024;
+/// Statistics periods before the measured ones.
+const WARMUP_PERIODS: usize = 1;
+
+/// What switches the frames.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Switch {
+    /// DPDK's vhost PMD in testpmd io mode: no lookup, the ceiling.
+    Dpdk,
+    /// mpbridge with one worker.
+    Mpbridge(StrategyKind),
+}
+
+impl Switch {
+    fn label(self) -> String {
+        match self {
+            Switch::Dpdk => "DPDK vhost switch (io, no lookup)".to_owned(),
+            Switch::Mpbridge(lock) => format!("mpbridge {lock}"),
+        }
+    }
+}
+
+/// One measurement.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sample {
+    /// Frames per second the generator received, both ports together.
+    fps: f64,
+    /// The switch process's CPU nanoseconds per forwarded frame.
+    switch_ns: f64,
+    /// Busy share of CPU 0 (generator) and CPU 1 (switch).
+    cpu0: f64,
+    cpu1: f64,
+}
+
+/// A process of ours, killed (by its pid) on drop.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        lab::stop_child(&mut self.0);
+    }
+}
+
+/// A folder for the sockets, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Result<Scratch, String> {
+        let dir = std::env::temp_dir().join(lab::unique("mpbench-vhost"));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn dpdk_installed() -> bool {
+    Command::new("dpdk-testpmd")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
+}
+
+/// Waits (at most 5 s) until `paths` exist.
+fn wait_for(paths: &[&Path]) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !paths.iter().all(|p| p.exists()) {
+        if Instant::now() > deadline {
+            return Err(format!("no socket at {}", paths[0].display()));
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+fn start_switch(switch: Switch, mpbridge: &str, dir: &Path) -> Result<Running, String> {
+    let (a, b) = (dir.join("a.sock"), dir.join("b.sock"));
+    let _ = std::fs::remove_file(&a);
+    let _ = std::fs::remove_file(&b);
+    let child = match switch {
+        Switch::Mpbridge(lock) => Command::new("taskset")
+            .args([
+                "-c",
+                "1",
+                mpbridge,
+                "run",
+                "--workers",
+                "1",
+                "--lock",
+                lock.name(),
+            ])
+            .arg(format!("--ctl={}", dir.join("ctl").display()))
+            .arg(format!("--port=vhost:{}", a.display()))
+            .arg(format!("--port=vhost:{}", b.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn(),
+        Switch::Dpdk => Command::new("taskset")
+            .args([
+                "-c",
+                "1",
+                "dpdk-testpmd",
+                "--lcores",
+                "0@1,1@1",
+                "--no-huge",
+                "-m",
+                "1024",
+            ])
+            .args(["--no-pci", "--file-prefix", "mpbench-switch"])
+            .arg(format!("--vdev=net_vhost0,iface={},queues=1", a.display()))
+            .arg(format!("--vdev=net_vhost1,iface={},queues=1", b.display()))
+            .args(["--", "--forward-mode=io", "--nb-cores=1", "--auto-start"])
+            .args(["--total-num-mbufs=65536"])
+            .arg(format!("--rxd={QUEUE_SIZE}"))
+            .arg(format!("--txd={QUEUE_SIZE}"))
+            // testpmd runs until its standard input ends: the pipe stays
+            // open as long as the child is ours.
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn(),
+    }
+    .map_err(|e| format!("cannot start the switch: {e}"))?;
+    let running = Running(child);
+    wait_for(&[&a, &b])?;
+    Ok(running)
+}
+
+/// The generator, started: one line of its statistics per port and
+/// period comes out of its standard output.
+fn start_generator(dir: &Path, size: usize) -> Result<Running, String> {
+    let (a, b) = (dir.join("a.sock"), dir.join("b.sock"));
+    let port = |n: usize, path: &PathBuf| {
+        format!(
+            "--vdev=net_virtio_user{n},path={},queues=1,queue_size={QUEUE_SIZE},mac=02:00:00:00:00:0{n}",
+            path.display()
+        )
+    };
+    let child = Command::new("taskset")
+        .args([
+            "-c",
+            "0",
+            "dpdk-testpmd",
+            "--lcores",
+            "0@0,1@0",
+            "--no-huge",
+        ])
+        .args([
+            "-m",
+            "1024",
+            "--no-pci",
+            "--file-prefix",
+            "mpbench-generator",
+        ])
+        .arg(port(0, &a))
+        .arg(port(1, &b))
+        .args([
+            "--",
+            "--forward-mode=macswap",
+            "--port-topology=loop",
+            "--nb-cores=1",
+        ])
+        .args([
+            "--eth-peer=0,02:00:00:00:00:01",
+            "--eth-peer=1,02:00:00:00:00:00",
+        ])
+        .arg(format!("--txpkts={}", size - 4))
+        .arg(format!("--burst={BURST}"))
+        .arg(format!("--rxd={QUEUE_SIZE}"))
+        .arg(format!("--txd={QUEUE_SIZE}"))
+        .args(["--tx-first", "--stats-period=1", "--total-num-mbufs=65536"])
+        // Open until it is stopped: testpmd ends when its input does.
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start the generator: {e}"))?;
+    Ok(Running(child))
+}
+
+/// The receive rate (both ports) of each statistics period the generator
+/// prints, as they come.
+fn period_rates(generator: &mut Running) -> mpsc::Receiver<f64> {
+    let stdout = generator.0.stdout.take().expect("piped");
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let mut ports = Vec::new();
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(rate) = rx_pps(&line) {
+                ports.push(rate);
+            }
+            if ports.len() == 2 {
+                if tx.send(ports[0] + ports[1]).is_err() {
+                    return;
+                }
+                ports.clear();
+            }
+        }
+    });
+    rx
+}
+
+/// The receive rate in a line of testpmd's periodic statistics.
+fn rx_pps(line: &str) -> Option<f64> {
+    let rest = line.trim().strip_prefix("Rx-pps:")?;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+fn measure(
+    switch: Switch,
+    mpbridge: &str,
+    dir: &Path,
+    size: usize,
+    seconds: usize,
+) -> Result<Sample, String> {
+    let running = start_switch(switch, mpbridge, dir)?;
+    let pid = running.0.id();
+    let mut generator = start_generator(dir, size)?;
+    let rates = period_rates(&mut generator);
+    let next = || {
+        rates
+            .recv_timeout(Duration::from_secs(20))
+            .map_err(|_| format!("{}: the generator reported no rates", switch.label()))
+    };
+    // Frames flow from the first period with any; more warm up.
+    while next()? == 0.0 {}
+    for _ in 0..WARMUP_PERIODS {
+        next()?;
+    }
+    let (cpu_before, cores_before) = (lab::cpu_seconds(pid), cpuload::sample());
+    let mut measured = Vec::with_capacity(seconds);
+    for _ in 0..seconds {
+        measured.push(next()?);
+    }
+    let (cpu_after, cores_after) = (lab::cpu_seconds(pid), cpuload::sample());
+    drop(generator);
+    drop(running);
+    let cores = match (cores_before, cores_after) {
+        (Ok(before), Ok(after)) => cpuload::between(&before, &after),
+        _ => Vec::new(),
+    };
+    let frames: f64 = measured.iter().sum();
+    let busy = |core: usize| {
+        cores
+            .get(core)
+            .map_or(0.0, |c| c.busy_ns() / (c.busy_ns() + c.idle_ns).max(1.0))
+    };
+    Ok(Sample {
+        fps: frames / measured.len() as f64,
+        switch_ns: (cpu_after - cpu_before) * 1e9 / frames.max(1.0),
+        cpu0: busy(0),
+        cpu1: busy(1),
+    })
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Runs the vhost measurements.
+pub(super) fn run(args: &ForwardArgs, mpbridge: &str) -> Result<(), String> {
+    if !dpdk_installed() {
+        return Err(
+            "dpdk-testpmd not found: the vhost benchmark needs Debian's dpdk-dev package"
+                .to_owned(),
+        );
+    }
+    if super::topology::cpus() < 2 {
+        return Err("the vhost benchmark needs two CPUs (generator, switch)".to_owned());
+    }
+    let seconds = args.interval.seconds.round().max(1.0) as usize;
+    let dir = Scratch::new()?;
+    let mut switches = vec![Switch::Dpdk];
+    switches.extend(args.strategies.locks.iter().map(|&l| Switch::Mpbridge(l)));
+    println!(
+        "vhost-user: generator testpmd (two virtio-user ports, macswap looped, {BURST} frames in flight \
+         per port, one forwarding lcore) on CPU 0; switch on CPU 1 (mpbridge: 1 worker); \
+         rings of {QUEUE_SIZE}; mean of {seconds} one-second periods after {WARMUP_PERIODS} of warm-up once frames flow, \
+         median of {} interleaved runs",
+        args.repeats.runs
+    );
+    let mut samples = vec![vec![Vec::new(); args.sizes.len()]; switches.len()];
+    for run in 0..args.repeats.runs {
+        for k in 0..switches.len() {
+            let s = (run + k) % switches.len();
+            for (z, &size) in args.sizes.iter().enumerate() {
+                let sample = measure(switches[s], mpbridge, &dir.0, size, seconds);
+                samples[s][z].push(sample?);
+            }
+        }
+    }
+    drop(dir);
+    for (z, &size) in args.sizes.iter().enumerate() {
+        println!("\n{size}-byte frames:");
+        println!(
+            "  {:<36} {:>9} {:>10} {:>14} {:>7} {:>7}",
+            "switch", "Mfps", "of DPDK", "switch ns/fr", "CPU 0", "CPU 1"
+        );
+        let ceiling = median(samples[0][z].iter().map(|s| s.fps).collect());
+        for (s, switch) in switches.iter().enumerate() {
+            let runs = &samples[s][z];
+            let fps = median(runs.iter().map(|s| s.fps).collect());
+            let ns = median(runs.iter().map(|s| s.switch_ns).collect());
+            let cpu0 = median(runs.iter().map(|s| s.cpu0).collect());
+            let cpu1 = median(runs.iter().map(|s| s.cpu1).collect());
+            let spread = runs
+                .iter()
+                .map(|s| format!("{:.2}", s.fps / 1e6))
+                .collect::<Vec<_>>()
+                .join(" ");
+            println!(
+                "  {:<36} {:>9.2} {:>9.0}% {:>14.0} {:>6.0}% {:>6.0}%   runs: {spread}",
+                switch.label(),
+                fps / 1e6,
+                100.0 * fps / ceiling.max(1.0),
+                ns,
+                100.0 * cpu0,
+                100.0 * cpu1,
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn receive_rates_are_read_from_the_statistics() {
+        assert_eq!(
+            rx_pps("  Rx-pps:      1690335          Rx-bps:    811360984"),
+            Some(1690335.0)
+        );
+        assert_eq!(
+            rx_pps("  Tx-pps:      1690380          Tx-bps:    811382488"),
+            None
+        );
+        assert_eq!(rx_pps("  Rx-pps:"), None);
+    }
+}
