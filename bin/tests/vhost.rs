@@ -10,7 +10,10 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use lab::vhost::{Frontend, EVENT_IDX, HEADER, MQ, MRG_RXBUF, PROTOCOL_FEATURES, VERSION_1};
+use lab::vhost::{
+    Frontend, CSUM, EVENT_IDX, GUEST_CSUM, GUEST_TSO4, HEADER, HOST_TSO4, MQ, MRG_RXBUF,
+    PROTOCOL_FEATURES, VERSION_1,
+};
 use netns::{bridge_here, ctl_json, ctl_ok, mac, port_stats, test_frame, TempDir, BROADCAST};
 
 /// What a QEMU or DPDK frontend takes of what mpbridge offers.
@@ -411,6 +414,152 @@ fn queue_pairs_follow_the_workers() {
     drop(daemon);
 }
 
+/// With mergeable buffers a frame larger than one buffer spans several
+/// and says how many; without, it is refused and smaller ones still pass.
+fn frames_larger_than_a_buffer_merge_or_are_refused() {
+    let dir = TempDir::new("vhost");
+    let (s0, s1, s2) = (dir.path("a.sock"), dir.path("b.sock"), dir.path("c.sock"));
+    let (daemon, ctl) = bridge_here(&dir, &[port(&s0), port(&s1), port(&s2)], &[]);
+    let mut a = Frontend::connect(&s0, 1, FEATURES).unwrap();
+    let mut merging = Frontend::connect(&s1, 1, FEATURES).unwrap();
+    let mut plain = Frontend::connect(&s2, 1, VERSION_1 | PROTOCOL_FEATURES).unwrap();
+    for s in [&s0, &s1, &s2] {
+        wait_link(&ctl, &port(s), "up");
+    }
+    merging.post_room_of(0, 64, 256);
+    plain.post_room_of(0, 64, 256);
+    let big = test_frame(BROADCAST, mac(1), 1, 1514);
+    assert!(a.send(0, &big));
+    let got = merging.receive(0, Duration::from_millis(300));
+    assert_eq!(got.len(), 1, "one frame");
+    let (header, frame) = &got[0];
+    // 12 + 1514 bytes in 256-byte buffers: 6 of them.
+    assert_eq!(&header[10..], &6u16.to_le_bytes(), "num_buffers");
+    same(std::slice::from_ref(frame), std::slice::from_ref(&big));
+    assert!(plain.receive(0, Duration::from_millis(200)).is_empty());
+    let small = test_frame(BROADCAST, mac(1), 2, 200);
+    assert!(a.send(0, &small));
+    same(&frames_of(&mut plain), std::slice::from_ref(&small));
+    let stats = ctl_json(&ctl, &["stats", "--json"]);
+    assert_eq!(port_stats(&stats, &port(&s2))["tx_errors"], 1, "{stats}");
+    drop(daemon);
+}
+
+/// A TCP/IPv4 frame of `payload` bytes from 198.18.0.1 to 198.18.0.2 with
+/// its checksum left partial (the pseudo-header's sum), as a sender with
+/// checksum offload leaves it.
+fn partial_tcp(payload: usize) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&mac(2));
+    f.extend_from_slice(&mac(1));
+    f.extend_from_slice(&0x0800u16.to_be_bytes());
+    let total = (40 + payload) as u16;
+    let mut ip = vec![
+        0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 6, 0, 0, 198, 18, 0, 1, 198, 18, 0, 2,
+    ];
+    ip[2..4].copy_from_slice(&total.to_be_bytes());
+    let sum = !fold(sum16(&ip));
+    ip[10..12].copy_from_slice(&sum.to_be_bytes());
+    f.extend_from_slice(&ip);
+    let mut tcp = vec![0u8; 20];
+    tcp[0..2].copy_from_slice(&1000u16.to_be_bytes());
+    tcp[2..4].copy_from_slice(&2000u16.to_be_bytes());
+    tcp[4..8].copy_from_slice(&1u32.to_be_bytes());
+    tcp[12] = 5 << 4;
+    tcp[13] = 0x18;
+    tcp[14..16].copy_from_slice(&65535u16.to_be_bytes());
+    let pseudo = fold(pseudo_sum(&ip, 20 + payload));
+    tcp[16..18].copy_from_slice(&pseudo.to_be_bytes());
+    f.extend_from_slice(&tcp);
+    f.extend((0..payload).map(|n| (n % 251) as u8));
+    f
+}
+
+fn sum16(bytes: &[u8]) -> u32 {
+    bytes
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum()
+}
+
+fn fold(mut sum: u32) -> u16 {
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
+fn pseudo_sum(ip: &[u8], tcp_len: usize) -> u32 {
+    sum16(&ip[12..20]) + 6 + tcp_len as u32
+}
+
+/// Whether the TCP checksum of a whole frame verifies.
+fn tcp_checksum_ok(frame: &[u8]) -> bool {
+    let ip = &frame[14..34];
+    let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+    let tcp = &frame[34..14 + total];
+    fold(pseudo_sum(ip, tcp.len()) + sum16(tcp)) == 0xffff
+}
+
+/// Offloads travel with the frame to a driver that took them; for one that
+/// did not, the checksum is filled in and TSO segments are cut first.
+fn offloads_the_driver_did_not_take_are_done_first() {
+    let dir = TempDir::new("vhost");
+    let (s0, s1, s2) = (dir.path("a.sock"), dir.path("b.sock"), dir.path("c.sock"));
+    let (daemon, ctl) = bridge_here(&dir, &[port(&s0), port(&s1), port(&s2)], &[]);
+    let offloads = FEATURES | CSUM | HOST_TSO4;
+    let mut a = Frontend::connect(&s0, 1, offloads).unwrap();
+    let mut taker = Frontend::connect(&s1, 1, FEATURES | GUEST_CSUM | GUEST_TSO4).unwrap();
+    let mut plain = Frontend::connect(&s2, 1, FEATURES).unwrap();
+    for s in [&s0, &s1, &s2] {
+        wait_link(&ctl, &port(s), "up");
+    }
+    taker.post_room(0, 64);
+    plain.post_room(0, 64);
+    // Partial checksum: csum_start 34, csum_offset 16.
+    let mut header = [0u8; HEADER];
+    header[0] = 1;
+    header[6..8].copy_from_slice(&34u16.to_le_bytes());
+    header[8..10].copy_from_slice(&16u16.to_le_bytes());
+    let frame = partial_tcp(300);
+    assert!(!tcp_checksum_ok(&frame));
+    assert!(a.send_with_header(0, &header, &frame));
+    let kept = taker.receive(0, Duration::from_millis(300));
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].0[0], 1, "NEEDS_CSUM kept for a driver that took it");
+    same(
+        std::slice::from_ref(&kept[0].1),
+        std::slice::from_ref(&frame),
+    );
+    let whole = plain.receive(0, Duration::from_millis(300));
+    assert_eq!(whole.len(), 1);
+    assert_eq!(whole[0].0[..10], [0; 10], "no offload left");
+    assert!(tcp_checksum_ok(&whole[0].1), "checksum filled in");
+    // A TSO frame of 1400 payload bytes, 500 per segment.
+    let mut tso = header;
+    tso[1] = 1; // TCPv4
+    tso[2..4].copy_from_slice(&54u16.to_le_bytes());
+    tso[4..6].copy_from_slice(&500u16.to_le_bytes());
+    let large = partial_tcp(1400);
+    assert!(a.send_with_header(0, &tso, &large));
+    let kept = taker.receive(0, Duration::from_millis(300));
+    assert_eq!(kept.len(), 1, "one TSO frame for a driver that takes them");
+    assert_eq!(kept[0].0[1], 1);
+    let segments = plain.receive(0, Duration::from_millis(300));
+    let lens: Vec<usize> = segments.iter().map(|(_, f)| f.len()).collect();
+    assert_eq!(lens, [554, 554, 454], "cut into segments");
+    let mut payload = Vec::new();
+    for (_, segment) in &segments {
+        assert!(tcp_checksum_ok(segment));
+        payload.extend_from_slice(&segment[54..]);
+    }
+    assert!(
+        payload == large[54..],
+        "the segments carry the payload in order"
+    );
+    drop(daemon);
+}
+
 /// The socket's life: a stale socket is replaced, one in use or a file
 /// that is not a socket is refused with one line, and the port comes and
 /// goes with `port add` and `port del`.
@@ -470,5 +619,7 @@ lab::test_main! {
         client_mode_connects_and_reconnects,
         queue_pairs_follow_the_workers,
         the_socket_is_made_refused_and_removed,
+        frames_larger_than_a_buffer_merge_or_are_refused,
+        offloads_the_driver_did_not_take_are_done_first,
     ],
 }

@@ -41,6 +41,14 @@ pub const EVENT_IDX: u64 = 1 << 29;
 pub const PROTOCOL_FEATURES: u64 = 1 << 30;
 /// Several queue pairs.
 pub const MQ: u64 = 1 << 22;
+/// The driver takes partial checksums.
+pub const GUEST_CSUM: u64 = 1 << 1;
+/// The driver takes TCP/IPv4 segments larger than its MTU.
+pub const GUEST_TSO4: u64 = 1 << 7;
+/// The driver sends partial checksums.
+pub const CSUM: u64 = 1 << 0;
+/// The driver sends TCP/IPv4 segments larger than its MTU.
+pub const HOST_TSO4: u64 = 1 << 11;
 
 /// One vring, the driver's side.
 struct Vring {
@@ -277,6 +285,12 @@ impl Frontend {
 
     /// Posts `count` empty buffers on pair `pair`'s receive ring.
     pub fn post_room(&mut self, pair: usize, count: u16) {
+        self.post_room_of(pair, count, BUFFER as u32);
+    }
+
+    /// Posts `count` empty buffers of `size` bytes (at most [`BUFFER`]).
+    pub fn post_room_of(&mut self, pair: usize, count: u16, size: u32) {
+        assert!(u64::from(size) <= BUFFER);
         let index = 2 * pair;
         for _ in 0..count {
             let vring = &self.vrings[index];
@@ -287,7 +301,7 @@ impl Frontend {
                 &vring.layout,
                 slot,
                 addr,
-                BUFFER as u32,
+                size,
                 driver::WRITE,
                 0,
             );
@@ -310,14 +324,29 @@ impl Frontend {
                 std::thread::sleep(Duration::from_millis(1));
                 continue;
             }
-            while vring.used != used {
-                let (head, len) = driver::used_elem(&self.memory, &vring.layout, vring.used);
+            let mergeable = self.features & MRG_RXBUF != 0;
+            let read = |vring: &mut Vring, memory: &GuestMemory| {
+                let (head, len) = driver::used_elem(memory, &vring.layout, vring.used);
                 vring.used = vring.used.wrapping_add(1);
                 let addr = vring.buffers + u64::from(head as u16 % RING_SIZE) * BUFFER;
                 let mut bytes = vec![0; (len as usize).min(BUFFER as usize)];
-                self.memory.read(addr, &mut bytes);
+                memory.read(addr, &mut bytes);
+                bytes
+            };
+            while vring.used != used {
+                let mut bytes = read(vring, &self.memory);
                 let split = header_len.min(bytes.len());
-                let frame = bytes.split_off(split);
+                let mut frame = bytes.split_off(split);
+                // With mergeable buffers a frame spans num_buffers chains.
+                if mergeable && bytes.len() == HEADER {
+                    let count = u16::from_le_bytes([bytes[10], bytes[11]]);
+                    for _ in 1..count {
+                        if vring.used == used {
+                            break;
+                        }
+                        frame.extend(read(vring, &self.memory));
+                    }
+                }
                 frames.push((bytes, frame));
             }
             last = Instant::now();
