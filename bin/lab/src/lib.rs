@@ -5,6 +5,7 @@
 //! table workloads (`workload`) are shared by `mpbench locks` and the
 //! criterion benchmarks.
 
+pub mod guest;
 mod netns;
 mod privileges;
 mod process;
@@ -14,7 +15,7 @@ pub mod vhost;
 pub mod workload;
 
 pub use netns::{ip, unique, DevCounters, Netns};
-pub use privileges::{installed, privilege_problem, privileged, run_tests, Test};
+pub use privileges::{installed, privilege_problem, privileged, run_tests, unavailable, Test};
 pub use process::{
     cpu_over, cpu_seconds, pin_to, proc_status, rss_kib, stop_child, wait_exit, Daemon, Process,
 };

@@ -80,7 +80,15 @@ pub fn installed(test: &str, program: &str, package: &str) -> bool {
     if found {
         return true;
     }
-    let reason = format!("{program} is not installed (Debian's {package} package)");
+    unavailable(
+        test,
+        &format!("{program} is not installed (Debian's {package} package)"),
+    )
+}
+
+/// For a test that cannot run here for `reason`: prints it and returns
+/// false, unless MPBRIDGE_REQUIRE_PRIV=1 asks for a failure instead.
+pub fn unavailable(test: &str, reason: &str) -> bool {
     if std::env::var("MPBRIDGE_REQUIRE_PRIV").as_deref() == Ok("1") {
         panic!("{test}: {reason}, and MPBRIDGE_REQUIRE_PRIV=1 forbids skipping");
     }

@@ -12,7 +12,7 @@
 //! down; the next frontend starts afresh.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -280,8 +280,23 @@ impl Session {
             if fds[1].revents == 0 {
                 continue;
             }
+            match early_enable(fd, &handler) {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(error) => {
+                    log::info!("{name}: frontend disconnected ({error})");
+                    break true;
+                }
+            }
             match requests.handle_request() {
                 Ok(()) => {}
+                // QEMU disables rings (SET_VRING_ENABLE) while it sets the
+                // device up, before SET_FEATURES: the crate refuses the
+                // message, read whole, for want of PROTOCOL_FEATURES. No
+                // reply is due and no ring runs yet, so nothing is lost.
+                Err(VhostError::InactiveFeature(feature)) => {
+                    log::debug!("{name}: a message ignored: it needs {feature:?} acked first");
+                }
                 Err(VhostError::Disconnected | VhostError::PartialMessage) => {
                     log::info!("{name}: frontend disconnected");
                     break true;
@@ -306,4 +321,61 @@ impl Session {
         VhostCounters::bump(&counters.disconnects);
         keep_going
     }
+}
+
+/// SET_VRING_ENABLE's request code, and the header's flags.
+const SET_VRING_ENABLE: u32 = 18;
+const FLAG_VERSION: u32 = 0x1;
+const FLAG_REPLY: u32 = 0x4;
+const FLAG_NEED_REPLY: u32 = 0x8;
+
+/// Takes a SET_VRING_ENABLE that comes before SET_FEATURES, which the
+/// `vhost` crate refuses (it wants PROTOCOL_FEATURES acked first) but
+/// QEMU sends: its virtio-net enables the rings when the guest's driver
+/// sets its features, before the device starts and the features reach the
+/// backend. The enable is recorded, and the ring runs once it is set up.
+/// Returns whether the waiting message was such a one (and is consumed).
+fn early_enable(fd: RawFd, handler: &Mutex<Handler>) -> io::Result<bool> {
+    use nix::sys::socket::{recv, send, MsgFlags};
+    let Ok(mut handler) = handler.lock() else {
+        return Ok(false);
+    };
+    if handler.protocol_features_acked() {
+        return Ok(false);
+    }
+    // Header (request, flags, size) and the body (index, num).
+    let mut message = [0u8; 20];
+    let peeked = recv(
+        fd,
+        &mut message,
+        MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
+    )
+    .unwrap_or(0);
+    let word = |m: &[u8; 20], at: usize| u32::from_le_bytes(m[at..at + 4].try_into().unwrap());
+    if peeked < message.len() || word(&message, 0) != SET_VRING_ENABLE || word(&message, 8) != 8 {
+        return Ok(false);
+    }
+    let taken = recv(fd, &mut message, MsgFlags::MSG_DONTWAIT).map_err(io::Error::from)?;
+    if taken != message.len() {
+        return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+    }
+    let (flags, index, num) = (word(&message, 4), word(&message, 12), word(&message, 16));
+    let result = match num {
+        0 | 1 => handler.enable_early(index, num == 1),
+        _ => false,
+    };
+    if !result {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("SET_VRING_ENABLE of vring {index} with {num}"),
+        ));
+    }
+    if flags & FLAG_NEED_REPLY != 0 && handler.reply_ack() {
+        let mut reply = [0u8; 20];
+        reply[..4].copy_from_slice(&SET_VRING_ENABLE.to_le_bytes());
+        reply[4..8].copy_from_slice(&(FLAG_VERSION | FLAG_REPLY).to_le_bytes());
+        reply[8..12].copy_from_slice(&8u32.to_le_bytes());
+        send(fd, &reply, MsgFlags::empty()).map_err(io::Error::from)?;
+    }
+    Ok(true)
 }

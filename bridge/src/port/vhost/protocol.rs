@@ -84,6 +84,28 @@ impl Handler {
         }
     }
 
+    /// Whether SET_FEATURES took PROTOCOL_FEATURES.
+    pub fn protocol_features_acked(&self) -> bool {
+        self.features.is_some_and(|f| f & PROTOCOL_FEATURES != 0)
+    }
+
+    /// Whether REPLY_ACK was negotiated.
+    pub fn reply_ack(&self) -> bool {
+        self.protocol & VhostUserProtocolFeatures::REPLY_ACK.bits() != 0
+    }
+
+    /// SET_VRING_ENABLE before SET_FEATURES (see `control::early_enable`):
+    /// recorded for when the ring starts. False for a vring there is not.
+    pub fn enable_early(&mut self, index: u32, enable: bool) -> bool {
+        match self.setups.get_mut(index as usize) {
+            Some(setup) => {
+                setup.enabled = enable;
+                true
+            }
+            None => false,
+        }
+    }
+
     fn setup(&mut self, index: u32) -> Result<&mut Setup> {
         self.setups
             .get_mut(index as usize)
@@ -174,6 +196,7 @@ impl VhostUserBackendReqHandlerMut for Handler {
     }
 
     fn set_features(&mut self, features: u64) -> Result<()> {
+        log::debug!("{}: SET_FEATURES {features:#x}", self.device.name());
         if features & !OFFERED_FEATURES != 0 {
             return Err(Error::InvalidParam);
         }
@@ -243,6 +266,7 @@ impl VhostUserBackendReqHandlerMut for Handler {
     }
 
     fn get_vring_base(&mut self, index: u32) -> Result<VhostUserVringState> {
+        log::debug!("{}: GET_VRING_BASE {index}", self.device.name());
         let setup = self.setup(index)?;
         // The ring stops here, until the frontend kicks it off again.
         setup.kick = None;
@@ -285,6 +309,10 @@ impl VhostUserBackendReqHandlerMut for Handler {
     }
 
     fn set_protocol_features(&mut self, features: u64) -> Result<()> {
+        log::debug!(
+            "{}: SET_PROTOCOL_FEATURES {features:#x}",
+            self.device.name()
+        );
         let known = (OFFERED_PROTOCOL | VhostUserProtocolFeatures::REPLY_ACK).bits();
         if features & !known != 0 {
             return Err(Error::InvalidParam);
