@@ -33,9 +33,9 @@ MPBRIDGE_BENCH_THREADS="$counts" cargo bench --bench lock_contention | tee "$out
     --runs 5 --seconds 2 --out "$out/tcp" | tee "$out-tcp.txt"
 ./target/release/mpbench forward --ports vxlan --references kernel --sizes 64,512,1518 \
     --runs 5 --out "$out/vxlan" | tee "$out-vxlan.txt"
-# vhost-user: one worker between two vhost ports beside DPDK's vhost switch
+# vhost-user: P workers and P queue pairs between two vhost ports beside DPDK's vhost switch
 # (needs dpdk-dev), every strategy, 64 to 1518 bytes.
-./target/release/mpbench forward --ports vhost --lock mutex,rwlock,rmlock,sharded,rcu,epoch \
+./target/release/mpbench forward --ports vhost --lock mutex,rwlock,rmlock,sharded,rcu,epoch --workers "$workers" \
     --sizes 64,128,256,512,1024,1518 --runs 5 --seconds 3 | tee "$out-vhost.txt"
 # The block ring beside the default frame ring: with more cores, whether
 # handing over blocks saves wake-ups once several workers share the load.

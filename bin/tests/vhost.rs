@@ -560,6 +560,68 @@ fn offloads_the_driver_did_not_take_are_done_first() {
     drop(daemon);
 }
 
+/// A new memory table and a ring stopped (GET_VRING_BASE) and set up
+/// again take effect between batches; frames pass before and after, an
+/// idle connected bridge sleeps, and so does one that busy-polls not.
+fn memory_tables_and_ring_resets_are_honoured() {
+    let dir = TempDir::new("vhost");
+    let (s0, s1) = (dir.path("a.sock"), dir.path("b.sock"));
+    let (daemon, ctl) = bridge_here(&dir, &[port(&s0), port(&s1)], &[]);
+    let mut a = Frontend::connect(&s0, 1, FEATURES).unwrap();
+    let mut b = Frontend::connect(&s1, 1, FEATURES).unwrap();
+    wait_link(&ctl, &port(&s0), "up");
+    wait_link(&ctl, &port(&s1), "up");
+    b.post_room(0, 128);
+    let frame = |n: u8| test_frame(mac(2), mac(1), n, 100);
+    assert!(a.send(0, &frame(1)));
+    same(&frames(&mut b), &[frame(1)]);
+    // Idle with both frontends connected: the worker sleeps on the kicks.
+    let cpu = netns::cpu_over(daemon.child.id(), Duration::from_millis(500));
+    assert!(cpu < 0.1, "{cpu} s of CPU in 0.5 s while idle");
+    a.resend_memory().unwrap();
+    b.resend_memory().unwrap();
+    assert!(a.send(0, &frame(2)));
+    same(&frames(&mut b), &[frame(2)]);
+    // a's transmit ring stopped: its base is where the device stopped.
+    let base = a.stop_vring(1);
+    assert_eq!(base, 2, "two chains taken");
+    wait_link(&ctl, &port(&s0), "down");
+    a.restart_vring(1, base as u16).unwrap();
+    wait_link(&ctl, &port(&s0), "up");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut got = Vec::new();
+    while got.is_empty() && Instant::now() < deadline {
+        assert!(a.send(0, &frame(3)));
+        got = frames(&mut b);
+    }
+    assert!(
+        got.first() == Some(&frame(3)),
+        "{} frames after the reset",
+        got.len()
+    );
+    drop(daemon);
+}
+
+/// `--poll`: the worker busy-polls vhost rings instead of sleeping.
+fn poll_mode_forwards_too() {
+    let dir = TempDir::new("vhost");
+    let (s0, s1) = (dir.path("a.sock"), dir.path("b.sock"));
+    let (daemon, ctl) = bridge_here(&dir, &[port(&s0), port(&s1)], &["--poll"]);
+    let mut a = Frontend::connect(&s0, 1, FEATURES).unwrap();
+    let mut b = Frontend::connect(&s1, 1, FEATURES).unwrap();
+    wait_link(&ctl, &port(&s0), "up");
+    wait_link(&ctl, &port(&s1), "up");
+    b.post_room(0, 128);
+    let sent: Vec<Vec<u8>> = (0..50)
+        .map(|n| test_frame(mac(2), mac(1), n, 200))
+        .collect();
+    for frame in &sent {
+        assert!(a.send(0, frame));
+    }
+    same(&frames(&mut b), &sent);
+    drop(daemon);
+}
+
 /// The socket's life: a stale socket is replaced, one in use or a file
 /// that is not a socket is refused with one line, and the port comes and
 /// goes with `port add` and `port del`.
@@ -621,5 +683,7 @@ lab::test_main! {
         the_socket_is_made_refused_and_removed,
         frames_larger_than_a_buffer_merge_or_are_refused,
         offloads_the_driver_did_not_take_are_done_first,
+        memory_tables_and_ring_resets_are_honoured,
+        poll_mode_forwards_too,
     ],
 }

@@ -67,6 +67,7 @@ pub struct Frontend {
     connection: Connection,
     memory: GuestMemory,
     _file: File,
+    size: u64,
     vrings: Vec<Vring>,
     /// The features set.
     pub features: u64,
@@ -170,6 +171,7 @@ impl Frontend {
             connection,
             memory,
             _file: file,
+            size,
             vrings: Vec::new(),
             features,
         };
@@ -184,13 +186,13 @@ impl Frontend {
                 avail: 0,
                 used: 0,
             };
-            frontend.start_vring(index, &vring)?;
+            frontend.start_vring(index, &vring, 0)?;
             frontend.vrings.push(vring);
         }
         Ok(frontend)
     }
 
-    fn start_vring(&mut self, index: usize, vring: &Vring) -> Result<(), String> {
+    fn start_vring(&mut self, index: usize, vring: &Vring, base: u16) -> Result<(), String> {
         let e = |what: &'static str| move |error: vhost::Error| format!("{what} {index}: {error}");
         let c = &mut self.connection;
         c.set_vring_num(index, RING_SIZE)
@@ -208,8 +210,7 @@ impl Frontend {
             },
         )
         .map_err(e("SET_VRING_ADDR"))?;
-        c.set_vring_base(index, vring.avail)
-            .map_err(e("SET_VRING_BASE"))?;
+        c.set_vring_base(index, base).map_err(e("SET_VRING_BASE"))?;
         c.set_vring_call(index, &vring.call)
             .map_err(e("SET_VRING_CALL"))?;
         c.set_vring_kick(index, &vring.kick)
@@ -377,5 +378,31 @@ impl Frontend {
         self.connection
             .get_vring_base(index)
             .expect("GET_VRING_BASE")
+    }
+
+    /// Sets vring `index` up again from `base` (after [`stop_vring`](Self::stop_vring)),
+    /// with new kick and call descriptors.
+    pub fn restart_vring(&mut self, index: usize, base: u16) -> Result<(), String> {
+        let mut vring = self.vrings.remove(index);
+        vring.kick = EventFd::new(libc::EFD_NONBLOCK).unwrap();
+        vring.call = EventFd::new(libc::EFD_NONBLOCK).unwrap();
+        let started = self.start_vring(index, &vring, base);
+        self.vrings.insert(index, vring);
+        started
+    }
+
+    /// Sends the memory table again (as QEMU does when memory is added).
+    pub fn resend_memory(&mut self) -> Result<(), String> {
+        let region = VhostUserMemoryRegionInfo {
+            guest_phys_addr: BASE,
+            memory_size: self.size,
+            userspace_addr: BASE,
+            mmap_offset: 0,
+            mmap_handle: self._file.as_raw_fd(),
+        };
+        self.connection
+            .set_mem_table(&[region])
+            .map(|_| ())
+            .map_err(|e| format!("SET_MEM_TABLE: {e}"))
     }
 }

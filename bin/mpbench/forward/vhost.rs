@@ -17,8 +17,11 @@
 //! The switch runs on CPU 1: mpbridge with one worker (the strategies in
 //! turn), or testpmd with two `net_vhost` ports in io mode, which forwards
 //! each port's frames to the other without looking at them: the ceiling.
-//! Each figure comes with the switch's CPU time per forwarded frame (its
-//! process's user and system time) and both cores' busy time.
+//! With `--workers P`, both sides use P queue pairs: the generator P
+//! forwarding lcores on CPUs 0..P-1, the switch P workers (or lcores) on
+//! CPUs P..2P-1. Each figure comes with the switch's CPU time per
+//! forwarded frame (its process's user and system time) and the busy
+//! share of the generator's and the switch's CPUs.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -64,9 +67,9 @@ struct Sample {
     fps: f64,
     /// The switch process's CPU nanoseconds per forwarded frame.
     switch_ns: f64,
-    /// Busy share of CPU 0 (generator) and CPU 1 (switch).
-    cpu0: f64,
-    cpu1: f64,
+    /// Busy share of the generator's CPUs and of the switch's.
+    generator_busy: f64,
+    switch_busy: f64,
 }
 
 /// A process of ours, killed (by its pid) on drop.
@@ -116,22 +119,39 @@ fn wait_for(paths: &[&Path]) -> Result<(), String> {
     Ok(())
 }
 
-fn start_switch(switch: Switch, mpbridge: &str, dir: &Path) -> Result<Running, String> {
+/// CPUs `first..first + count` as a list.
+fn cpu_list(first: usize, count: usize) -> String {
+    match count {
+        1 => first.to_string(),
+        _ => format!("{first}-{}", first + count - 1),
+    }
+}
+
+/// testpmd's lcores: the main one and `count` forwarding ones, on CPUs
+/// `first..first + count` (the main lcore shares the first, and sleeps).
+fn lcores(first: usize, count: usize) -> String {
+    let mut list = format!("0@{first}");
+    for n in 0..count {
+        list += &format!(",{}@{}", n + 1, first + n);
+    }
+    list
+}
+
+fn start_switch(
+    switch: Switch,
+    pairs: usize,
+    mpbridge: &str,
+    dir: &Path,
+) -> Result<Running, String> {
+    let cpus = cpu_list(pairs, pairs);
     let (a, b) = (dir.join("a.sock"), dir.join("b.sock"));
     let _ = std::fs::remove_file(&a);
     let _ = std::fs::remove_file(&b);
     let child = match switch {
         Switch::Mpbridge(lock) => Command::new("taskset")
-            .args([
-                "-c",
-                "1",
-                mpbridge,
-                "run",
-                "--workers",
-                "1",
-                "--lock",
-                lock.name(),
-            ])
+            .args(["-c", &cpus, mpbridge, "run", "--lock", lock.name()])
+            .arg(format!("--workers={pairs}"))
+            .arg(format!("--cpus={cpus}"))
             .arg(format!("--ctl={}", dir.join("ctl").display()))
             .arg(format!("--port=vhost:{}", a.display()))
             .arg(format!("--port=vhost:{}", b.display()))
@@ -142,18 +162,31 @@ fn start_switch(switch: Switch, mpbridge: &str, dir: &Path) -> Result<Running, S
         Switch::Dpdk => Command::new("taskset")
             .args([
                 "-c",
-                "1",
+                &cpus,
                 "dpdk-testpmd",
                 "--lcores",
-                "0@1,1@1",
+                &lcores(pairs, pairs),
+            ])
+            .args([
                 "--no-huge",
                 "-m",
                 "1024",
+                "--no-pci",
+                "--file-prefix",
+                "mpbench-switch",
             ])
-            .args(["--no-pci", "--file-prefix", "mpbench-switch"])
-            .arg(format!("--vdev=net_vhost0,iface={},queues=1", a.display()))
-            .arg(format!("--vdev=net_vhost1,iface={},queues=1", b.display()))
-            .args(["--", "--forward-mode=io", "--nb-cores=1", "--auto-start"])
+            .arg(format!(
+                "--vdev=net_vhost0,iface={},queues={pairs}",
+                a.display()
+            ))
+            .arg(format!(
+                "--vdev=net_vhost1,iface={},queues={pairs}",
+                b.display()
+            ))
+            .args(["--", "--forward-mode=io", "--auto-start"])
+            .arg(format!("--nb-cores={pairs}"))
+            .arg(format!("--rxq={pairs}"))
+            .arg(format!("--txq={pairs}"))
             .args(["--total-num-mbufs=65536"])
             .arg(format!("--rxd={QUEUE_SIZE}"))
             .arg(format!("--txd={QUEUE_SIZE}"))
@@ -172,38 +205,24 @@ fn start_switch(switch: Switch, mpbridge: &str, dir: &Path) -> Result<Running, S
 
 /// The generator, started: one line of its statistics per port and
 /// period comes out of its standard output.
-fn start_generator(dir: &Path, size: usize) -> Result<Running, String> {
+fn start_generator(dir: &Path, size: usize, pairs: usize) -> Result<Running, String> {
     let (a, b) = (dir.join("a.sock"), dir.join("b.sock"));
     let port = |n: usize, path: &PathBuf| {
         format!(
-            "--vdev=net_virtio_user{n},path={},queues=1,queue_size={QUEUE_SIZE},mac=02:00:00:00:00:0{n}",
+            "--vdev=net_virtio_user{n},path={},queues={pairs},queue_size={QUEUE_SIZE},mac=02:00:00:00:00:0{n}",
             path.display()
         )
     };
     let child = Command::new("taskset")
-        .args([
-            "-c",
-            "0",
-            "dpdk-testpmd",
-            "--lcores",
-            "0@0,1@0",
-            "--no-huge",
-        ])
-        .args([
-            "-m",
-            "1024",
-            "--no-pci",
-            "--file-prefix",
-            "mpbench-generator",
-        ])
+        .args(["-c", &cpu_list(0, pairs), "dpdk-testpmd"])
+        .args(["--lcores", &lcores(0, pairs), "--no-huge", "-m", "1024"])
+        .args(["--no-pci", "--file-prefix", "mpbench-generator"])
         .arg(port(0, &a))
         .arg(port(1, &b))
-        .args([
-            "--",
-            "--forward-mode=macswap",
-            "--port-topology=loop",
-            "--nb-cores=1",
-        ])
+        .args(["--", "--forward-mode=macswap", "--port-topology=loop"])
+        .arg(format!("--nb-cores={pairs}"))
+        .arg(format!("--rxq={pairs}"))
+        .arg(format!("--txq={pairs}"))
         .args([
             "--eth-peer=0,02:00:00:00:00:01",
             "--eth-peer=1,02:00:00:00:00:00",
@@ -252,14 +271,15 @@ fn rx_pps(line: &str) -> Option<f64> {
 
 fn measure(
     switch: Switch,
+    pairs: usize,
     mpbridge: &str,
     dir: &Path,
     size: usize,
     seconds: usize,
 ) -> Result<Sample, String> {
-    let running = start_switch(switch, mpbridge, dir)?;
+    let running = start_switch(switch, pairs, mpbridge, dir)?;
     let pid = running.0.id();
-    let mut generator = start_generator(dir, size)?;
+    let mut generator = start_generator(dir, size, pairs)?;
     let rates = period_rates(&mut generator);
     let next = || {
         rates
@@ -284,16 +304,20 @@ fn measure(
         _ => Vec::new(),
     };
     let frames: f64 = measured.iter().sum();
-    let busy = |core: usize| {
-        cores
-            .get(core)
-            .map_or(0.0, |c| c.busy_ns() / (c.busy_ns() + c.idle_ns).max(1.0))
+    let busy = |first: usize| {
+        let shares: Vec<f64> = cores
+            .iter()
+            .skip(first)
+            .take(pairs)
+            .map(|c| c.busy_ns() / (c.busy_ns() + c.idle_ns).max(1.0))
+            .collect();
+        shares.iter().sum::<f64>() / shares.len().max(1) as f64
     };
     Ok(Sample {
         fps: frames / measured.len() as f64,
         switch_ns: (cpu_after - cpu_before) * 1e9 / frames.max(1.0),
-        cpu0: busy(0),
-        cpu1: busy(1),
+        generator_busy: busy(0),
+        switch_busy: busy(pairs),
     })
 }
 
@@ -310,27 +334,45 @@ pub(super) fn run(args: &ForwardArgs, mpbridge: &str) -> Result<(), String> {
                 .to_owned(),
         );
     }
-    if super::topology::cpus() < 2 {
-        return Err("the vhost benchmark needs two CPUs (generator, switch)".to_owned());
-    }
     let seconds = args.interval.seconds.round().max(1.0) as usize;
+    let cpus = super::topology::cpus();
+    let mut configs = Vec::new();
+    for &pairs in &args.workers {
+        if 2 * pairs > cpus {
+            println!(
+                "note: {pairs} queue pairs need {} CPUs; this machine has {cpus}",
+                2 * pairs
+            );
+            continue;
+        }
+        configs.push((Switch::Dpdk, pairs));
+        configs.extend(
+            args.strategies
+                .locks
+                .iter()
+                .map(|&l| (Switch::Mpbridge(l), pairs)),
+        );
+    }
+    if configs.is_empty() {
+        return Err("no --workers count fits this machine".to_owned());
+    }
     let dir = Scratch::new()?;
-    let mut switches = vec![Switch::Dpdk];
-    switches.extend(args.strategies.locks.iter().map(|&l| Switch::Mpbridge(l)));
     println!(
         "vhost-user: generator testpmd (two virtio-user ports, macswap looped, {BURST} frames in flight \
-         per port, one forwarding lcore) on CPU 0; switch on CPU 1 (mpbridge: 1 worker); \
-         rings of {QUEUE_SIZE}; mean of {seconds} one-second periods after {WARMUP_PERIODS} of warm-up once frames flow, \
+         per port and queue, one forwarding lcore per queue pair) on CPUs 0..P-1; the switch (mpbridge: \
+         P workers; DPDK: P lcores) on CPUs P..2P-1, for P queue pairs; rings of {QUEUE_SIZE}; \
+         mean of {seconds} one-second periods after {WARMUP_PERIODS} of warm-up once frames flow, \
          median of {} interleaved runs",
         args.repeats.runs
     );
-    let mut samples = vec![vec![Vec::new(); args.sizes.len()]; switches.len()];
+    let mut samples = vec![vec![Vec::new(); args.sizes.len()]; configs.len()];
     for run in 0..args.repeats.runs {
-        for k in 0..switches.len() {
-            let s = (run + k) % switches.len();
+        for k in 0..configs.len() {
+            let c = (run + k) % configs.len();
+            let (switch, pairs) = configs[c];
             for (z, &size) in args.sizes.iter().enumerate() {
-                let sample = measure(switches[s], mpbridge, &dir.0, size, seconds);
-                samples[s][z].push(sample?);
+                let sample = measure(switch, pairs, mpbridge, &dir.0, size, seconds);
+                samples[c][z].push(sample?);
             }
         }
     }
@@ -338,29 +380,33 @@ pub(super) fn run(args: &ForwardArgs, mpbridge: &str) -> Result<(), String> {
     for (z, &size) in args.sizes.iter().enumerate() {
         println!("\n{size}-byte frames:");
         println!(
-            "  {:<36} {:>9} {:>10} {:>14} {:>7} {:>7}",
-            "switch", "Mfps", "of DPDK", "switch ns/fr", "CPU 0", "CPU 1"
+            "  {:<36} {:>5} {:>9} {:>10} {:>14} {:>9} {:>9}",
+            "switch", "pairs", "Mfps", "of DPDK", "switch ns/fr", "gen busy", "sw busy"
         );
-        let ceiling = median(samples[0][z].iter().map(|s| s.fps).collect());
-        for (s, switch) in switches.iter().enumerate() {
-            let runs = &samples[s][z];
+        let mut ceiling = 0.0;
+        for (c, &(switch, pairs)) in configs.iter().enumerate() {
+            let runs = &samples[c][z];
             let fps = median(runs.iter().map(|s| s.fps).collect());
+            if switch == Switch::Dpdk {
+                ceiling = fps;
+            }
             let ns = median(runs.iter().map(|s| s.switch_ns).collect());
-            let cpu0 = median(runs.iter().map(|s| s.cpu0).collect());
-            let cpu1 = median(runs.iter().map(|s| s.cpu1).collect());
+            let generator = median(runs.iter().map(|s| s.generator_busy).collect());
+            let busy = median(runs.iter().map(|s| s.switch_busy).collect());
             let spread = runs
                 .iter()
                 .map(|s| format!("{:.2}", s.fps / 1e6))
                 .collect::<Vec<_>>()
                 .join(" ");
             println!(
-                "  {:<36} {:>9.2} {:>9.0}% {:>14.0} {:>6.0}% {:>6.0}%   runs: {spread}",
+                "  {:<36} {:>5} {:>9.2} {:>9.0}% {:>14.0} {:>8.0}% {:>8.0}%   runs: {spread}",
                 switch.label(),
+                pairs,
                 fps / 1e6,
-                100.0 * fps / ceiling.max(1.0),
+                100.0 * fps / f64::max(ceiling, 1.0),
                 ns,
-                100.0 * cpu0,
-                100.0 * cpu1,
+                100.0 * generator,
+                100.0 * busy,
             );
         }
     }
