@@ -14,7 +14,9 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use netns::{bridge_here, ctl_json, port_stats, test_frame, PortKind, Station, TempDir, Topology};
+use netns::{
+    bridge_here, ctl_json, port_stats, test_frame, PortKind, Station, TempDir, Topology, BROADCAST,
+};
 
 /// A testpmd of this test's, stopped (SIGINT, then SIGKILL) on drop.
 struct Testpmd {
@@ -271,6 +273,66 @@ fn txonly_to_rxonly(lock: &str) {
 strategy_tests!(txonly_to_rxonly: txonly_to_rxonly_mutex, txonly_to_rxonly_rwlock,
     txonly_to_rxonly_rmlock, txonly_to_rxonly_sharded, txonly_to_rxonly_rcu, txonly_to_rxonly_epoch);
 
+/// Three ports: testpmd txonly to a MAC the bridge does not know reaches
+/// both other ports; once that station speaks from one of them, only
+/// that one.
+fn learning_and_flooding_with_three_ports(lock: &str) {
+    if !have_testpmd("learning_and_flooding_with_three_ports") {
+        return;
+    }
+    let dir = TempDir::new("dpdk");
+    let (a, b, c) = (dir.path("a.sock"), dir.path("b.sock"), dir.path("c.sock"));
+    let ports: Vec<String> = [&a, &b, &c]
+        .iter()
+        .map(|p| format!("vhost:{}", p.display()))
+        .collect();
+    let (daemon, ctl) = bridge_here(&dir, &ports, &["--lock", lock]);
+    let mut fb = lab::vhost::Frontend::connect(&b, 1, u64::MAX).unwrap();
+    let mut fc = lab::vhost::Frontend::connect(&c, 1, u64::MAX).unwrap();
+    fb.post_room(0, 250);
+    fc.post_room(0, 250);
+    let station = port_mac(9);
+    let mut sender = Testpmd::start(
+        "three",
+        0,
+        &[a.display().to_string()],
+        &[
+            "--forward-mode=txonly",
+            "--auto-start",
+            "--txpkts=60",
+            &format!("--eth-peer=0,{}", mac_text(station)),
+        ],
+    );
+    sender.wait_for("forwards packets on");
+    wait_link(&ctl, &ports[0], "up");
+    // Unknown: flooded to both.
+    assert!(
+        !fb.receive(0, Duration::from_millis(300)).is_empty(),
+        "b: nothing flooded"
+    );
+    assert!(
+        !fc.receive(0, Duration::from_millis(300)).is_empty(),
+        "c: nothing flooded"
+    );
+    // The station speaks from b's port; from then on only b has its frames.
+    let hello = test_frame(BROADCAST, station, 1, 60);
+    assert!(fb.send(0, &hello));
+    std::thread::sleep(Duration::from_millis(300));
+    fb.receive(0, Duration::from_millis(100));
+    fc.receive(0, Duration::from_millis(100));
+    fb.post_room(0, 250);
+    fc.post_room(0, 250);
+    let to_b = fb.receive(0, Duration::from_millis(300)).len();
+    let to_c = fc.receive(0, Duration::from_millis(300)).len();
+    assert!(to_b > 0, "b: nothing once learned");
+    assert_eq!(to_c, 0, "c still gets the station's frames");
+    drop(sender);
+    drop(daemon);
+}
+
+strategy_tests!(learning_and_flooding_with_three_ports: three_ports_mutex, three_ports_rwlock,
+    three_ports_rmlock, three_ports_sharded, three_ports_rcu, three_ports_epoch);
+
 /// A frontend killed takes the link down; one started again on the same
 /// socket brings it back, and frames pass.
 fn a_killed_frontend_is_replaced() {
@@ -404,6 +466,12 @@ lab::test_main! {
         txonly_to_rxonly_sharded,
         txonly_to_rxonly_rcu,
         txonly_to_rxonly_epoch,
+        three_ports_mutex,
+        three_ports_rwlock,
+        three_ports_rmlock,
+        three_ports_sharded,
+        three_ports_rcu,
+        three_ports_epoch,
         a_killed_frontend_is_replaced,
         client_mode_against_a_testpmd_server,
         two_queue_pairs_with_two_workers,

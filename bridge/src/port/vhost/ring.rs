@@ -615,7 +615,8 @@ mod tests {
 
     #[test]
     fn broken_chains_are_reported_returned_and_passed() {
-        let cases: [(&str, fn(&GuestMemory, &RingLayout), ChainError); 7] = [
+        type Setup = fn(&GuestMemory, &RingLayout);
+        let cases: [(&str, Setup, ChainError); 7] = [
             (
                 "loop",
                 |m, l| {
