@@ -363,6 +363,7 @@ fn main() -> ExitCode {
     let mut args = match command {
         Command::Run(args) => args,
         other => {
+            system::default_sigpipe();
             let socket = cli.socket();
             return match commands::operate(&cli.name, &socket, other) {
                 Ok(()) => ExitCode::SUCCESS,

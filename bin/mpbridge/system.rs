@@ -37,6 +37,17 @@ pub fn forward_signals(set: SigSet, caller: Caller) -> Result<(), String> {
 }
 
 /// Tells a service manager we are ready, when one asked (sd_notify).
+/// For the client: a closed standard output (`mpbridge stats | head -1`)
+/// ends the process quietly, as it ends other command-line tools, rather
+/// than failing the next print. The daemon keeps Rust's default (SIGPIPE
+/// ignored), so that a control client that goes away is a write error.
+pub fn default_sigpipe() {
+    use nix::sys::signal::{signal, SigHandler};
+    // SAFETY: SIG_DFL installs no handler of ours, so nothing runs in
+    // signal context; this runs before any thread of the client starts.
+    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
+}
+
 pub fn notify_ready() {
     if let Err(error) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
         log::warn!("cannot notify the service manager: {error}");

@@ -622,6 +622,27 @@ fn poll_mode_forwards_too() {
     drop(daemon);
 }
 
+/// A client whose standard output is closed (`mpbridge stats | head -1`)
+/// ends quietly, without a panic.
+fn a_client_with_its_output_closed_ends_quietly() {
+    let dir = TempDir::new("vhost");
+    let (s0, s1) = (dir.path("a.sock"), dir.path("b.sock"));
+    let (daemon, ctl) = bridge_here(&dir, &[port(&s0), port(&s1)], &[]);
+    let mut client = std::process::Command::new(env!("CARGO_BIN_EXE_mpbridge"))
+        .arg("--ctl")
+        .arg(&ctl)
+        .arg("stats")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(client.stdout.take());
+    let output = client.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    drop(daemon);
+}
+
 /// The socket's life: a stale socket is replaced, one in use or a file
 /// that is not a socket is refused with one line, and the port comes and
 /// goes with `port add` and `port del`.
@@ -685,5 +706,6 @@ lab::test_main! {
         offloads_the_driver_did_not_take_are_done_first,
         memory_tables_and_ring_resets_are_honoured,
         poll_mode_forwards_too,
+        a_client_with_its_output_closed_ends_quietly,
     ],
 }
