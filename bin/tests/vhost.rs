@@ -39,8 +39,9 @@ fn wait_link(ctl: &Path, port: &str, link: &str) {
 
 /// The frames `frontend` got on pair 0 within a short quiet time.
 fn frames(frontend: &mut Frontend) -> Vec<Vec<u8>> {
+    // Long enough for a worker on a loaded 2-core machine to get a turn.
     frontend
-        .receive(0, Duration::from_millis(200))
+        .receive(0, Duration::from_millis(500))
         .into_iter()
         .map(|(_, frame)| frame)
         .collect()
