@@ -92,6 +92,9 @@ fn forwarding_rules(kind: PortKind) {
         [0, 0, 0],
         "reserved or bad source forwarded"
     );
+    // BPDUs flood without --stp, as the Linux bridge's with stp_state 0.
+    st[0].send(&test_frame([0x01, 0x80, 0xc2, 0, 0, 0], a, 4, 60));
+    assert_eq!(counts(&settle(&mut st)), [0, 1, 1], "BPDU not flooded");
 
     // B moves to host 2.
     st[2].send(&test_frame(BROADCAST, b, 6, 60));

@@ -2,7 +2,7 @@
 //! and a read section of the MAC table.
 
 use crate::fdb::{FdbKey, FdbLookup, Location, PortId, Vtep};
-use crate::wire::{EthernetFrame, MacKind, VlanId};
+use crate::wire::{EthernetFrame, MacAddr, MacKind, VlanId};
 
 /// Why a frame is not forwarded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -12,7 +12,7 @@ pub enum DropReason {
     /// The source is a group (multicast, broadcast) or all-zero address.
     BadSource,
     /// The destination is an IEEE 802.1D link-local address
-    /// (01:80:C2:00:00:00 to 0F), which bridges never forward.
+    /// (01:80:C2:00:00:01 to 0F), which bridges never forward.
     Reserved,
     /// The destination was learned on the port the frame came in on: the
     /// stations share a segment and already heard each other.
@@ -30,11 +30,26 @@ pub enum DropReason {
     /// VLAN filtering: known unicast towards a port that is not a member of
     /// the frame's VLAN.
     VlanEgress,
+    /// A BPDU (to 01:80:C2:00:00:00) taken by spanning tree.
+    Stp,
+    /// A BPDU on a port with `bpdu_filter=on`.
+    BpduFilter,
+    /// A BPDU on a port with `guard=on`, which it disabled.
+    Guard,
+    /// The port is not forwarding: spanning tree has it discarding or
+    /// learning, or a guard disabled it.
+    PortState,
+    /// Broadcast, multicast or unknown unicast beyond the port's storm
+    /// limit.
+    Storm,
+    /// From a station held for moving between ports too often (the move
+    /// limit).
+    MoveLimit,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 8] = [
+    pub const ALL: [DropReason; 14] = [
         DropReason::Runt,
         DropReason::BadSource,
         DropReason::Reserved,
@@ -43,6 +58,12 @@ impl DropReason {
         DropReason::VlanUntagged,
         DropReason::VlanIngress,
         DropReason::VlanEgress,
+        DropReason::Stp,
+        DropReason::BpduFilter,
+        DropReason::Guard,
+        DropReason::PortState,
+        DropReason::Storm,
+        DropReason::MoveLimit,
     ];
 
     /// A short name for counters and logs.
@@ -56,6 +77,12 @@ impl DropReason {
             DropReason::VlanUntagged => "vlan_untagged",
             DropReason::VlanIngress => "vlan_ingress",
             DropReason::VlanEgress => "vlan_egress",
+            DropReason::Stp => "stp",
+            DropReason::BpduFilter => "bpdu_filter",
+            DropReason::Guard => "guard",
+            DropReason::PortState => "port_state",
+            DropReason::Storm => "storm",
+            DropReason::MoveLimit => "move_limit",
         }
     }
 
@@ -100,7 +127,10 @@ pub fn classify_in(frame: &[u8], vlan: Option<VlanId>) -> Result<(FdbKey, FdbKey
 /// Decides where `frame`, received on `ingress`, goes.
 ///
 /// Rules, in order: drop runts and frames from invalid sources; drop frames
-/// to reserved link-local addresses; flood broadcast, multicast and unknown
+/// to reserved link-local addresses but the Bridge Group Address (BPDUs
+/// reaching the decision are flooded, as the Linux bridge does with
+/// `stp_state 0`, so that bridges around that run spanning tree see a loop
+/// through this one); flood broadcast, multicast and unknown
 /// unicast; drop frames to a port's own address (the host's); send known
 /// unicast to its port, unless that is the ingress port.
 /// A tagged frame is looked up within its VLAN and passes unchanged.
@@ -134,6 +164,7 @@ pub fn decide_to(
         Err(reason) => return (Decision::Drop(reason), None),
     };
     let decision = match dst.mac.kind() {
+        MacKind::Reserved if dst.mac == MacAddr::BRIDGE_GROUP => Decision::Flood,
         MacKind::Reserved => Decision::Drop(DropReason::Reserved),
         MacKind::Broadcast | MacKind::Multicast => Decision::Flood,
         // A zero destination is not a station anyone can learn: flooding it

@@ -49,12 +49,12 @@ fn bad_sources_are_dropped_and_not_learned<S: Strategy>() {
 
 fn reserved_destinations_are_never_forwarded<S: Strategy>() {
     let mut rig = Rig::<S>::new(3);
-    for last in 0x00..=0x0f {
+    for last in 0x01..=0x0f {
         let dst = MacAddr([0x01, 0x80, 0xc2, 0, 0, last]);
         rig.send(0, &frame(dst, station(A), 60));
     }
     assert_eq!(rig.ports_that_sent(), Vec::<usize>::new());
-    assert_eq!(rig.stats(0).dropped(DropReason::Reserved), 16);
+    assert_eq!(rig.stats(0).dropped(DropReason::Reserved), 15);
     // Their sources are still learned, as the kernel bridges do.
     assert_eq!(rig.fdb.lookup(&key(A)), Some(PortId(0)));
     // The next group address is ordinary multicast.
@@ -63,6 +63,15 @@ fn reserved_destinations_are_never_forwarded<S: Strategy>() {
         &frame(MacAddr([0x01, 0x80, 0xc2, 0, 0, 0x10]), station(A), 60),
     );
     assert_eq!(rig.ports_that_sent(), vec![1, 2]);
+}
+
+fn bpdus_flood_without_spanning_tree<S: Strategy>() {
+    // As the Linux bridge with stp_state 0: the bridges around that run
+    // spanning tree see a loop through this one.
+    let mut rig = Rig::<S>::new(3);
+    rig.send(1, &frame(MacAddr::BRIDGE_GROUP, station(A), 60));
+    assert_eq!(rig.ports_that_sent(), vec![0, 2]);
+    assert_eq!(rig.stats(1).dropped(DropReason::Reserved), 0);
 }
 
 fn group_and_unknown_destinations_flood<S: Strategy>() {
@@ -146,7 +155,7 @@ fn counters_count_frames_and_bytes<S: Strategy>() {
     rig.send(1, &frame(station(A), station(B), 60));
     rig.send(
         1,
-        &frame(MacAddr([0x01, 0x80, 0xc2, 0, 0, 0]), station(B), 60),
+        &frame(MacAddr([0x01, 0x80, 0xc2, 0, 0, 0x0e]), station(B), 60),
     );
     let (p0, p1, p2) = (rig.stats(0), rig.stats(1), rig.stats(2));
     assert_eq!(
@@ -612,6 +621,7 @@ for_each_strategy!(
     stations_keep_their_vtep,
     bad_sources_are_dropped_and_not_learned,
     reserved_destinations_are_never_forwarded,
+    bpdus_flood_without_spanning_tree,
     group_and_unknown_destinations_flood,
     known_unicast_goes_to_its_port_only,
     frames_never_go_back_out_of_their_port,

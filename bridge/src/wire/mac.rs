@@ -28,6 +28,9 @@ impl MacAddr {
     pub const BROADCAST: MacAddr = MacAddr([0xff; 6]);
     /// The all-zero address.
     pub const ZERO: MacAddr = MacAddr([0; 6]);
+    /// The Bridge Group Address, 01:80:C2:00:00:00, that spanning tree's
+    /// BPDUs go to (IEEE 802.1D-2004 table 7-10).
+    pub const BRIDGE_GROUP: MacAddr = MacAddr([0x01, 0x80, 0xc2, 0, 0, 0]);
 
     /// The address in the first six bytes of `bytes`.
     ///

@@ -9,6 +9,7 @@ use std::sync::{mpsc, Arc};
 
 use locks::Strategy;
 
+use super::policy::{EventSink, Gate, PortSetup};
 use super::slot::PortSlot;
 use super::Worker;
 use crate::capture::CaptureHub;
@@ -18,14 +19,26 @@ use crate::port::{wake, Queue};
 use crate::vlan::PortVlans;
 
 /// What a worker keeps across a change of table: its counters, totals,
-/// capture taps and index. The default is a fresh set.
-#[derive(Debug, Default)]
+/// capture taps, index, ports' setups and where its events go. The
+/// default is a fresh set.
+#[derive(Default)]
 pub struct WorkerParts {
     pub(super) counters: Option<Arc<[PortCounters]>>,
     pub(super) totals: Option<Arc<WorkerCounters>>,
     pub(super) capture: Option<Arc<CaptureHub>>,
     pub(super) id: usize,
-    pub(super) vlans: Option<Vec<PortVlans>>,
+    pub(super) setups: Option<Vec<PortSetup>>,
+    pub(super) events: Option<EventSink>,
+}
+
+impl std::fmt::Debug for WorkerParts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerParts")
+            .field("id", &self.id)
+            .field("setups", &self.setups)
+            .field("events", &self.events.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl WorkerParts {
@@ -38,8 +51,19 @@ impl WorkerParts {
     }
 
     /// The same, with the ports' VLANs (by port id).
-    pub fn with_vlans(mut self, vlans: Vec<PortVlans>) -> WorkerParts {
-        self.vlans = Some(vlans);
+    pub fn with_vlans(self, vlans: Vec<PortVlans>) -> WorkerParts {
+        self.with_setups(vlans.into_iter().map(PortSetup::with_vlans).collect())
+    }
+
+    /// The same, with the ports' setups (by port id).
+    pub fn with_setups(mut self, setups: Vec<PortSetup>) -> WorkerParts {
+        self.setups = Some(setups);
+        self
+    }
+
+    /// The same, with `events` told of BPDUs and tripped guards.
+    pub fn with_events(mut self, events: EventSink) -> WorkerParts {
+        self.events = Some(events);
         self
     }
 }
@@ -49,12 +73,27 @@ pub(super) enum Change<P> {
     Add {
         id: PortId,
         queue: P,
-        vlans: PortVlans,
+        setup: PortSetup,
         done: mpsc::Sender<()>,
     },
     Remove {
         id: PortId,
         done: mpsc::Sender<()>,
+    },
+    /// Spanning tree's port state changed.
+    Gate {
+        id: PortId,
+        gate: Gate,
+    },
+    /// A guard disabled the port, or `port enable` enabled it.
+    Disable {
+        id: PortId,
+        disabled: bool,
+    },
+    /// A frame of spanning tree's to send out of the port.
+    Send {
+        id: PortId,
+        frame: Vec<u8>,
     },
 }
 
@@ -104,14 +143,42 @@ impl<P> PortControl<P> {
         queue: P,
         vlans: PortVlans,
     ) -> io::Result<mpsc::Receiver<()>> {
+        self.add_with(id, queue, PortSetup::with_vlans(vlans))
+    }
+
+    /// [`add`](Self::add), set up as `setup` says.
+    pub fn add_with(
+        &self,
+        id: PortId,
+        queue: P,
+        setup: PortSetup,
+    ) -> io::Result<mpsc::Receiver<()>> {
         let (done, answer) = mpsc::channel();
         self.send(Change::Add {
             id,
             queue,
-            vlans,
+            setup,
             done,
         })?;
         Ok(answer)
+    }
+
+    /// Sets what spanning tree lets through port `id`, from the worker's
+    /// next batch on.
+    pub fn set_gate(&self, id: PortId, gate: Gate) -> io::Result<()> {
+        self.send(Change::Gate { id, gate })
+    }
+
+    /// Disables port `id` (nothing in or out), or enables it again.
+    pub fn set_disabled(&self, id: PortId, disabled: bool) -> io::Result<()> {
+        self.send(Change::Disable { id, disabled })
+    }
+
+    /// Sends `frame` (an Ethernet frame; the worker adds the port's
+    /// metadata) out of port `id`, whatever its gate: spanning tree's
+    /// BPDUs.
+    pub fn send_frame(&self, id: PortId, frame: Vec<u8>) -> io::Result<()> {
+        self.send(Change::Send { id, frame })
     }
 
     /// Takes port `id` from the worker, which closes its queue; the
@@ -143,20 +210,31 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                 Change::Add {
                     id,
                     queue,
-                    vlans,
+                    setup,
                     done,
                 } => {
                     let index = id.index();
                     if index >= self.slots.len() {
                         let batch_size = self.config.batch_size;
                         self.slots.resize_with(index + 1, || {
-                            PortSlot::new(None, PortVlans::default(), batch_size)
+                            PortSlot::new(None, PortSetup::default(), batch_size)
                         });
                     }
                     self.counters[index].reset();
-                    self.slots[index].fill(queue, vlans);
+                    self.slots[index].fill(queue, setup);
                     let _ = done.send(());
                 }
+                Change::Gate { id, gate } => {
+                    if let Some(slot) = self.slots.get_mut(id.index()) {
+                        slot.gate = gate;
+                    }
+                }
+                Change::Disable { id, disabled } => {
+                    if let Some(slot) = self.slots.get_mut(id.index()) {
+                        slot.disabled = disabled;
+                    }
+                }
+                Change::Send { id, frame } => self.send_own(id, &frame),
                 Change::Remove { id, done } => {
                     if let Some(slot) = self.slots.get_mut(id.index()) {
                         // Dropping the queue closes it: nothing of this

@@ -44,6 +44,12 @@ pub struct WorkerConfig {
     /// 802.1Q VLAN filtering (see [`crate::vlan`]): ports are members of
     /// VLANs, set with [`Worker::set_vlans`](super::Worker::set_vlans) or [`PortControl::add_with_vlans`](super::PortControl::add_with_vlans).
     pub vlan_filtering: bool,
+    /// Spanning tree runs: BPDUs are handed to it (through the
+    /// [`EventSink`](super::EventSink)) rather than flooded.
+    pub stp: bool,
+    /// The move limit on stations, if any (without it, a port whose
+    /// stations move often is only warned of).
+    pub move_limit: Option<super::MoveLimit>,
 }
 
 impl Default for WorkerConfig {
@@ -56,6 +62,8 @@ impl Default for WorkerConfig {
             busy_poll: false,
             lockstat: false,
             vlan_filtering: false,
+            stp: false,
+            move_limit: None,
         }
     }
 }

@@ -15,6 +15,7 @@ mod changes;
 mod config;
 mod egress;
 mod health;
+mod policy;
 mod slot;
 mod stopper;
 
@@ -27,16 +28,18 @@ use locks::Strategy;
 
 pub use changes::{PortControl, WorkerParts};
 pub use config::{Mode, SectionMode, WorkerConfig};
+pub use policy::{EventSink, Gate, MoveLimit, PortEvent, PortPolicy, PortSetup, BPDUS_PER_SECOND};
 pub use stopper::Stopper;
 
 use crate::capture::{self, CaptureHub};
 use crate::counters::{PortCounters, PortStats, WorkerCounters};
-use crate::decision::{classify_in, decide_to, Decision};
+use crate::decision::{classify_in, decide_to, Decision, DropReason};
 use crate::fdb::{FdbReader, FdbSection, MacTable, PortId, Seconds, Source, SourceState, Vtep};
 use crate::port::{wake, PortError, Queue, RxBatch};
 use crate::vlan::{self, Admitted, PortVlans};
 use changes::Change;
 use health::{Direction, Health, LOG_INTERVAL};
+use policy::{is_bpdu, Movers};
 use slot::PortSlot;
 
 /// The longest a worker sleeps without looking at its stop flag.
@@ -106,6 +109,14 @@ pub struct Worker<S: Strategy, P: Queue> {
     /// Per frame of the batch, the rewrite index of its untagged and its
     /// tagged form, once made.
     forms: Vec<[Option<usize>; 2]>,
+    /// Where BPDUs and tripped guards are reported.
+    events: Option<EventSink>,
+    /// Stations moving lately, for the move limit.
+    movers: Movers,
+    /// Whether a port has `bpdu_filter=on` (BPDUs flooded skip it).
+    bpdu_filters: bool,
+    /// The batch's station moves (key, from, to), for the move limit.
+    moved: Vec<(crate::fdb::FdbKey, PortId, PortId)>,
 }
 
 impl<S: Strategy, P: Queue> Worker<S, P> {
@@ -132,13 +143,14 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             "a relay has exactly two ports"
         );
         let n = ports.len();
-        let mut vlans = parts.vlans.unwrap_or_default();
-        vlans.resize(n, PortVlans::default());
-        let slots = ports
+        let mut setups = parts.setups.unwrap_or_default();
+        setups.resize(n, PortSetup::default());
+        let slots: Vec<PortSlot<P>> = ports
             .into_iter()
-            .zip(vlans)
-            .map(|(queue, vlans)| PortSlot::new(queue, vlans, config.batch_size))
+            .zip(setups)
+            .map(|(queue, setup)| PortSlot::new(queue, setup, config.batch_size))
             .collect();
+        let bpdu_filters = slots.iter().any(|slot| slot.policy.bpdu_filter);
         let (sender, changes) = mpsc::channel();
         let wake = Arc::new(wake::eventfd().expect("an eventfd for port changes"));
         Worker {
@@ -167,6 +179,10 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             rewritten: Vec::new(),
             rewrites: Vec::new(),
             forms: Vec::with_capacity(config.batch_size),
+            events: parts.events,
+            movers: Movers::default(),
+            bpdu_filters,
+            moved: Vec::new(),
             slots,
         }
     }
@@ -176,17 +192,21 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
     /// applied first.
     pub fn into_parts(mut self) -> (Vec<Option<P>>, WorkerParts) {
         self.apply_changes();
-        let (ports, vlans) = self
+        let (ports, setups) = self
             .slots
             .into_iter()
-            .map(|slot| (slot.queue, slot.vlans))
+            .map(|slot| {
+                let setup = slot.setup();
+                (slot.queue, setup)
+            })
             .unzip();
         let parts = WorkerParts {
             counters: Some(self.counters),
             totals: Some(self.totals),
             capture: Some(self.capture),
             id: self.id,
-            vlans: Some(vlans),
+            setups: Some(setups),
+            events: self.events,
         };
         (ports, parts)
     }
@@ -199,10 +219,37 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         if index >= self.slots.len() {
             let batch_size = self.config.batch_size;
             self.slots.resize_with(index + 1, || {
-                PortSlot::new(None, PortVlans::default(), batch_size)
+                PortSlot::new(None, PortSetup::default(), batch_size)
             });
         }
         self.slots[index].vlans = vlans;
+    }
+
+    /// Sets port `port`'s whole setup, before the worker runs; a running
+    /// worker takes it with [`PortControl::add_with`].
+    pub fn set_setup(&mut self, port: PortId, setup: PortSetup) {
+        self.set_vlans(port, setup.vlans.clone());
+        self.slots[port.index()].set_up(setup);
+        self.bpdu_filters = self.slots.iter().any(|slot| slot.policy.bpdu_filter);
+    }
+
+    /// Sends one of spanning tree's frames out of port `id`, with the
+    /// port's metadata (zero: no offload) before it.
+    fn send_own(&mut self, id: PortId, frame: &[u8]) {
+        let Some(slot) = self.slots.get_mut(id.index()) else {
+            return;
+        };
+        if !slot.sendable() {
+            return;
+        }
+        let mut buffer = vec![0u8; P::METADATA_LEN + frame.len()];
+        buffer[P::METADATA_LEN..].copy_from_slice(frame);
+        let queue = slot.queue.as_mut().expect("sendable ports are in use");
+        let report = queue.send_batch(std::iter::once(&buffer[..]));
+        slot.stats.tx_frames += report.sent as u64;
+        slot.stats.tx_bytes += report.sent_bytes;
+        slot.stats.tx_errors += report.refused as u64;
+        slot.stats.tx_dropped += (1 - report.sent.min(1) - report.refused.min(1)) as u64;
     }
 
     /// This worker's counters, one per port.
@@ -489,35 +536,163 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             return;
         }
         let filtering = self.config.vlan_filtering;
-        let port_vlans = &slots[ingress].vlans;
+        let slot = &slots[ingress];
+        let port_vlans = &slot.vlans;
         let batch = &*batch;
         let filtering = filtering.then_some(port_vlans);
+        // BPDUs are taken before anything else looks at the frame (before
+        // VLAN admission too, as the Linux bridge takes link-local frames).
+        let intercept = if slot.policy.bpdu_filter {
+            Some(DropReason::BpduFilter)
+        } else if slot.policy.guard {
+            Some(DropReason::Guard)
+        } else {
+            self.config.stp.then_some(DropReason::Stp)
+        };
+        let (gate, disabled) = (slot.gate, slot.disabled);
+        if disabled || !gate.learning {
+            // Nothing learned, nothing forwarded, and no table section:
+            // only BPDUs are looked at (not on a disabled port).
+            let intercept = intercept.filter(|_| !disabled);
+            for buffer in batch.iter() {
+                let frame = &buffer[P::METADATA_LEN.min(buffer.len())..];
+                decisions.push(match intercept {
+                    Some(reason) if is_bpdu(frame) => Decision::Drop(reason),
+                    _ => Decision::Drop(DropReason::PortState),
+                });
+                if filtering.is_some() {
+                    admitted.push(None);
+                }
+            }
+            self.after_decisions(ingress);
+            self.dispatch(ingress);
+            return;
+        }
         let mut out = Decided {
             decisions,
             vteps,
             to_learn,
             admitted,
         };
+        let ingress_port = Ingress {
+            port,
+            filtering,
+            intercept,
+        };
         match self.config.section {
             SectionMode::PerBatch => fdb.read(|section| {
                 for (index, buffer) in batch.iter().enumerate() {
-                    decide_one::<S, P>(
-                        section, port, batch, index, buffer, filtering, now, &mut out,
-                    );
+                    decide_one::<S, P>(section, ingress_port, batch, index, buffer, now, &mut out);
                 }
             }),
             SectionMode::PerFrame => {
                 for (index, buffer) in batch.iter().enumerate() {
                     fdb.read(|section| {
                         decide_one::<S, P>(
-                            section, port, batch, index, buffer, filtering, now, &mut out,
+                            section,
+                            ingress_port,
+                            batch,
+                            index,
+                            buffer,
+                            now,
+                            &mut out,
                         )
                     });
                 }
             }
         }
+        if !gate.forwarding {
+            // Learning: sources are learned, nothing is forwarded.
+            for decision in &mut self.decisions {
+                if !matches!(decision, Decision::Drop(_)) {
+                    *decision = Decision::Drop(DropReason::PortState);
+                }
+            }
+        }
+        self.after_decisions(ingress);
         self.dispatch(ingress);
         self.learn(ingress, now);
+    }
+
+    /// What follows the decisions and precedes sending: BPDUs handed to
+    /// spanning tree, a guard tripped, the storm limit, held stations.
+    fn after_decisions(&mut self, ingress: usize) {
+        let slot = &mut self.slots[ingress];
+        let intercepted = slot.policy.guard || self.config.stp;
+        if intercepted {
+            let mut tripped = None;
+            for (index, decision) in self.decisions.iter().enumerate() {
+                match decision {
+                    Decision::Drop(DropReason::Stp) => {
+                        let Some(events) = &self.events else { continue };
+                        let now = Instant::now();
+                        let (count, since) = &mut slot.bpdus;
+                        if since.is_none_or(|at| now >= at + Duration::from_secs(1)) {
+                            *since = Some(now);
+                            *count = 0;
+                        }
+                        if *count >= BPDUS_PER_SECOND {
+                            continue;
+                        }
+                        *count += 1;
+                        let buffer = self.batch.frame(index);
+                        let frame = buffer[P::METADATA_LEN.min(buffer.len())..].to_vec();
+                        events(PortEvent::Bpdu {
+                            port: PortId(ingress as u16),
+                            frame,
+                        });
+                    }
+                    Decision::Drop(DropReason::Guard) => {
+                        tripped = Some(index);
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(at) = tripped {
+                // Nothing in or out from here on: the rest of the batch is
+                // dropped and nothing of it learned.
+                slot.disabled = true;
+                for decision in &mut self.decisions[at + 1..] {
+                    *decision = Decision::Drop(DropReason::PortState);
+                }
+                self.to_learn.clear();
+                if let Some(events) = &self.events {
+                    events(PortEvent::GuardTripped {
+                        port: PortId(ingress as u16),
+                    });
+                }
+            }
+        }
+        if let Some(bucket) = &mut slot.storm {
+            if self.decisions.contains(&Decision::Flood) {
+                bucket.refill(Instant::now());
+                for decision in &mut self.decisions {
+                    if *decision == Decision::Flood && !bucket.take() {
+                        *decision = Decision::Drop(DropReason::Storm);
+                    }
+                }
+            }
+        }
+        if self.movers.any_held() {
+            let now = Instant::now();
+            for index in 0..self.decisions.len() {
+                if matches!(self.decisions[index], Decision::Drop(_)) {
+                    continue;
+                }
+                let buffer = self.batch.frame(index);
+                let frame = &buffer[P::METADATA_LEN.min(buffer.len())..];
+                let vlan = self.admitted.get(index).copied().flatten().map(|a| a.vid);
+                if let Ok((_, source)) = classify_in(frame, vlan) {
+                    if self.movers.is_held(&source, now) {
+                        self.decisions[index] = Decision::Drop(DropReason::MoveLimit);
+                    }
+                }
+            }
+            let movers = &self.movers;
+            self.to_learn
+                .retain(|(source, _)| !movers.is_held(&source.key, now));
+        }
     }
 
     /// Learns the batch's new and moved sources in one write section, and
@@ -551,11 +726,14 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         let sources = self.to_learn.iter().map(|&(source, _)| source);
         self.learn_buffer.clear();
         self.learn_buffer.extend(sources);
+        let moved = &mut self.moved;
+        moved.clear();
         let refused = self
             .fdb
             .learn_batch_with(&self.learn_buffer, now, |key, from, to| {
                 moves += 1;
                 last_move = Some((key, from, to));
+                moved.push((key, from, to));
             });
         self.slots[ingress].stats.refused += refused as u64;
         self.to_learn.clear();
@@ -563,8 +741,12 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             return;
         }
         self.slots[ingress].stats.moves += u64::from(moves);
-        let flaps = &mut self.slots[ingress].flaps;
         let now = Instant::now();
+        if let Some(limit) = self.config.move_limit {
+            self.limit_moves(&limit, now);
+            return;
+        }
+        let flaps = &mut self.slots[ingress].flaps;
         if flaps
             .window
             .is_none_or(|start| now >= start + Duration::from_secs(1))
@@ -597,6 +779,43 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                 );
             }
         }
+    }
+
+    /// Counts the batch's moves against the move limit: a station over it
+    /// is held (its frames dropped, nothing of it learned) for the hold
+    /// time, logged once when held and once when released.
+    fn limit_moves(&mut self, limit: &MoveLimit, now: Instant) {
+        for key in self.movers.expire(now) {
+            log::info!(
+                "station {} (vlan {}): its move limit hold is over",
+                key.mac,
+                key.vlan
+            );
+        }
+        for index in 0..self.moved.len() {
+            let (key, from, to) = self.moved[index];
+            if self.movers.moved(key, limit, now) {
+                log::warn!(
+                    "station {} (vlan {}) moved more than {} times within a second, last from {} \
+                     to {}: its frames are dropped for {} s (a forwarding loop, or two stations \
+                     using one address?)",
+                    key.mac,
+                    key.vlan,
+                    limit.moves,
+                    self.port_name(from),
+                    self.port_name(to),
+                    limit.hold.as_secs()
+                );
+            }
+        }
+    }
+
+    /// A port's name, for logs.
+    fn port_name(&self, port: PortId) -> String {
+        self.slots
+            .get(port.index())
+            .and_then(|slot| slot.queue.as_ref())
+            .map_or("?".to_owned(), |p| p.name().to_owned())
     }
 
     /// Warns, at most once per [`LOG_INTERVAL`], of frames that came in
@@ -637,8 +856,10 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                         None => rx.tx_errors += 1,
                     },
                     Decision::Flood => {
+                        let bpdu = self.bpdu_filters
+                            && is_bpdu(&self.batch.frame(index)[P::METADATA_LEN..]);
                         for (egress, slot) in self.slots.iter_mut().enumerate() {
-                            if egress != ingress {
+                            if egress != ingress && !(bpdu && slot.policy.bpdu_filter) {
                                 slot.output.push(index);
                             }
                         }
@@ -654,8 +875,9 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             }
             // A faulted port is out of forwarding until it is retried, as a
             // disabled port of the Linux bridge is: nothing is sent there
-            // (nor to a port id not in use, which floods also name).
-            if !slot.sendable() {
+            // (nor to a port id not in use, which floods also name, nor to
+            // one that spanning tree or a guard keeps from forwarding).
+            if !slot.forwards() {
                 slot.output.clear();
                 continue;
             }
@@ -722,25 +944,48 @@ struct Decided<'a> {
     admitted: &'a mut Vec<Option<Admitted>>,
 }
 
+/// The port a batch came in on, as deciding its frames needs it.
+#[derive(Clone, Copy)]
+struct Ingress<'a> {
+    port: PortId,
+    /// Its VLANs, with VLAN filtering.
+    filtering: Option<&'a PortVlans>,
+    /// What becomes of a BPDU on it, when it does not reach the decision
+    /// (taken by spanning tree, a guard or a filter).
+    intercept: Option<DropReason>,
+}
+
 /// Decides frame `index` of the batch (`buffer`, with its port's metadata)
-/// received on `port`, with VLAN filtering when the port's VLANs are given.
+/// received on `ingress`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn decide_one<S: Strategy, P: Queue>(
     section: &FdbReader<'_, FdbSection<'_, S>>,
-    port: PortId,
+    ingress: Ingress<'_>,
     batch: &RxBatch,
     index: usize,
     buffer: &[u8],
-    filtering: Option<&PortVlans>,
     now: Seconds,
     out: &mut Decided<'_>,
 ) {
+    let Ingress {
+        port,
+        filtering,
+        intercept,
+    } = ingress;
     let heard = Heard {
         port,
         vtep: batch.vtep(index),
         frame: &buffer[P::METADATA_LEN.min(buffer.len())..],
     };
+    if let Some(reason) = intercept {
+        if is_bpdu(heard.frame) {
+            out.decisions.push(Decision::Drop(reason));
+            if filtering.is_some() {
+                out.admitted.push(None);
+            }
+            return;
+        }
+    }
     let (decision, vtep) = match filtering {
         Some(vlans) => {
             admit_and_decide::<S>(section, heard, vlans, now, out.to_learn, out.admitted)

@@ -7,6 +7,7 @@ use crate::counters::PortStats;
 use crate::vlan::PortVlans;
 
 use super::health::Fault;
+use super::policy::{Gate, PortPolicy, PortSetup, StormBucket};
 
 /// Station moves onto one port in the current one-second window.
 #[derive(Debug, Clone, Copy, Default)]
@@ -32,32 +33,70 @@ pub(super) struct PortSlot<P> {
     pub(super) vlans: PortVlans,
     /// The indices of the batch's frames to send out of it.
     pub(super) output: Vec<usize>,
+    /// Its BPDU and storm options.
+    pub(super) policy: PortPolicy,
+    /// What spanning tree lets through it.
+    pub(super) gate: Gate,
+    /// Disabled by its guard.
+    pub(super) disabled: bool,
+    /// Its storm limit's bucket, with `storm=`.
+    pub(super) storm: Option<StormBucket>,
+    /// BPDUs handed to spanning tree in the current second, and when it
+    /// began.
+    pub(super) bpdus: (u32, Option<std::time::Instant>),
 }
 
 impl<P> PortSlot<P> {
-    /// A slot holding `queue` (or none), with `vlans`.
-    pub(super) fn new(queue: Option<P>, vlans: PortVlans, batch_size: usize) -> PortSlot<P> {
+    /// A slot holding `queue` (or none), set up as `setup` says.
+    pub(super) fn new(queue: Option<P>, setup: PortSetup, batch_size: usize) -> PortSlot<P> {
         let fault = match queue {
             Some(_) => Fault::default(),
             None => Fault::VACANT,
         };
-        PortSlot {
+        let mut slot = PortSlot {
             queue,
             stats: PortStats::default(),
             fault,
             flaps: Flaps::default(),
-            vlans,
+            vlans: PortVlans::default(),
             output: Vec::with_capacity(batch_size),
+            policy: PortPolicy::default(),
+            gate: Gate::OPEN,
+            disabled: false,
+            storm: None,
+            bpdus: (0, None),
+        };
+        slot.set_up(setup);
+        slot
+    }
+
+    /// Takes `setup`'s VLANs, options and state.
+    pub(super) fn set_up(&mut self, setup: PortSetup) {
+        self.vlans = setup.vlans;
+        self.policy = setup.policy;
+        self.gate = setup.gate;
+        self.disabled = setup.disabled;
+        self.storm = setup.policy.storm.map(StormBucket::new);
+    }
+
+    /// The slot's setup, for a worker that takes over.
+    pub(super) fn setup(&self) -> PortSetup {
+        PortSetup {
+            vlans: self.vlans.clone(),
+            policy: self.policy,
+            gate: self.gate,
+            disabled: self.disabled,
         }
     }
 
     /// Puts `queue` in the slot, afresh: no counts, no fault, no moves.
-    pub(super) fn fill(&mut self, queue: P, vlans: PortVlans) {
+    pub(super) fn fill(&mut self, queue: P, setup: PortSetup) {
         self.queue = Some(queue);
-        self.vlans = vlans;
+        self.set_up(setup);
         self.stats = PortStats::default();
         self.fault = Fault::default();
         self.flaps = Flaps::default();
+        self.bpdus = (0, None);
         self.output.clear();
     }
 
@@ -69,9 +108,15 @@ impl<P> PortSlot<P> {
         self.output.clear();
     }
 
-    /// Whether frames may be sent out of it now.
+    /// Whether frames may be sent out of it now (spanning tree's own
+    /// frames may leave a port that does not forward).
     pub(super) fn sendable(&self) -> bool {
-        self.queue.is_some() && self.fault.sendable()
+        self.queue.is_some() && self.fault.sendable() && !self.disabled
+    }
+
+    /// Whether forwarded frames may be sent out of it now.
+    pub(super) fn forwards(&self) -> bool {
+        self.sendable() && self.gate.forwarding
     }
 }
 
@@ -82,10 +127,10 @@ mod tests {
 
     #[test]
     fn filling_and_vacating_a_slot_starts_it_afresh() {
-        let mut slot: PortSlot<u8> = PortSlot::new(None, PortVlans::default(), 4);
+        let mut slot: PortSlot<u8> = PortSlot::new(None, PortSetup::default(), 4);
         assert!(!slot.sendable());
         assert_eq!(slot.fault.health, Health::Vacant);
-        slot.fill(7, PortVlans::access(10));
+        slot.fill(7, PortSetup::with_vlans(PortVlans::access(10)));
         assert!(slot.sendable());
         assert!(slot.vlans.is_member(10));
         slot.stats.rx_frames = 3;
@@ -97,7 +142,7 @@ mod tests {
         assert_eq!(slot.queue, None);
         assert_eq!(slot.stats, PortStats::default());
         assert!(slot.output.is_empty());
-        slot.fill(8, PortVlans::default());
+        slot.fill(8, PortSetup::default());
         assert_eq!(slot.fault.health, Health::Up);
         assert_eq!(slot.flaps.moves, 0);
         assert_eq!(slot.stats, PortStats::default());
