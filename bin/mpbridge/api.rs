@@ -23,12 +23,13 @@ use bridge::port::vxlan::VxlanShared;
 use bridge::port::{netdev, LinkQueue};
 use bridge::vlan::FdbVlan;
 use bridge::wire::StationMac;
-use bridge::worker::{PortControl, MAX_PORTS};
+use bridge::worker::{PortControl, PortEvent, PortSetup, MAX_PORTS};
 use bridge::{PortId, WorkerConfig};
 
 use crate::config::{Config, StaticEntry};
 use crate::ports::{self, Kind, PortSettings, PortSpec};
 use crate::protocol::{self, ApiError, FdbEntry, Request, Response};
+use crate::stp::SpanningTree;
 use crate::workers::Generation;
 
 /// Captures running at once, per bridge: each makes every worker copy the
@@ -48,6 +49,8 @@ pub enum Event {
     Signal(libc::c_int),
     /// What rtnetlink said of interfaces.
     Links(bridge::monitor::Received),
+    /// What a worker reported: a BPDU for spanning tree, a guard tripped.
+    Port(PortEvent),
 }
 
 /// What a capture follows, and its place among the bridge's captures
@@ -172,6 +175,11 @@ pub struct BridgeState {
     /// (a worker lost while switching strategies, one that stopped
     /// answering).
     fatal: Option<String>,
+    /// Spanning tree, with `--stp`.
+    stp: Option<SpanningTree>,
+    /// Per port with `guard=on`: whether a BPDU disabled it, and how often
+    /// one did.
+    guards: BTreeMap<PortId, (bool, u64)>,
 }
 
 /// What the bridge starts with.
@@ -208,13 +216,15 @@ pub struct Parts {
     pub raised: std::collections::BTreeSet<String>,
     /// Whether rtnetlink link news will come.
     pub link_events: bool,
+    /// Spanning tree, with `--stp`, its ports added.
+    pub stp: Option<SpanningTree>,
 }
 
 impl BridgeState {
     /// The state of a bridge whose workers have just started.
     pub fn new(parts: Parts) -> BridgeState {
         let started = parts.started;
-        BridgeState {
+        let mut state = BridgeState {
             name: parts.name,
             ports: parts.specs.into_iter().map(Some).collect(),
             controls: started.controls,
@@ -238,7 +248,127 @@ impl BridgeState {
             raised: parts.raised,
             link_events: parts.link_events,
             fatal: None,
+            guards: BTreeMap::new(),
+            stp: parts.stp,
+        };
+        for (id, spec) in state.live_ports() {
+            if spec.options.guard {
+                state.guards.insert(id, (false, 0));
+            }
         }
+        state.refresh_stp();
+        state
+    }
+
+    /// The worker setup of a port: its VLANs, BPDU and storm options, and
+    /// what spanning tree lets through it at first.
+    pub fn setup(spec: &PortSpec, workers: usize, stp: bool) -> PortSetup {
+        PortSetup {
+            vlans: spec.vlans(),
+            policy: spec.options.policy(workers),
+            gate: match stp {
+                true => SpanningTree::first_gate(spec),
+                false => bridge::worker::Gate::OPEN,
+            },
+            disabled: false,
+        }
+    }
+
+    /// Tells spanning tree of every port's link (a port its guard
+    /// disabled counts as down), and carries out what it decides.
+    fn refresh_stp(&mut self) {
+        if self.stp.is_none() {
+            return;
+        }
+        let states = self.port_states();
+        let links: Vec<(PortId, bool)> = self
+            .live_ports()
+            .into_iter()
+            .map(|(id, spec)| {
+                let state = states.get(id.index()).copied().unwrap_or_default();
+                let tripped = self.guards.get(&id).is_some_and(|g| g.0);
+                (id, !tripped && self.link(&spec, state) == "up")
+            })
+            .collect();
+        if let Some(stp) = &mut self.stp {
+            for (id, up) in links {
+                stp.link(id, up);
+            }
+        }
+        self.apply_stp();
+    }
+
+    /// Carries out what spanning tree decided.
+    fn apply_stp(&mut self) {
+        let Some(stp) = &mut self.stp else { return };
+        let ports = &self.ports;
+        let label = |id: PortId| match ports.get(id.index()) {
+            Some(Some(spec)) => spec.label(),
+            _ => format!("#{}", id.0),
+        };
+        stp.apply(&self.controls, &*self.fdb, label);
+    }
+
+    /// Takes what a worker reported.
+    pub fn port_event(&mut self, event: PortEvent) {
+        match event {
+            PortEvent::Bpdu { port, frame } => {
+                if let Some(stp) = &mut self.stp {
+                    stp.receive(port, &frame);
+                }
+                self.apply_stp();
+            }
+            PortEvent::GuardTripped { port } => self.trip_guard(port),
+        }
+    }
+
+    /// A BPDU came in on a port with `guard=on`: nothing goes in or out of
+    /// it until `port enable`. Logged once per trip.
+    fn trip_guard(&mut self, port: PortId) {
+        let Some(guard) = self.guards.get_mut(&port) else {
+            return;
+        };
+        if guard.0 {
+            // Another worker's report of the same trip.
+            return;
+        }
+        *guard = (true, guard.1 + 1);
+        for control in &self.controls {
+            let _ = control.set_disabled(port, true);
+        }
+        let flushed = self.fdb.flush_port(port);
+        let label = self.label(port);
+        log::warn!(
+            "{label}: BPDU guard: a BPDU came in; the port is disabled ({flushed} learned \
+             stations flushed) until `mpbridge port enable {label}`"
+        );
+        self.refresh_stp();
+    }
+
+    /// `port enable`: a port its guard disabled forwards again.
+    fn enable_port(&mut self, name: &str) -> Result<protocol::PortEnabled, ApiError> {
+        let port = self.port(name)?;
+        let label = self.label(port);
+        let was_disabled = match self.guards.get_mut(&port) {
+            Some(guard) if guard.0 => {
+                guard.0 = false;
+                true
+            }
+            _ => false,
+        };
+        if was_disabled {
+            for control in &self.controls {
+                control
+                    .set_disabled(port, false)
+                    .map_err(|e| format!("cannot reach the workers: {e}"))?;
+            }
+            log::info!("{label}: enabled again");
+            self.refresh_stp();
+        }
+        Ok(protocol::PortEnabled {
+            enabled: label,
+            was_disabled,
+        })
     }
 
     /// Answers one request.
@@ -268,6 +398,7 @@ impl BridgeState {
             }
             Request::PortDel { port } => Response::PortRemoved(self.remove_port(&port)?),
             Request::PortShow => Response::Ports(self.port_list()),
+            Request::PortEnable { port } => Response::PortEnabled(self.enable_port(&port)?),
             Request::Reload => Response::Reloaded(self.reload()?),
             Request::LockSet { lock } => Response::LockSwitched(self.switch_lock(&lock)?),
             Request::Capture { .. } => {
@@ -289,6 +420,10 @@ impl BridgeState {
             let events = self.monitor.tick(&*self.fdb);
             self.report_links(events);
         }
+        if let Some(stp) = &mut self.stp {
+            stp.tick();
+        }
+        self.refresh_stp();
         self.check_workers()
     }
 
@@ -303,6 +438,7 @@ impl BridgeState {
             }
         };
         self.report_links(events);
+        self.refresh_stp();
     }
 
     /// Logs what the link monitor saw.
@@ -624,8 +760,9 @@ impl BridgeState {
         let raised = matches!(queues.first(), Some(LinkQueue::Raw(port)) if port.raised_link());
         let port = PortId(id as u16);
         let mut answers = Vec::new();
+        let setup = Self::setup(spec, self.controls.len(), self.stp.is_some());
         for (control, queue) in self.controls.iter().zip(queues) {
-            match control.add_with_vlans(port, queue, spec.vlans()) {
+            match control.add_with(port, queue, setup.clone()) {
                 Ok(answer) => answers.push(answer),
                 Err(error) => {
                     // Those that took the port give it back.
@@ -662,6 +799,13 @@ impl BridgeState {
             let events = self.monitor.tick(&*self.fdb);
             self.report_links(events);
         }
+        if spec.options.guard {
+            self.guards.insert(port, (false, 0));
+        }
+        if let Some(stp) = &mut self.stp {
+            stp.add(port, spec, crate::stp::port_mac(&self.name, spec));
+        }
+        self.refresh_stp();
         log::info!("{}: added as port {id}", spec.label());
         Ok(protocol::PortAdded {
             port: spec.label(),
@@ -696,6 +840,11 @@ impl BridgeState {
             .map_err(|e| format!("cannot reach the workers: {e}"))?;
         self.await_workers(answers)?;
         let spec = self.ports[port.index()].take().expect("a live port");
+        self.guards.remove(&port);
+        if let Some(stp) = &mut self.stp {
+            stp.remove(port);
+        }
+        self.apply_stp();
         self.monitor.unwatch(port, &*self.fdb);
         let flushed = self.fdb.purge_port(port);
         self.vxlans.remove(&spec.label());
@@ -742,7 +891,10 @@ impl BridgeState {
             }
         }
         let mut restart = Vec::new();
-        let settings: [(&str, bool); 6] = [
+        let settings: [(&str, bool); 9] = [
+            ("stp", new.stp != old.stp),
+            ("move_limit", new.move_limit != old.move_limit),
+            ("move_hold", new.move_hold != old.move_hold),
             ("name", new.name != old.name),
             ("lock", new.lock != old.lock),
             ("workers", new.workers != old.workers),
@@ -986,9 +1138,28 @@ impl BridgeState {
                     .to_owned(),
                     options: spec.describe(),
                     link: self.link(&spec, state).to_owned(),
+                    stp: self.port_stp(id),
                 }
             })
             .collect()
+    }
+
+    /// A port's spanning tree figures and guard, where it has either.
+    fn port_stp(&self, id: PortId) -> Option<protocol::PortStp> {
+        let mut stp = self.stp.as_ref().and_then(|stp| stp.port(id));
+        if let Some(&(tripped, trips)) = self.guards.get(&id) {
+            let stp = stp.get_or_insert(protocol::PortStp {
+                role: None,
+                state: None,
+                guard_tripped: None,
+                guard_trips: None,
+                rstp: None,
+                bpdus: None,
+            });
+            stp.guard_tripped = Some(tripped);
+            stp.guard_trips = Some(trips);
+        }
+        stp
     }
 
     /// The bridge's counters, as `stats` returns them.
@@ -1045,6 +1216,7 @@ impl BridgeState {
                     }),
                     link: self.link(&spec, state).to_owned(),
                     state: state.name().to_owned(),
+                    stp: self.port_stp(id),
                     counters: stats,
                 }
             })
@@ -1099,6 +1271,7 @@ impl BridgeState {
                 totals,
             },
             lockstat,
+            stp: self.stp.as_ref().map(|stp| stp.bridge(|id| self.label(id))),
         }
     }
 }

@@ -51,14 +51,32 @@ pub fn operate(name: &str, socket: &Path, command: Command) -> Result<(), Failur
             println!("removed {}", removed.removed);
             Ok(())
         }
+        Command::Port(PortCommand::Enable { port }) => {
+            let enabled: protocol::PortEnabled =
+                client::call(name, socket, Request::PortEnable { port })?;
+            match enabled.was_disabled {
+                true => println!("enabled {}", enabled.enabled),
+                false => println!("{} was not disabled", enabled.enabled),
+            }
+            Ok(())
+        }
         Command::Port(PortCommand::Show { json }) => {
             let ports: Vec<protocol::PortInfo> = client::call(name, socket, Request::PortShow)?;
             if json {
                 print_json(&ports);
             } else {
                 for port in &ports {
+                    let mut stp = String::new();
+                    if let Some(s) = &port.stp {
+                        if let (Some(role), Some(state)) = (&s.role, &s.state) {
+                            stp += &format!(" stp {role} {state}");
+                        }
+                        if let Some(tripped) = s.guard_tripped {
+                            stp += if tripped { " guard tripped" } else { " guard" };
+                        }
+                    }
                     println!(
-                        "{}: {} link {} options {}",
+                        "{}: {} link {}{stp} options {}",
                         port.id, port.name, port.link, port.options
                     );
                 }

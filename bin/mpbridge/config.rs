@@ -13,6 +13,13 @@
 //! ports = ["tap:vm0", "raw:eth1"]
 //! # with vlan_filtering = true, ports take VLAN options:
 //! # ports = ["tap:vm0,access=10", "raw:eth1,trunk=10,20"]
+//! stp = true
+//! stp_priority = 4096
+//! stp_hello = 2
+//! stp_forward_delay = 15
+//! stp_max_age = 20
+//! move_limit = 20
+//! move_hold = 10
 //!
 //! [[static]]
 //! mac = "02:00:00:00:00:01"
@@ -39,6 +46,13 @@ struct File {
     age: Option<u32>,
     max_entries: Option<usize>,
     vlan_filtering: Option<bool>,
+    stp: Option<bool>,
+    stp_priority: Option<u16>,
+    stp_hello: Option<u8>,
+    stp_forward_delay: Option<u8>,
+    stp_max_age: Option<u8>,
+    move_limit: Option<Spanned<u32>>,
+    move_hold: Option<Spanned<u64>>,
     #[serde(default)]
     ports: Vec<Spanned<String>>,
     #[serde(default, rename = "static")]
@@ -82,10 +96,32 @@ pub struct Config {
     pub max_entries: Option<usize>,
     /// 802.1Q VLAN filtering.
     pub vlan_filtering: Option<bool>,
+    /// Spanning tree and its timers.
+    pub stp: StpSettings,
+    /// The move limit.
+    pub move_limit: Option<u32>,
+    /// Its hold time, seconds.
+    pub move_hold: Option<u64>,
     /// The ports, in order.
     pub ports: Vec<PortSpec>,
     /// Static entries.
     pub statics: Vec<StaticEntry>,
+}
+
+/// Spanning tree as the file sets it (checked with the command line's
+/// values, once merged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StpSettings {
+    /// `stp`.
+    pub stp: Option<bool>,
+    /// `stp_priority`.
+    pub priority: Option<u16>,
+    /// `stp_hello`.
+    pub hello: Option<u8>,
+    /// `stp_forward_delay`.
+    pub forward_delay: Option<u8>,
+    /// `stp_max_age`.
+    pub max_age: Option<u8>,
 }
 
 /// The 1-based line of byte `offset` in `text`.
@@ -124,6 +160,19 @@ pub fn load(path: &Path) -> Result<Config, String> {
     if let Some(name) = &file.name {
         crate::bridge_name(name.get_ref()).map_err(|e| at(name.span(), e))?;
     }
+    if let Some(limit) = &file.move_limit {
+        if *limit.get_ref() == 0 {
+            return Err(at(limit.span(), "move_limit must be 1 or more".to_owned()));
+        }
+    }
+    if let Some(hold) = &file.move_hold {
+        if !(1..=3600).contains(hold.get_ref()) {
+            return Err(at(
+                hold.span(),
+                "move_hold must be 1 to 3600 seconds".to_owned(),
+            ));
+        }
+    }
     let mut ports = Vec::new();
     for port in &file.ports {
         let spec = PortSpec::parse(port.get_ref()).map_err(|e| at(port.span(), e))?;
@@ -154,6 +203,15 @@ pub fn load(path: &Path) -> Result<Config, String> {
         age: file.age,
         max_entries: file.max_entries,
         vlan_filtering: file.vlan_filtering,
+        stp: StpSettings {
+            stp: file.stp,
+            priority: file.stp_priority,
+            hello: file.stp_hello,
+            forward_delay: file.stp_forward_delay,
+            max_age: file.stp_max_age,
+        },
+        move_limit: file.move_limit.map(Spanned::into_inner),
+        move_hold: file.move_hold.map(Spanned::into_inner),
         ports,
         statics,
     })

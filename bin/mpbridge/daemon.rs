@@ -116,7 +116,21 @@ pub fn run<S: Strategy>(
         busy_poll: args.poll,
         lockstat: args.lockstat,
         vlan_filtering: args.vlan_filtering,
+        stp: args.stp,
+        move_limit: args.move_limit.map(|moves| bridge::worker::MoveLimit {
+            moves,
+            hold: Duration::from_secs(args.move_hold),
+        }),
         ..WorkerConfig::default()
+    };
+    // Workers report BPDUs and tripped guards to the owner thread.
+    let (events_tx, events) = mpsc::channel::<Event>();
+    let sink: bridge::worker::EventSink = {
+        let events = std::sync::Mutex::new(events_tx.clone());
+        Arc::new(move |event| {
+            // The owner is gone only while the bridge stops.
+            let _ = events.lock().map(|tx| tx.send(Event::Port(event)));
+        })
     };
     if args.lockstat {
         locks::lockstat::enable(true);
@@ -126,10 +140,15 @@ pub fn run<S: Strategy>(
         .enumerate()
         .map(|(id, ports)| {
             let ports = ports.into_iter().map(Some).collect();
-            let vlans = specs.iter().map(PortSpec::vlans).collect();
+            let setups = specs
+                .iter()
+                .map(|spec| BridgeState::setup(spec, workers, args.stp))
+                .collect();
             (
                 ports,
-                bridge::worker::WorkerParts::new(id).with_vlans(vlans),
+                bridge::worker::WorkerParts::new(id)
+                    .with_setups(setups)
+                    .with_events(Arc::clone(&sink)),
             )
         })
         .collect();
@@ -146,6 +165,22 @@ pub fn run<S: Strategy>(
         inject,
     )?;
     let started_rx = std::mem::replace(&mut first.started, mpsc::channel().1);
+    let stp = args.stp.then(|| {
+        let macs: Vec<_> = specs
+            .iter()
+            .map(|spec| crate::stp::port_mac(name, spec))
+            .collect();
+        // As the Linux bridge: the lowest of the ports' addresses.
+        let mac = *macs
+            .iter()
+            .min_by_key(|mac| mac.to_u64())
+            .expect("two ports");
+        let mut stp = crate::stp::SpanningTree::new(crate::stp_config(args), mac);
+        for (index, (spec, mac)) in specs.iter().zip(macs).enumerate() {
+            stp.add(PortId(index as u16), spec, mac);
+        }
+        stp
+    });
     let mut state = BridgeState::new(api::Parts {
         name: name.to_owned(),
         specs: specs.to_vec(),
@@ -163,12 +198,12 @@ pub fn run<S: Strategy>(
         vhosts,
         raised,
         link_events: link_news.is_some(),
+        stp,
     });
     state.report_links(first_events);
     if let Some((_, file)) = &file {
         state.add_statics(&file.statics)?;
     }
-    let (events_tx, events) = mpsc::channel::<Event>();
     let caller = Caller::new(events_tx);
     let metrics_thread = match metrics {
         Some(server) => {
@@ -305,6 +340,7 @@ fn own(
                 let _ = reply.send(state.capture(request));
             }
             Ok(Event::Links(news)) => state.links(news),
+            Ok(Event::Port(event)) => state.port_event(event),
             Ok(Event::Signal(libc::SIGHUP)) if !reloads => {
                 log::info!("SIGHUP: the bridge runs without --config; nothing to reload");
             }
@@ -372,6 +408,9 @@ fn ready_flags(args: &RunArgs) -> String {
     }
     if args.vlan_filtering {
         flags.push_str(" vlan-filtering");
+    }
+    if args.stp {
+        flags.push_str(" stp");
     }
     flags
 }

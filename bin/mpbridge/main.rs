@@ -11,8 +11,10 @@ mod config;
 mod control;
 mod daemon;
 mod metrics;
+mod port_options;
 mod ports;
 mod protocol;
+mod stp;
 mod system;
 mod workers;
 
@@ -154,8 +156,13 @@ enum PortCommand {
         /// The port, as given to --port or port add (or its interface name).
         port: String,
     },
-    /// List the ports: id, name, kind, link, and every option as --port
-    /// takes it.
+    /// Enable a port that its BPDU guard (guard=on) disabled.
+    Enable {
+        /// The port, as given to --port or port add (or its interface name).
+        port: String,
+    },
+    /// List the ports: id, name, kind, link, spanning tree role and state
+    /// (with --stp), guard, and every option as --port takes it.
     Show {
         /// JSON instead of text.
         #[arg(short = 'j', long)]
@@ -230,6 +237,35 @@ struct RunArgs {
     /// and flooding are per VLAN.
     #[arg(long)]
     vlan_filtering: bool,
+    /// Run spanning tree: RSTP (IEEE 802.1D-2004 clause 17), speaking
+    /// 802.1D on ports where a neighbour does (the Linux bridge with
+    /// stp_state 1). Without it, BPDUs are forwarded like other multicast.
+    /// Ports take ,cost=N ,priority=N (0-240, steps of 16) ,edge=on.
+    #[arg(long)]
+    stp: bool,
+    /// Bridge priority: 0 to 61440 in steps of 4096 (the lowest bridge id
+    /// is the root).
+    #[arg(long, value_name = "N", default_value_t = 32768)]
+    stp_priority: u16,
+    /// Seconds between BPDUs: 1 or 2.
+    #[arg(long, value_name = "SECONDS", default_value_t = 2)]
+    stp_hello: u8,
+    /// Seconds a port spends discarding and learning where proposal and
+    /// agreement cannot make it forward at once: 4 to 30.
+    #[arg(long, value_name = "SECONDS", default_value_t = 15)]
+    stp_forward_delay: u8,
+    /// Seconds a root's information lasts: 6 to 40, with 2 x (forward delay
+    /// - 1) >= max age >= 2 x (hello + 1).
+    #[arg(long, value_name = "SECONDS", default_value_t = 20)]
+    stp_max_age: u8,
+    /// Station moves a second beyond which a station's frames are dropped
+    /// for --move-hold seconds (a loop, or two stations with one address).
+    /// Without it, frequent moves are only warned of.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    move_limit: Option<u32>,
+    /// How long a station over the move limit is held.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    move_hold: u64,
     /// A TOML file with the bridge's settings, ports and static entries
     /// (docs/control.md); options given on the command line win over it.
     /// SIGHUP or `mpbridge reload` applies its ports and static entries
@@ -412,6 +448,14 @@ fn main() -> ExitCode {
         say("mpbridge: --vlan-filtering needs --mode bridge\n");
         return ExitCode::from(2);
     }
+    if args.stp && args.mode == ModeArg::Relay {
+        say("mpbridge: --stp needs --mode bridge\n");
+        return ExitCode::from(2);
+    }
+    if let Err(error) = stp_config(&args).validate() {
+        say(&format!("mpbridge: {error}\n"));
+        return ExitCode::from(2);
+    }
     let signals = match system::block_signals() {
         Ok(signals) => signals,
         Err(error) => {
@@ -426,6 +470,17 @@ fn main() -> ExitCode {
             say(&format!("mpbridge: {error}\n"));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The spanning tree settings of `args`.
+pub(crate) fn stp_config(args: &RunArgs) -> bridge::stp::StpConfig {
+    bridge::stp::StpConfig {
+        priority: args.stp_priority,
+        hello_time: args.stp_hello,
+        forward_delay: args.stp_forward_delay,
+        max_age: args.stp_max_age,
+        ..bridge::stp::StpConfig::default()
     }
 }
 
@@ -488,6 +543,32 @@ fn merge_config(
         if let Some(name) = &config.name {
             cli.name = name.clone();
         }
+    }
+    let stp = &config.stp;
+    if !given("stp") {
+        args.stp |= stp.stp.unwrap_or(false);
+    }
+    for (id, field, value) in [
+        ("stp_hello", &mut args.stp_hello, stp.hello),
+        (
+            "stp_forward_delay",
+            &mut args.stp_forward_delay,
+            stp.forward_delay,
+        ),
+        ("stp_max_age", &mut args.stp_max_age, stp.max_age),
+    ] {
+        if let (false, Some(value)) = (given(id), value) {
+            *field = value;
+        }
+    }
+    if let (false, Some(priority)) = (given("stp_priority"), stp.priority) {
+        args.stp_priority = priority;
+    }
+    if let (false, Some(limit)) = (given("move_limit"), config.move_limit) {
+        args.move_limit = Some(limit);
+    }
+    if let (false, Some(hold)) = (given("move_hold"), config.move_hold) {
+        args.move_hold = hold;
     }
     Ok(Some((path, config)))
 }

@@ -152,6 +152,116 @@ pub fn render(stats: &Stats) -> String {
     text
 }
 
+/// Spanning tree's families and the guards': per port with `--stp` or
+/// `guard=on`, and the bridge's with `--stp`.
+fn write_stp(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Result {
+    let bridge = stats.name.as_str();
+    let with_stp = || {
+        stats
+            .ports
+            .iter()
+            .filter_map(|port| Some((port, port.stp.as_ref()?)))
+    };
+    family(
+        out,
+        "port_stp_info",
+        Kind::Gauge,
+        "The port's spanning tree role and state (labels); always 1.",
+        with_stp().filter_map(|(port, stp)| {
+            let labels = vec![
+                ("bridge", bridge),
+                ("port", port.name.as_str()),
+                ("role", stp.role.as_deref()?),
+                ("state", stp.state.as_deref()?),
+            ];
+            Some((labels, Value::Int(1)))
+        }),
+    )?;
+    type BpduField = fn(&crate::protocol::BpduCounts) -> u64;
+    let bpdu_counters: [(&str, &str, BpduField); 5] = [
+        ("port_bpdus_received_total", "BPDUs received.", |b| {
+            b.rx_bpdus
+        }),
+        ("port_bpdus_sent_total", "BPDUs sent.", |b| b.tx_bpdus),
+        (
+            "port_tcns_received_total",
+            "Topology change notifications received.",
+            |b| b.rx_tcns,
+        ),
+        (
+            "port_tcns_sent_total",
+            "Topology change notifications sent.",
+            |b| b.tx_tcns,
+        ),
+        ("port_bpdus_bad_total", "BPDUs refused as malformed.", |b| {
+            b.bad_bpdus
+        }),
+    ];
+    for (name, help, field) in bpdu_counters {
+        let samples = with_stp().filter_map(|(port, stp)| {
+            let labels = vec![("bridge", bridge), ("port", port.name.as_str())];
+            Some((labels, Value::Int(field(stp.bpdus.as_ref()?))))
+        });
+        family(out, name, Kind::Counter, help, samples)?;
+    }
+    family(
+        out,
+        "port_guard_tripped",
+        Kind::Gauge,
+        "1 if a BPDU disabled the port (guard=on) and it was not enabled since, else 0.",
+        with_stp().filter_map(|(port, stp)| {
+            let labels = vec![("bridge", bridge), ("port", port.name.as_str())];
+            Some((labels, Value::Int(u64::from(stp.guard_tripped?))))
+        }),
+    )?;
+    family(
+        out,
+        "port_guard_trips_total",
+        Kind::Counter,
+        "Times a BPDU disabled the port (guard=on).",
+        with_stp().filter_map(|(port, stp)| {
+            let labels = vec![("bridge", bridge), ("port", port.name.as_str())];
+            Some((labels, Value::Int(stp.guard_trips?)))
+        }),
+    )?;
+    let Some(stp) = &stats.stp else {
+        return Ok(());
+    };
+    let root_port = stp.root_port.as_deref().unwrap_or("");
+    family(
+        out,
+        "stp_info",
+        Kind::Gauge,
+        "The bridge's spanning tree: its id, the root's id and the root port (empty on the root); always 1.",
+        [(
+            vec![
+                ("bridge", bridge),
+                ("bridge_id", stp.bridge_id.as_str()),
+                ("root_id", stp.root_id.as_str()),
+                ("root_port", root_port),
+            ],
+            Value::Int(1),
+        )],
+    )?;
+    family(
+        out,
+        "stp_root_cost",
+        Kind::Gauge,
+        "The path cost to the root bridge.",
+        [(
+            vec![("bridge", bridge)],
+            Value::Int(u64::from(stp.root_cost)),
+        )],
+    )?;
+    family(
+        out,
+        "stp_topology_changes_total",
+        Kind::Counter,
+        "Topology changes detected or heard of.",
+        [(vec![("bridge", bridge)], Value::Int(stp.topology_changes))],
+    )
+}
+
 /// Every family of `stats`, in the order docs/control.md lists them.
 fn write_families(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Result {
     let bridge = stats.name.as_str();
@@ -236,7 +346,7 @@ fn write_families(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Resul
         out,
         "port_drops_total",
         Kind::Counter,
-        "Received frames not forwarded, by reason (runt, bad_source, reserved, same_port, local).",
+        "Received frames not forwarded, by reason (runt, bad_source, reserved, same_port, local, vlan_*, stp, bpdu_filter, guard, port_state, storm, move_limit).",
         stats.ports.iter().flat_map(|port| {
             port.counters.drops_by_name().map(move |(reason, count)| {
                 let mut labels = vec![("bridge", bridge), ("port", port.name.as_str())];
@@ -265,6 +375,8 @@ fn write_families(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Resul
             (port_labels(port), Value::Int(u64::from(forwarding)))
         }),
     )?;
+
+    write_stp(out, stats)?;
 
     let worker_ids: Vec<String> = stats.workers.iter().map(|w| w.id.to_string()).collect();
     let worker_labels =
@@ -662,6 +774,7 @@ mod tests {
             vlans: None,
             vxlan: None,
             vhost: None,
+            stp: None,
             name: name.to_owned(),
             link: link.to_owned(),
             state: state.to_owned(),
@@ -717,6 +830,82 @@ mod tests {
                 contended: 10,
                 wait_ns: 1_500_000_007,
             },
+            stp: None,
+        }
+    }
+
+    #[test]
+    fn spanning_tree_and_guards_are_exposed() {
+        let mut stats = sample_stats();
+        stats.stp = Some(crate::protocol::BridgeStp {
+            bridge_id: "8000.02ac00000001".to_owned(),
+            root_id: "1000.02ac00000009".to_owned(),
+            root_port: Some("raw:eth1".to_owned()),
+            root_cost: 2000,
+            topology_changes: 3,
+            topology_change: false,
+        });
+        stats.ports[0].stp = Some(crate::protocol::PortStp {
+            role: Some("root".to_owned()),
+            state: Some("forwarding".to_owned()),
+            guard_tripped: None,
+            guard_trips: None,
+            rstp: Some(false),
+            bpdus: Some(crate::protocol::BpduCounts {
+                rx_bpdus: 11,
+                tx_bpdus: 12,
+                rx_tcns: 1,
+                tx_tcns: 2,
+                bad_bpdus: 0,
+            }),
+        });
+        stats.ports[1].stp = Some(crate::protocol::PortStp {
+            role: None,
+            state: None,
+            guard_tripped: Some(true),
+            guard_trips: Some(1),
+            rstp: None,
+            bpdus: None,
+        });
+        let e = checked(&stats);
+        let get = |name: &str, labels: &[(&str, &str)]| {
+            e.value(&format!("mpbridge_{name}"), labels)
+                .unwrap_or_else(|| panic!("no {name} {labels:?}"))
+        };
+        let eth1 = [("bridge", "br0"), ("port", "raw:eth1")];
+        let vm0 = [("bridge", "br0"), ("port", "tap:vm0")];
+        let info = [
+            ("bridge", "br0"),
+            ("port", "raw:eth1"),
+            ("role", "root"),
+            ("state", "forwarding"),
+        ];
+        assert_eq!(get("port_stp_info", &info), 1.0);
+        assert_eq!(get("port_bpdus_received_total", &eth1), 11.0);
+        assert_eq!(get("port_tcns_sent_total", &eth1), 2.0);
+        assert_eq!(get("port_guard_tripped", &vm0), 1.0);
+        assert_eq!(get("port_guard_trips_total", &vm0), 1.0);
+        assert!(e
+            .value("mpbridge_port_bpdus_received_total", &vm0)
+            .is_none());
+        let bridge = [
+            ("bridge", "br0"),
+            ("bridge_id", "8000.02ac00000001"),
+            ("root_id", "1000.02ac00000009"),
+            ("root_port", "raw:eth1"),
+        ];
+        assert_eq!(get("stp_info", &bridge), 1.0);
+        assert_eq!(get("stp_root_cost", &[("bridge", "br0")]), 2000.0);
+        assert_eq!(get("stp_topology_changes_total", &[("bridge", "br0")]), 3.0);
+        // Without spanning tree or guards, none of the families shows.
+        let plain = render(&sample_stats());
+        for family in [
+            "mpbridge_stp_",
+            "mpbridge_port_stp_",
+            "mpbridge_port_guard",
+            "bpdus",
+        ] {
+            assert!(!plain.contains(family), "{family} without spanning tree");
         }
     }
 

@@ -15,6 +15,8 @@ use bridge::vlan::{self, PortVlans, VlanSet};
 use bridge::wire::vxlan::MAX_VNI;
 use std::path::Path;
 
+use crate::port_options::PortOptions;
+
 /// What kind of port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -41,6 +43,8 @@ pub struct PortSpec {
     pub vxlan: Option<VxlanConfig>,
     /// A vhost-user port's side of its socket.
     pub vhost: Option<VhostMode>,
+    /// Its spanning tree, guard and storm options.
+    pub options: PortOptions,
 }
 
 impl PortSpec {
@@ -79,19 +83,20 @@ impl PortSpec {
                 VhostMode::Server
             });
         }
-        let keys: &[&str] = match parsed.kind {
-            Kind::Vxlan => &VXLAN_KEYS,
-            _ => &VLAN_KEYS,
+        let keys: Vec<&str> = match parsed.kind {
+            Kind::Vxlan => VXLAN_KEYS.iter().chain(&PORT_KEYS).copied().collect(),
+            _ => PORT_KEYS.to_vec(),
         };
         let in_spec = |e: String| format!("port '{spec}': {e}");
         let items = match options {
-            Some(options) => split_options(options, keys).map_err(in_spec)?,
+            Some(options) => split_options(options, &keys).map_err(in_spec)?,
             None => Vec::new(),
         };
         if options.is_some() && items.is_empty() && !client {
             return Err(in_spec("no options after ','".to_owned()));
         }
         parsed.vlans = vlan_options(&items).map_err(in_spec)?;
+        parsed.options = PortOptions::parse(&items).map_err(in_spec)?;
         if parsed.kind == Kind::Vxlan {
             parsed.vxlan = Some(vxlan_options(&items).map_err(in_spec)?);
         }
@@ -116,6 +121,7 @@ impl PortSpec {
                     vlans: None,
                     vxlan: None,
                     vhost: None,
+                    options: PortOptions::default(),
                 });
             }
             _ => {
@@ -136,6 +142,7 @@ impl PortSpec {
             vlans: None,
             vxlan: None,
             vhost: None,
+            options: PortOptions::default(),
         })
     }
 
@@ -168,7 +175,7 @@ impl PortSpec {
         if let Some(vlans) = &self.vlans {
             text += &format!(",{vlans}");
         }
-        text
+        text + &self.options.describe()
     }
 
     /// The port as `--port` gives it.
@@ -213,10 +220,20 @@ fn split_options(options: &str, keys: &[&str]) -> Result<Vec<(String, String)>, 
     Ok(items)
 }
 
-const VLAN_KEYS: [&str; 3] = ["access", "trunk", "native"];
-const VXLAN_KEYS: [&str; 8] = [
-    "vni", "local", "port", "remote", "learning", "access", "trunk", "native",
+/// Every port's options: VLANs, then spanning tree, guard and storm.
+const PORT_KEYS: [&str; 9] = [
+    "access",
+    "trunk",
+    "native",
+    "cost",
+    "priority",
+    "edge",
+    "guard",
+    "bpdu_filter",
+    "storm",
 ];
+/// A VXLAN port's own, besides.
+const VXLAN_KEYS: [&str; 5] = ["vni", "local", "port", "remote", "learning"];
 
 /// The VLAN options among `items`, if any.
 fn vlan_options(items: &[(String, String)]) -> Result<Option<PortVlans>, String> {

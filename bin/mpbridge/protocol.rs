@@ -112,6 +112,11 @@ pub enum Request {
     },
     /// The ports with their options.
     PortShow,
+    /// Enables a port its BPDU guard disabled.
+    PortEnable {
+        /// The port, as given to `--port` (or its interface name).
+        port: String,
+    },
 }
 
 impl Request {
@@ -190,6 +195,17 @@ pub enum Response {
     LockSwitched(LockSwitched),
     /// `capture`, before the pcapng stream.
     CaptureStarted(CaptureStarted),
+    /// `port-enable`.
+    PortEnabled(PortEnabled),
+}
+
+/// `port-enable`'s result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortEnabled {
+    /// The port, as `--port` gave it.
+    pub enabled: String,
+    /// Whether its guard had disabled it (false: it was enabled already).
+    pub was_disabled: bool,
 }
 
 /// `fdb-add`'s result.
@@ -244,6 +260,67 @@ pub struct PortInfo {
     pub options: String,
     /// The interface's link, as `stats` gives it.
     pub link: String,
+    /// Spanning tree's view of it, and its guard (as `stats` gives them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stp: Option<PortStp>,
+}
+
+/// A port's spanning tree role and state, its guard and its BPDU counts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortStp {
+    /// root, designated, alternate, backup, disabled or edge (with
+    /// `--stp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// discarding, learning or forwarding (with `--stp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// With `guard=on`: whether a BPDU disabled the port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard_tripped: Option<bool>,
+    /// With `guard=on`: how often a BPDU disabled it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard_trips: Option<u64>,
+    /// Whether the port speaks RSTP (false: 802.1D, toward a bridge that
+    /// does), with `--stp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rstp: Option<bool>,
+    /// BPDUs received and sent, TCNs among them, and BPDUs refused as
+    /// malformed (with `--stp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bpdus: Option<BpduCounts>,
+}
+
+/// A port's BPDU counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BpduCounts {
+    /// BPDUs received.
+    pub rx_bpdus: u64,
+    /// BPDUs sent.
+    pub tx_bpdus: u64,
+    /// Topology change notifications received.
+    pub rx_tcns: u64,
+    /// Topology change notifications sent.
+    pub tx_tcns: u64,
+    /// BPDUs refused as malformed.
+    pub bad_bpdus: u64,
+}
+
+/// The bridge's spanning tree, as `stats` gives it with `--stp`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BridgeStp {
+    /// This bridge's id, as Linux's sysfs writes it (`8000.02ac00000001`).
+    pub bridge_id: String,
+    /// The root bridge's id.
+    pub root_id: String,
+    /// The port toward the root, as `stats` names ports; null on the root.
+    pub root_port: Option<String>,
+    /// The path cost to the root.
+    pub root_cost: u32,
+    /// Topology changes detected or heard of.
+    pub topology_changes: u64,
+    /// Whether a topology change is in progress.
+    pub topology_change: bool,
 }
 
 /// `reload`'s result.
@@ -354,6 +431,9 @@ pub struct Stats {
     /// The lock statistics of the MAC table (lock-based strategies, with
     /// `--lockstat`).
     pub lockstat: LockStats,
+    /// Spanning tree, with `--stp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stp: Option<BridgeStp>,
 }
 
 /// One port's counters.
@@ -382,6 +462,10 @@ pub struct PortStats {
     /// heard beyond the most it names (`vteps_refused`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vxlan: Option<std::collections::BTreeMap<String, u64>>,
+    /// Spanning tree's view of the port and its guard, with `--stp` or
+    /// `guard=on`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stp: Option<PortStp>,
     /// A vhost-user port's own counters: frontends that connected
     /// (`connects`) and went (`disconnects`), messages that broke the
     /// protocol (`bad_messages`), memory tables and rings refused
@@ -590,6 +674,7 @@ mod tests {
             vlans: None,
             vxlan: None,
             vhost: None,
+            stp: None,
         };
         let json = serde_json::to_value(&port).unwrap();
         assert_eq!(json["rx_frames"], 3, "{json}");

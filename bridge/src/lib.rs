@@ -9,6 +9,7 @@
 //! - [`monitor`]: link state and local addresses of raw ports.
 //! - [`counters`]: per-port counters.
 //! - [`capture`]: copies of a port's frames for a capture.
+//! - [`stp`]: the Rapid Spanning Tree Protocol (802.1D-2004 clause 17), I/O-free.
 
 #![deny(unsafe_code)]
 
@@ -18,6 +19,7 @@ pub mod decision;
 pub mod fdb;
 pub mod monitor;
 pub mod port;
+pub mod stp;
 pub mod vlan;
 pub mod wire;
 pub mod worker;

@@ -212,8 +212,10 @@ fn classify(frame: &[u8]) -> Result<(FdbKey, FdbKey), DropReason> {
     ))
 }
 
+/// 01:80:C2:00:00:01 to 0F: never forwarded. (00, the BPDUs' address,
+/// floods when no spanning tree takes it.)
 fn is_reserved(mac: &MacAddr) -> bool {
-    mac.0[..5] == [0x01, 0x80, 0xc2, 0, 0] && mac.0[5] < 0x10
+    mac.0[..5] == [0x01, 0x80, 0xc2, 0, 0] && (1..0x10).contains(&mac.0[5])
 }
 
 #[derive(Debug, Default)]

@@ -1,0 +1,155 @@
+//! A port's spanning tree, guard and storm options (`,cost=N`,
+//! `,priority=N`, `,edge=on`, `,guard=on`, `,bpdu_filter=on`,
+//! `,storm=PPS`), named as the Linux bridge's `bridge link set` names
+//! them where it has them.
+
+use bridge::worker::PortPolicy;
+
+/// A port's spanning tree, guard and storm options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PortOptions {
+    /// Spanning tree path cost (by default from the link speed).
+    pub cost: Option<u32>,
+    /// Spanning tree port priority (by default 128).
+    pub priority: Option<u8>,
+    /// An edge port: it forwards at once, no BPDU expected.
+    pub edge: bool,
+    /// BPDU guard: a BPDU disables the port.
+    pub guard: bool,
+    /// BPDUs dropped in and out; the port takes no part in spanning tree.
+    pub bpdu_filter: bool,
+    /// Floods beyond this many frames a second are dropped.
+    pub storm: Option<u32>,
+}
+
+impl PortOptions {
+    /// The options among `items` (key and value pairs of one port).
+    pub fn parse(items: &[(String, String)]) -> Result<PortOptions, String> {
+        let get = |key: &str| {
+            items
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str())
+        };
+        let cost = get("cost")
+            .map(|text| match text.parse::<u32>() {
+                Ok(cost) if (1..=200_000_000).contains(&cost) => Ok(cost),
+                _ => Err(format!("cost={text}: a path cost from 1 to 200000000")),
+            })
+            .transpose()?;
+        let priority = get("priority")
+            .map(|text| match text.parse::<u8>() {
+                Ok(priority) if priority % 16 == 0 && priority <= 240 => Ok(priority),
+                _ => Err(format!(
+                    "priority={text}: a port priority from 0 to 240 in steps of 16"
+                )),
+            })
+            .transpose()?;
+        let storm = get("storm")
+            .map(|text| match text.parse::<u32>() {
+                Ok(pps) if pps > 0 => Ok(pps),
+                _ => Err(format!(
+                    "storm={text}: frames a second, from 1 to {}",
+                    u32::MAX
+                )),
+            })
+            .transpose()?;
+        let options = PortOptions {
+            cost,
+            priority,
+            edge: flag(get("edge"), "edge")?,
+            guard: flag(get("guard"), "guard")?,
+            bpdu_filter: flag(get("bpdu_filter"), "bpdu_filter")?,
+            storm,
+        };
+        Ok(options)
+    }
+
+    /// What the workers apply of them, with the storm limit shared out
+    /// among `workers` (each sees its own share of the port's frames).
+    pub fn policy(&self, workers: usize) -> PortPolicy {
+        PortPolicy {
+            guard: self.guard,
+            bpdu_filter: self.bpdu_filter,
+            storm: self.storm.map(|pps| (pps / workers.max(1) as u32).max(1)),
+        }
+    }
+
+    /// The options as `--port` takes them (`,cost=100,...`), or nothing.
+    pub fn describe(&self) -> String {
+        let mut text = String::new();
+        if let Some(cost) = self.cost {
+            text += &format!(",cost={cost}");
+        }
+        if let Some(priority) = self.priority {
+            text += &format!(",priority={priority}");
+        }
+        for (on, name) in [
+            (self.edge, "edge"),
+            (self.guard, "guard"),
+            (self.bpdu_filter, "bpdu_filter"),
+        ] {
+            if on {
+                text += &format!(",{name}=on");
+            }
+        }
+        if let Some(pps) = self.storm {
+            text += &format!(",storm={pps}");
+        }
+        text
+    }
+}
+
+/// An `on`/`off` option; off when absent.
+fn flag(value: Option<&str>, key: &str) -> Result<bool, String> {
+    match value {
+        None | Some("off") => Ok(false),
+        Some("on") => Ok(true),
+        Some(other) => Err(format!("{key}={other}: on or off")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn items(text: &str) -> Vec<(String, String)> {
+        text.split(',')
+            .map(|item| {
+                let (k, v) = item.split_once('=').unwrap();
+                (k.to_owned(), v.to_owned())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn options_parse_and_describe_themselves() {
+        let options =
+            PortOptions::parse(&items("cost=100,priority=64,edge=on,guard=off,storm=5000"))
+                .unwrap();
+        assert_eq!(options.cost, Some(100));
+        assert_eq!(options.priority, Some(64));
+        assert!(options.edge && !options.guard && !options.bpdu_filter);
+        assert_eq!(
+            options.describe(),
+            ",cost=100,priority=64,edge=on,storm=5000"
+        );
+        assert_eq!(options.policy(2).storm, Some(2500));
+        assert_eq!(PortOptions::parse(&[]).unwrap(), PortOptions::default());
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        for (text, needle) in [
+            ("priority=17", "priority=17"),
+            ("priority=256", "priority=256"),
+            ("cost=0", "cost=0"),
+            ("cost=x", "cost=x"),
+            ("storm=0", "storm=0"),
+            ("guard=yes", "guard=yes: on or off"),
+        ] {
+            let error = PortOptions::parse(&items(text)).unwrap_err();
+            assert!(error.contains(needle), "{text}: {error}");
+        }
+    }
+}
