@@ -221,9 +221,10 @@ fn scrape_equals_stats_on_an_idle_bridge() {
             assert_eq!(get(&metric, &at), int(&p[field]), "{metric} {at:?}");
         }
         let drops = p["drops"].as_object().unwrap();
-        // runt, bad_source, reserved, same_port, local and the three VLAN
-        // reasons.
-        assert_eq!(drops.len(), 8, "{p}");
+        // runt, bad_source, reserved, same_port, local, the three VLAN
+        // reasons, and stp, bpdu_filter, guard, port_state, storm and
+        // move_limit.
+        assert_eq!(drops.len(), 14, "{p}");
         for (reason, count) in drops {
             let labels = [at[0], ("reason", reason.as_str())];
             assert_eq!(get("port_drops_total", &labels), int(count), "{labels:?}");
