@@ -240,9 +240,9 @@ fn the_move_limit_holds_a_flapping_station<S: Strategy>() {
     let held: u64 = (0..2)
         .map(|p| rig.stats(p).dropped(DropReason::MoveLimit))
         .sum();
-    // Six moves get it held (the first frame is no move): the frames
-    // after those seven are dropped.
-    assert_eq!(held, 20 - 7);
+    // Five moves a second are allowed (the first frame is no move): the
+    // sixth move's frame and every one after it are dropped.
+    assert_eq!(held, 20 - 6);
     rig.send(0, &frame(MacAddr::BROADCAST, station(A), 60));
     assert_eq!(rig.ports_that_sent(), Vec::<usize>::new());
     // Other stations are not held.

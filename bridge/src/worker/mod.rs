@@ -115,8 +115,6 @@ pub struct Worker<S: Strategy, P: Queue> {
     movers: Movers,
     /// Whether a port has `bpdu_filter=on` (BPDUs flooded skip it).
     bpdu_filters: bool,
-    /// The batch's station moves (key, from, to), for the move limit.
-    moved: Vec<(crate::fdb::FdbKey, PortId, PortId)>,
 }
 
 impl<S: Strategy, P: Queue> Worker<S, P> {
@@ -182,7 +180,6 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             events: parts.events,
             movers: Movers::default(),
             bpdu_filters,
-            moved: Vec::new(),
             slots,
         }
     }
@@ -674,6 +671,9 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                 }
             }
         }
+        if let Some(limit) = self.config.move_limit {
+            self.limit_moves(&limit, ingress, Instant::now());
+        }
         if self.movers.any_held() {
             let now = Instant::now();
             for index in 0..self.decisions.len() {
@@ -726,14 +726,11 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         let sources = self.to_learn.iter().map(|&(source, _)| source);
         self.learn_buffer.clear();
         self.learn_buffer.extend(sources);
-        let moved = &mut self.moved;
-        moved.clear();
         let refused = self
             .fdb
             .learn_batch_with(&self.learn_buffer, now, |key, from, to| {
                 moves += 1;
                 last_move = Some((key, from, to));
-                moved.push((key, from, to));
             });
         self.slots[ingress].stats.refused += refused as u64;
         self.to_learn.clear();
@@ -742,8 +739,8 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         }
         self.slots[ingress].stats.moves += u64::from(moves);
         let now = Instant::now();
-        if let Some(limit) = self.config.move_limit {
-            self.limit_moves(&limit, now);
+        if self.config.move_limit.is_some() {
+            // The move limit acts on moves instead (see `limit_moves`).
             return;
         }
         let flaps = &mut self.slots[ingress].flaps;
@@ -781,10 +778,11 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         }
     }
 
-    /// Counts the batch's moves against the move limit: a station over it
-    /// is held (its frames dropped, nothing of it learned) for the hold
-    /// time, logged once when held and once when released.
-    fn limit_moves(&mut self, limit: &MoveLimit, now: Instant) {
+    /// Counts the batch's moves against the move limit before its frames
+    /// are sent: a station over it is held (its frames dropped, nothing of
+    /// it learned) for the hold time, from the move that went over on;
+    /// logged once when held and once when released.
+    fn limit_moves(&mut self, limit: &MoveLimit, ingress: usize, now: Instant) {
         for key in self.movers.expire(now) {
             log::info!(
                 "station {} (vlan {}): its move limit hold is over",
@@ -792,21 +790,23 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                 key.vlan
             );
         }
-        for index in 0..self.moved.len() {
-            let (key, from, to) = self.moved[index];
-            if self.movers.moved(key, limit, now) {
-                log::warn!(
-                    "station {} (vlan {}) moved more than {} times within a second, last from {} \
-                     to {}: its frames are dropped for {} s (a forwarding loop, or two stations \
-                     using one address?)",
-                    key.mac,
-                    key.vlan,
-                    limit.moves,
-                    self.port_name(from),
-                    self.port_name(to),
-                    limit.hold.as_secs()
-                );
+        let mut held = Vec::new();
+        for (source, state) in &self.to_learn {
+            if *state == SourceState::Moved && self.movers.moved(source.key, limit, now) {
+                held.push(source.key);
             }
+        }
+        for key in held {
+            log::warn!(
+                "station {} (vlan {}) moved more than {} times within a second, last onto {}: \
+                 its frames are dropped for {} s (a forwarding loop, or two stations using one \
+                 address?)",
+                key.mac,
+                key.vlan,
+                limit.moves,
+                self.port_name(PortId(ingress as u16)),
+                limit.hold.as_secs()
+            );
         }
     }
 
