@@ -277,6 +277,39 @@ mod tests {
     }
 
     #[test]
+    fn spanning_tree_settings_and_port_options_read_back() {
+        let config = load_text(
+            "stp = true\nstp_priority = 4096\nstp_hello = 1\nstp_forward_delay = 4\n\
+             stp_max_age = 6\nmove_limit = 20\nmove_hold = 5\n\
+             ports = [\"raw:eth1,cost=2000,priority=64\", \"tap:vm0,edge=on,guard=on,storm=500\"]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.stp,
+            StpSettings {
+                stp: Some(true),
+                priority: Some(4096),
+                hello: Some(1),
+                forward_delay: Some(4),
+                max_age: Some(6),
+            }
+        );
+        assert_eq!((config.move_limit, config.move_hold), (Some(20), Some(5)));
+        let described: Vec<String> = config.ports.iter().map(PortSpec::describe).collect();
+        assert_eq!(
+            described,
+            [
+                "raw:eth1,cost=2000,priority=64",
+                "tap:vm0,edge=on,guard=on,storm=500"
+            ]
+        );
+        let error = load_text("ports = [\"tap:a\"]\nmove_limit = 0\n").unwrap_err();
+        assert!(error.contains("line 2") && error.contains("move_limit"), "{error}");
+        let error = load_text("ports = [\"tap:a,priority=17\"]\n").unwrap_err();
+        assert!(error.contains("line 1") && error.contains("priority=17"), "{error}");
+    }
+
+    #[test]
     fn errors_name_the_line() {
         let cases = [
             (
