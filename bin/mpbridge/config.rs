@@ -304,9 +304,15 @@ mod tests {
             ]
         );
         let error = load_text("ports = [\"tap:a\"]\nmove_limit = 0\n").unwrap_err();
-        assert!(error.contains("line 2") && error.contains("move_limit"), "{error}");
+        assert!(
+            error.contains("line 2") && error.contains("move_limit"),
+            "{error}"
+        );
         let error = load_text("ports = [\"tap:a,priority=17\"]\n").unwrap_err();
-        assert!(error.contains("line 1") && error.contains("priority=17"), "{error}");
+        assert!(
+            error.contains("line 1") && error.contains("priority=17"),
+            "{error}"
+        );
     }
 
     #[test]
