@@ -287,7 +287,10 @@ impl BridgeState {
             .map(|(id, spec)| {
                 let state = states.get(id.index()).copied().unwrap_or_default();
                 let tripped = self.guards.get(&id).is_some_and(|g| g.0);
-                (id, !tripped && self.link(&spec, state) == "up")
+                // A tap whose kernel side moved to another namespace
+                // shows no link here ("unknown"), yet forwards.
+                let link = self.link(&spec, state);
+                (id, !tripped && !matches!(link, "down" | "gone"))
             })
             .collect();
         if let Some(stp) = &mut self.stp {

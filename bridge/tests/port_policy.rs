@@ -194,6 +194,61 @@ fn a_bpdu_filter_drops_bpdus_in_and_out<S: Strategy>() {
     assert!(events.lock().unwrap().is_empty());
 }
 
+/// The filter holds with VLAN filtering, and on a port added while the
+/// worker runs.
+fn a_bpdu_filter_holds_with_vlans_and_on_added_ports<S: Strategy>() {
+    let config = WorkerConfig {
+        vlan_filtering: true,
+        ..WorkerConfig::default()
+    };
+    let setup = PortSetup::with_vlans(bridge::vlan::PortVlans::access(1));
+    let (mut rig, _) = rig_with::<S>(vec![setup.clone(); 3], config);
+    rig.send(1, &bpdu(station(B)));
+    assert_eq!(rig.ports_that_sent(), vec![0, 2], "no filter yet");
+    let control = rig.worker.control();
+    let (port, peer) = bridge::port::MemoryQueue::pair("mem3");
+    let filtered = PortSetup {
+        policy: PortPolicy {
+            bpdu_filter: true,
+            ..PortPolicy::default()
+        },
+        ..setup
+    };
+    let answer = control.add_with(PortId(3), port, filtered).unwrap();
+    rig.worker.apply_changes();
+    answer.try_recv().expect("the worker answered");
+    rig.peers.push(peer);
+    rig.send(1, &bpdu(station(B)));
+    assert_eq!(
+        rig.ports_that_sent(),
+        vec![0, 2],
+        "flooded to the filtered port"
+    );
+    rig.send(1, &frame(MacAddr::BROADCAST, station(B), 60));
+    assert_eq!(rig.ports_that_sent(), vec![0, 2, 3]);
+}
+
+/// A port whose gate closes forgets what it learned, whatever a batch in
+/// flight learned after the control plane's flush.
+fn a_closing_gate_flushes_its_port<S: Strategy>() {
+    let (mut rig, _) = rig_with::<S>(gated(&[Gate::OPEN, Gate::OPEN]), stp());
+    rig.send(0, &frame(MacAddr::BROADCAST, station(A), 60));
+    rig.send(1, &frame(MacAddr::BROADCAST, station(B), 60));
+    assert_eq!(rig.fdb.lookup(&key(A)), Some(PortId(0)));
+    let control = rig.worker.control();
+    control.set_gate(PortId(0), Gate::LEARNING).unwrap();
+    rig.worker.apply_changes();
+    assert_eq!(
+        rig.fdb.lookup(&key(A)),
+        Some(PortId(0)),
+        "learning keeps it"
+    );
+    control.set_gate(PortId(0), Gate::CLOSED).unwrap();
+    rig.worker.apply_changes();
+    assert_eq!(rig.fdb.lookup(&key(A)), None);
+    assert_eq!(rig.fdb.lookup(&key(B)), Some(PortId(1)));
+}
+
 /// Floods beyond the storm limit are dropped and counted; known unicast
 /// never is.
 fn the_storm_limit_holds_floods_only<S: Strategy>() {
@@ -255,6 +310,8 @@ for_each_strategy!(
     port_states_gate_learning_and_forwarding,
     a_guard_disables_its_port,
     a_bpdu_filter_drops_bpdus_in_and_out,
+    a_bpdu_filter_holds_with_vlans_and_on_added_ports,
+    a_closing_gate_flushes_its_port,
     the_storm_limit_holds_floods_only,
     the_move_limit_holds_a_flapping_station,
 );

@@ -226,7 +226,16 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                 }
                 Change::Gate { id, gate } => {
                     if let Some(slot) = self.slots.get_mut(id.index()) {
+                        // A port that stops learning loses what it learned
+                        // here too: a batch this worker decided before the
+                        // change may have learned after the control plane's
+                        // flush, and nothing would send to those stations
+                        // any more.
+                        let stops_learning = slot.gate.learning && !gate.learning;
                         slot.gate = gate;
+                        if stops_learning {
+                            self.fdb.flush_port(id);
+                        }
                     }
                 }
                 Change::Disable { id, disabled } => {
@@ -245,6 +254,12 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                     let _ = done.send(());
                 }
             }
+        }
+        if applied > 0 {
+            self.bpdu_filters = self
+                .slots
+                .iter()
+                .any(|slot| slot.queue.is_some() && slot.policy.bpdu_filter);
         }
         applied
     }

@@ -45,8 +45,14 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                     }
                 }
                 (Decision::Flood, Some(admitted)) => {
+                    let bpdu = self.bpdu_filters
+                        && super::policy::is_bpdu(&self.batch.frame(index)[P::METADATA_LEN..]);
                     for egress in 0..self.slots.len() {
-                        if egress == ingress || self.slots[egress].queue.is_none() {
+                        let slot = &self.slots[egress];
+                        if egress == ingress
+                            || slot.queue.is_none()
+                            || (bpdu && slot.policy.bpdu_filter)
+                        {
                             continue;
                         }
                         if let Some(form) = vlan::egress(&self.slots[egress].vlans, &admitted) {

@@ -236,7 +236,11 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         let Some(slot) = self.slots.get_mut(id.index()) else {
             return;
         };
-        if !slot.sendable() {
+        // Tried even while the port backs off after a fault: a neighbour
+        // that stops hearing this bridge's BPDUs ages its information out
+        // and may unblock a loop, while the other workers still forward
+        // on the port.
+        if slot.queue.is_none() || slot.disabled {
             return;
         }
         let mut buffer = vec![0u8; P::METADATA_LEN + frame.len()];

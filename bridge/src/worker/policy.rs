@@ -190,7 +190,12 @@ struct Moving {
 pub(super) struct Movers {
     stations: HashMap<FdbKey, Moving>,
     held: usize,
+    /// When [`Movers::expire`] last looked.
+    expired: Option<Instant>,
 }
+
+/// How often held stations are looked at for release.
+const EXPIRE_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Stations followed at once: the map is bounded, as the stations of a
 /// loop are many.
@@ -214,6 +219,7 @@ impl Movers {
     /// Counts a move of `key`; true when it just went over the limit.
     pub(super) fn moved(&mut self, key: FdbKey, limit: &MoveLimit, now: Instant) -> bool {
         if self.stations.len() >= MAX_MOVERS && !self.stations.contains_key(&key) {
+            self.expired = None;
             self.expire(now);
             if self.stations.len() >= MAX_MOVERS {
                 return false;
@@ -237,15 +243,25 @@ impl Movers {
         false
     }
 
-    /// Forgets stations whose window and hold are over; returns those
-    /// released from a hold.
+    /// Releases stations whose hold is over and forgets those whose
+    /// window is over too; returns those released. Looks at most every
+    /// [`EXPIRE_INTERVAL`]: the map holds up to [`MAX_MOVERS`] stations
+    /// while a loop lasts, and a batch should not walk them all.
     pub(super) fn expire(&mut self, now: Instant) -> Vec<FdbKey> {
+        if self.expired.is_some_and(|at| now < at + EXPIRE_INTERVAL) {
+            return Vec::new();
+        }
+        self.expired = Some(now);
         let mut released = Vec::new();
         self.stations.retain(|key, moving| {
             if let Some(until) = moving.held_until {
                 if now < until {
                     return true;
                 }
+                // Released once: a station moving on counts afresh.
+                moving.held_until = None;
+                moving.window = now;
+                moving.moves = 0;
                 released.push(*key);
             }
             now < moving.window + Duration::from_secs(1)
@@ -297,8 +313,21 @@ mod tests {
         assert_eq!(movers.expire(start + Duration::from_secs(6)), vec![key]);
         assert!(!movers.any_held());
         assert!(!movers.is_held(&key, start + Duration::from_secs(6)));
+        // Released once, however soon it is looked at again.
+        assert!(movers
+            .expire(start + Duration::from_millis(6200))
+            .is_empty());
+        // Moving on as fast, it is held again.
+        let again = start + Duration::from_millis(6300);
+        for n in 0..3 {
+            assert!(!movers.moved(key, &limit, again + Duration::from_millis(n)));
+        }
+        assert!(movers.moved(key, &limit, again + Duration::from_millis(5)));
+        assert!(movers.any_held());
+        assert_eq!(movers.expire(again + Duration::from_secs(6)), vec![key]);
+        assert!(!movers.any_held());
         // Moves spread over seconds never reach the limit.
-        let later = start + Duration::from_secs(10);
+        let later = start + Duration::from_secs(20);
         for n in 0..20 {
             assert!(!movers.moved(key, &limit, later + Duration::from_millis(400 * n)));
         }
