@@ -1142,6 +1142,7 @@ impl BridgeState {
                     options: spec.describe(),
                     link: self.link(&spec, state).to_owned(),
                     stp: self.port_stp(id),
+                    flags: spec.options.flag_map(),
                 }
             })
             .collect()
@@ -1220,6 +1221,7 @@ impl BridgeState {
                     link: self.link(&spec, state).to_owned(),
                     state: state.name().to_owned(),
                     stp: self.port_stp(id),
+                    flags: spec.options.flag_map(),
                     counters: stats,
                 }
             })

@@ -775,6 +775,7 @@ mod tests {
             vxlan: None,
             vhost: None,
             stp: None,
+            flags: Default::default(),
             name: name.to_owned(),
             link: link.to_owned(),
             state: state.to_owned(),

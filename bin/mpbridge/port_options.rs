@@ -3,7 +3,7 @@
 //! `,storm=PPS`), named as the Linux bridge's `bridge link set` names
 //! them where it has them.
 
-use bridge::worker::PortPolicy;
+use bridge::worker::{PortFlags, PortPolicy};
 
 /// A port's spanning tree, guard and storm options.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -20,11 +20,25 @@ pub struct PortOptions {
     pub bpdu_filter: bool,
     /// Floods beyond this many frames a second are dropped.
     pub storm: Option<u32>,
+    /// Linux's port flags: isolated, hairpin, learning, flood, mcast_flood,
+    /// bcast_flood.
+    pub flags: PortFlags,
 }
 
+/// The port flags' names, as `bridge link set` gives them.
+pub const FLAG_KEYS: [&str; 6] = [
+    "isolated",
+    "hairpin",
+    "learning",
+    "flood",
+    "mcast_flood",
+    "bcast_flood",
+];
+
 impl PortOptions {
-    /// The options among `items` (key and value pairs of one port).
-    pub fn parse(items: &[(String, String)]) -> Result<PortOptions, String> {
+    /// The options among `items` (key and value pairs of one port). A
+    /// VXLAN port's `learning=` is its own (of remote VTEPs), not the flag.
+    pub fn parse(items: &[(String, String)], vxlan: bool) -> Result<PortOptions, String> {
         let get = |key: &str| {
             items
                 .iter()
@@ -54,6 +68,21 @@ impl PortOptions {
                 )),
             })
             .transpose()?;
+        let on_by_default = |key: &str| match get(key) {
+            None => Ok(true),
+            value => flag(value, key),
+        };
+        let flags = PortFlags {
+            isolated: flag(get("isolated"), "isolated")?,
+            hairpin: flag(get("hairpin"), "hairpin")?,
+            learning: match vxlan {
+                true => true,
+                false => on_by_default("learning")?,
+            },
+            flood: on_by_default("flood")?,
+            mcast_flood: on_by_default("mcast_flood")?,
+            bcast_flood: on_by_default("bcast_flood")?,
+        };
         let options = PortOptions {
             cost,
             priority,
@@ -61,6 +90,7 @@ impl PortOptions {
             guard: flag(get("guard"), "guard")?,
             bpdu_filter: flag(get("bpdu_filter"), "bpdu_filter")?,
             storm,
+            flags,
         };
         Ok(options)
     }
@@ -69,6 +99,7 @@ impl PortOptions {
     /// among `workers` (each sees its own share of the port's frames).
     pub fn policy(&self, workers: usize) -> PortPolicy {
         PortPolicy {
+            flags: self.flags,
             guard: self.guard,
             bpdu_filter: self.bpdu_filter,
             storm: self.storm.map(|pps| (pps / workers.max(1) as u32).max(1)),
@@ -96,7 +127,40 @@ impl PortOptions {
         if let Some(pps) = self.storm {
             text += &format!(",storm={pps}");
         }
+        let f = &self.flags;
+        for (on, name) in [(f.isolated, "isolated"), (f.hairpin, "hairpin")] {
+            if on {
+                text += &format!(",{name}=on");
+            }
+        }
+        for (on, name) in [
+            (f.learning, "learning"),
+            (f.flood, "flood"),
+            (f.mcast_flood, "mcast_flood"),
+            (f.bcast_flood, "bcast_flood"),
+        ] {
+            if !on {
+                text += &format!(",{name}=off");
+            }
+        }
         text
+    }
+
+    /// Every port flag, by name, for `stats` and `port show`.
+    pub fn flag_map(&self) -> std::collections::BTreeMap<String, bool> {
+        let f = &self.flags;
+        FLAG_KEYS
+            .iter()
+            .zip([
+                f.isolated,
+                f.hairpin,
+                f.learning,
+                f.flood,
+                f.mcast_flood,
+                f.bcast_flood,
+            ])
+            .map(|(name, on)| (name.to_string(), on))
+            .collect()
     }
 }
 
@@ -124,9 +188,11 @@ mod tests {
 
     #[test]
     fn options_parse_and_describe_themselves() {
-        let options =
-            PortOptions::parse(&items("cost=100,priority=64,edge=on,guard=off,storm=5000"))
-                .unwrap();
+        let options = PortOptions::parse(
+            &items("cost=100,priority=64,edge=on,guard=off,storm=5000"),
+            false,
+        )
+        .unwrap();
         assert_eq!(options.cost, Some(100));
         assert_eq!(options.priority, Some(64));
         assert!(options.edge && !options.guard && !options.bpdu_filter);
@@ -135,7 +201,26 @@ mod tests {
             ",cost=100,priority=64,edge=on,storm=5000"
         );
         assert_eq!(options.policy(2).storm, Some(2500));
-        assert_eq!(PortOptions::parse(&[]).unwrap(), PortOptions::default());
+        assert_eq!(
+            PortOptions::parse(&[], false).unwrap(),
+            PortOptions::default()
+        );
+        let flags = PortOptions::parse(
+            &items("isolated=on,hairpin=on,learning=off,flood=off"),
+            false,
+        )
+        .unwrap();
+        assert!(flags.flags.isolated && flags.flags.hairpin);
+        assert!(!flags.flags.learning && !flags.flags.flood && flags.flags.mcast_flood);
+        assert_eq!(
+            flags.describe(),
+            ",isolated=on,hairpin=on,learning=off,flood=off"
+        );
+        assert!(!flags.flag_map()["learning"]);
+        assert_eq!(flags.flag_map().len(), 6);
+        // A VXLAN port's learning= is its own.
+        let vxlan = PortOptions::parse(&items("learning=off"), true).unwrap();
+        assert!(vxlan.flags.learning);
     }
 
     #[test]
@@ -147,8 +232,10 @@ mod tests {
             ("cost=x", "cost=x"),
             ("storm=0", "storm=0"),
             ("guard=yes", "guard=yes: on or off"),
+            ("hairpin=1", "hairpin=1: on or off"),
+            ("mcast_flood=no", "mcast_flood=no: on or off"),
         ] {
-            let error = PortOptions::parse(&items(text)).unwrap_err();
+            let error = PortOptions::parse(&items(text), false).unwrap_err();
             assert!(error.contains(needle), "{text}: {error}");
         }
     }

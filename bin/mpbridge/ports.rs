@@ -96,7 +96,7 @@ impl PortSpec {
             return Err(in_spec("no options after ','".to_owned()));
         }
         parsed.vlans = vlan_options(&items).map_err(in_spec)?;
-        parsed.options = PortOptions::parse(&items).map_err(in_spec)?;
+        parsed.options = PortOptions::parse(&items, parsed.kind == Kind::Vxlan).map_err(in_spec)?;
         if parsed.kind == Kind::Vxlan {
             parsed.vxlan = Some(vxlan_options(&items).map_err(in_spec)?);
         }
@@ -220,8 +220,9 @@ fn split_options(options: &str, keys: &[&str]) -> Result<Vec<(String, String)>, 
     Ok(items)
 }
 
-/// Every port's options: VLANs, then spanning tree, guard and storm.
-const PORT_KEYS: [&str; 9] = [
+/// Every port's options: VLANs, spanning tree, guard and storm, and
+/// Linux's port flags.
+const PORT_KEYS: [&str; 15] = [
     "access",
     "trunk",
     "native",
@@ -231,6 +232,12 @@ const PORT_KEYS: [&str; 9] = [
     "guard",
     "bpdu_filter",
     "storm",
+    "isolated",
+    "hairpin",
+    "learning",
+    "flood",
+    "mcast_flood",
+    "bcast_flood",
 ];
 /// A VXLAN port's own, besides.
 const VXLAN_KEYS: [&str; 5] = ["vni", "local", "port", "remote", "learning"];

@@ -263,6 +263,10 @@ pub struct PortInfo {
     /// Spanning tree's view of it, and its guard (as `stats` gives them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stp: Option<PortStp>,
+    /// Its port flags (isolated, hairpin, learning, flood, mcast_flood,
+    /// bcast_flood), each on or off.
+    #[serde(default)]
+    pub flags: std::collections::BTreeMap<String, bool>,
 }
 
 /// A port's spanning tree role and state, its guard and its BPDU counts.
@@ -466,6 +470,9 @@ pub struct PortStats {
     /// `guard=on`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stp: Option<PortStp>,
+    /// Its port flags, each on or off.
+    #[serde(default)]
+    pub flags: std::collections::BTreeMap<String, bool>,
     /// A vhost-user port's own counters: frontends that connected
     /// (`connects`) and went (`disconnects`), messages that broke the
     /// protocol (`bad_messages`), memory tables and rings refused
@@ -675,6 +682,7 @@ mod tests {
             vxlan: None,
             vhost: None,
             stp: None,
+            flags: Default::default(),
         };
         let json = serde_json::to_value(&port).unwrap();
         assert_eq!(json["rx_frames"], 3, "{json}");

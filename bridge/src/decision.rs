@@ -45,11 +45,13 @@ pub enum DropReason {
     /// From a station held for moving between ports too often (the move
     /// limit).
     MoveLimit,
+    /// Known unicast from an isolated port to another isolated port.
+    Isolated,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 14] = [
+    pub const ALL: [DropReason; 15] = [
         DropReason::Runt,
         DropReason::BadSource,
         DropReason::Reserved,
@@ -64,6 +66,7 @@ impl DropReason {
         DropReason::PortState,
         DropReason::Storm,
         DropReason::MoveLimit,
+        DropReason::Isolated,
     ];
 
     /// A short name for counters and logs.
@@ -83,6 +86,7 @@ impl DropReason {
             DropReason::PortState => "port_state",
             DropReason::Storm => "storm",
             DropReason::MoveLimit => "move_limit",
+            DropReason::Isolated => "isolated",
         }
     }
 

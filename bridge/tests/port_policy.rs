@@ -10,7 +10,9 @@ use std::time::Duration;
 use bridge::decision::DropReason;
 use bridge::fdb::{FdbKey, PortId};
 use bridge::wire::MacAddr;
-use bridge::worker::{EventSink, Gate, MoveLimit, PortEvent, PortPolicy, PortSetup, WorkerParts};
+use bridge::worker::{
+    EventSink, Gate, MoveLimit, PortEvent, PortFlags, PortPolicy, PortSetup, WorkerParts,
+};
 use bridge::{FdbConfig, MacTable, Worker, WorkerConfig};
 use common::{frame, station, Rig};
 use locks::Strategy;
@@ -249,6 +251,146 @@ fn a_closing_gate_flushes_its_port<S: Strategy>() {
     assert_eq!(rig.fdb.lookup(&key(B)), Some(PortId(1)));
 }
 
+fn flagged(flags: &[PortFlags], vlans: bool) -> Vec<PortSetup> {
+    flags
+        .iter()
+        .map(|&flags| PortSetup {
+            policy: PortPolicy {
+                flags,
+                ..PortPolicy::default()
+            },
+            vlans: match vlans {
+                true => bridge::vlan::PortVlans::access(1),
+                false => bridge::vlan::PortVlans::default(),
+            },
+            ..PortSetup::default()
+        })
+        .collect()
+}
+
+fn filtering(vlans: bool) -> WorkerConfig {
+    WorkerConfig {
+        vlan_filtering: vlans,
+        ..WorkerConfig::default()
+    }
+}
+
+const ISOLATED: PortFlags = PortFlags {
+    isolated: true,
+    hairpin: false,
+    learning: true,
+    flood: true,
+    mcast_flood: true,
+    bcast_flood: true,
+};
+
+/// Frames from an isolated port never leave by another isolated one
+/// (br_forward.c's should_deliver), flooded or known; other ports are
+/// reached both ways. With and without VLAN filtering.
+fn isolated_ports_reach_only_others<S: Strategy>() {
+    for vlans in [false, true] {
+        let flags = [ISOLATED, ISOLATED, PortFlags::default()];
+        let (mut rig, _) = rig_with::<S>(flagged(&flags, vlans), filtering(vlans));
+        rig.send(0, &frame(MacAddr::BROADCAST, station(A), 60));
+        assert_eq!(rig.ports_that_sent(), vec![2], "vlans {vlans}");
+        rig.send(1, &frame(MacAddr::BROADCAST, station(B), 60));
+        assert_eq!(rig.ports_that_sent(), vec![2]);
+        rig.send(2, &frame(MacAddr::BROADCAST, station(3), 60));
+        assert_eq!(rig.ports_that_sent(), vec![0, 1]);
+        rig.send(0, &frame(station(B), station(A), 60));
+        assert_eq!(rig.ports_that_sent(), Vec::<usize>::new());
+        assert_eq!(rig.stats(0).dropped(DropReason::Isolated), 1);
+        rig.send(0, &frame(station(3), station(A), 60));
+        assert_eq!(rig.ports_that_sent(), vec![2]);
+    }
+}
+
+/// With hairpin, a frame may leave by the port it came in on: floods and
+/// unicast to a station on the same port.
+fn hairpin_sends_back_out_of_the_ingress_port<S: Strategy>() {
+    for vlans in [false, true] {
+        let hairpin = PortFlags {
+            hairpin: true,
+            ..PortFlags::default()
+        };
+        let flags = [hairpin, PortFlags::default()];
+        let (mut rig, _) = rig_with::<S>(flagged(&flags, vlans), filtering(vlans));
+        rig.send(0, &frame(MacAddr::BROADCAST, station(A), 60));
+        assert_eq!(rig.ports_that_sent(), vec![0, 1], "vlans {vlans}");
+        rig.send(0, &frame(MacAddr::BROADCAST, station(B), 60));
+        rig.sent();
+        rig.send(0, &frame(station(B), station(A), 60));
+        assert_eq!(rig.ports_that_sent(), vec![0]);
+        assert_eq!(rig.stats(0).dropped(DropReason::SamePort), 0);
+        // Without it, the port that sent gets nothing back.
+        rig.send(1, &frame(MacAddr::BROADCAST, station(3), 60));
+        assert_eq!(rig.ports_that_sent(), vec![0]);
+    }
+}
+
+/// learning off: nothing is learned from the port, so frames to its
+/// stations flood.
+fn learning_off_learns_nothing_of_the_port<S: Strategy>() {
+    let off = PortFlags {
+        learning: false,
+        ..PortFlags::default()
+    };
+    let (mut rig, _) = rig_with::<S>(
+        flagged(&[off, PortFlags::default(), PortFlags::default()], false),
+        filtering(false),
+    );
+    rig.send(0, &frame(MacAddr::BROADCAST, station(A), 60));
+    assert_eq!(rig.ports_that_sent(), vec![1, 2]);
+    assert_eq!(rig.fdb.lookup(&key(A)), None);
+    rig.send(1, &frame(station(A), station(B), 60));
+    assert_eq!(rig.ports_that_sent(), vec![0, 2], "unknown, flooded");
+    assert_eq!(rig.fdb.lookup(&key(B)), Some(PortId(1)));
+}
+
+/// flood, mcast_flood and bcast_flood off keep unknown unicast, multicast
+/// and broadcast floods off the port; known unicast still reaches it.
+fn flood_flags_keep_floods_off_a_port<S: Strategy>() {
+    let multicast: MacAddr = "01:00:5e:00:00:01".parse().unwrap();
+    for (flags, kept_off) in [
+        (
+            PortFlags {
+                flood: false,
+                ..PortFlags::default()
+            },
+            [true, false, false],
+        ),
+        (
+            PortFlags {
+                mcast_flood: false,
+                ..PortFlags::default()
+            },
+            [false, true, false],
+        ),
+        (
+            PortFlags {
+                bcast_flood: false,
+                ..PortFlags::default()
+            },
+            [false, false, true],
+        ),
+    ] {
+        let setups = flagged(&[PortFlags::default(), flags, PortFlags::default()], false);
+        let (mut rig, _) = rig_with::<S>(setups, filtering(false));
+        for (dst, off) in [station(9), multicast, MacAddr::BROADCAST]
+            .into_iter()
+            .zip(kept_off)
+        {
+            rig.send(0, &frame(dst, station(A), 60));
+            let expected = if off { vec![2] } else { vec![1, 2] };
+            assert_eq!(rig.ports_that_sent(), expected, "{flags:?} {dst}");
+        }
+        rig.send(1, &frame(station(A), station(B), 60));
+        rig.sent();
+        rig.send(0, &frame(station(B), station(A), 60));
+        assert_eq!(rig.ports_that_sent(), vec![1], "known unicast {flags:?}");
+    }
+}
+
 /// Floods beyond the storm limit are dropped and counted; known unicast
 /// never is.
 fn the_storm_limit_holds_floods_only<S: Strategy>() {
@@ -312,6 +454,10 @@ for_each_strategy!(
     a_bpdu_filter_drops_bpdus_in_and_out,
     a_bpdu_filter_holds_with_vlans_and_on_added_ports,
     a_closing_gate_flushes_its_port,
+    isolated_ports_reach_only_others,
+    hairpin_sends_back_out_of_the_ingress_port,
+    learning_off_learns_nothing_of_the_port,
+    flood_flags_keep_floods_off_a_port,
     the_storm_limit_holds_floods_only,
     the_move_limit_holds_a_flapping_station,
 );

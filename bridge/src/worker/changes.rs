@@ -256,10 +256,7 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             }
         }
         if applied > 0 {
-            self.bpdu_filters = self
-                .slots
-                .iter()
-                .any(|slot| slot.queue.is_some() && slot.policy.bpdu_filter);
+            self.policies_changed();
         }
         applied
     }

@@ -26,7 +26,18 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             rx.rx_frames += 1;
             rx.rx_bytes += payload_len::<P>(self.batch.frame(index));
             let admitted = self.admitted[index];
+            let from = self.slots[ingress].policy.flags;
             match (self.decisions[index], admitted) {
+                // Hairpin: known unicast may go back out of its port, in
+                // the form that port sends.
+                (Decision::Drop(DropReason::SamePort), Some(admitted))
+                    if self.flag_rules && from.hairpin =>
+                {
+                    if let Some(form) = vlan::egress(&self.slots[ingress].vlans, &admitted) {
+                        let frame = self.frame_for(index, form);
+                        self.slots[ingress].output.push(frame);
+                    }
+                }
                 (Decision::Drop(reason), _) => rx.drops[reason.index()] += 1,
                 (_, None) => unreachable!("a frame not admitted is dropped"),
                 (Decision::Unicast(port), Some(admitted)) => {
@@ -34,6 +45,11 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                     if egress >= self.slots.len() {
                         // A static entry naming a port this bridge lacks.
                         rx.tx_errors += 1;
+                        continue;
+                    }
+                    if self.flag_rules && !from.delivers_to(&self.slots[egress].policy.flags, false)
+                    {
+                        rx.drops[DropReason::Isolated.index()] += 1;
                         continue;
                     }
                     match vlan::egress(&self.slots[egress].vlans, &admitted) {
@@ -45,14 +61,19 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                     }
                 }
                 (Decision::Flood, Some(admitted)) => {
-                    let bpdu = self.bpdu_filters
-                        && super::policy::is_bpdu(&self.batch.frame(index)[P::METADATA_LEN..]);
+                    let frame = &self.batch.frame(index)[P::METADATA_LEN..];
+                    let bpdu = self.bpdu_filters && super::policy::is_bpdu(frame);
+                    let class = self
+                        .flag_rules
+                        .then(|| super::policy::FloodClass::of(frame));
                     for egress in 0..self.slots.len() {
                         let slot = &self.slots[egress];
-                        if egress == ingress
-                            || slot.queue.is_none()
-                            || (bpdu && slot.policy.bpdu_filter)
-                        {
+                        let same = egress == ingress;
+                        let allowed = match class {
+                            None => !same,
+                            Some(class) => from.floods_to(&slot.policy.flags, same, class),
+                        };
+                        if !allowed || slot.queue.is_none() || (bpdu && slot.policy.bpdu_filter) {
                             continue;
                         }
                         if let Some(form) = vlan::egress(&self.slots[egress].vlans, &admitted) {

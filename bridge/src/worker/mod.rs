@@ -28,7 +28,9 @@ use locks::Strategy;
 
 pub use changes::{PortControl, WorkerParts};
 pub use config::{Mode, SectionMode, WorkerConfig};
-pub use policy::{EventSink, Gate, MoveLimit, PortEvent, PortPolicy, PortSetup, BPDUS_PER_SECOND};
+pub use policy::{
+    EventSink, Gate, MoveLimit, PortEvent, PortFlags, PortPolicy, PortSetup, BPDUS_PER_SECOND,
+};
 pub use stopper::Stopper;
 
 use crate::capture::{self, CaptureHub};
@@ -39,7 +41,7 @@ use crate::port::{wake, PortError, Queue, RxBatch};
 use crate::vlan::{self, Admitted, PortVlans};
 use changes::Change;
 use health::{Direction, Health, LOG_INTERVAL};
-use policy::{is_bpdu, Movers};
+use policy::{is_bpdu, FloodClass, Movers};
 use slot::PortSlot;
 
 /// The longest a worker sleeps without looking at its stop flag.
@@ -115,6 +117,9 @@ pub struct Worker<S: Strategy, P: Queue> {
     movers: Movers,
     /// Whether a port has `bpdu_filter=on` (BPDUs flooded skip it).
     bpdu_filters: bool,
+    /// Whether a port's flags differ from the default (floods and unicast
+    /// then look at them).
+    flag_rules: bool,
 }
 
 impl<S: Strategy, P: Queue> Worker<S, P> {
@@ -149,6 +154,9 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             .map(|(queue, setup)| PortSlot::new(queue, setup, config.batch_size))
             .collect();
         let bpdu_filters = slots.iter().any(|slot| slot.policy.bpdu_filter);
+        let flag_rules = slots
+            .iter()
+            .any(|slot| slot.policy.flags != PortFlags::default());
         let (sender, changes) = mpsc::channel();
         let wake = Arc::new(wake::eventfd().expect("an eventfd for port changes"));
         Worker {
@@ -180,6 +188,7 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             events: parts.events,
             movers: Movers::default(),
             bpdu_filters,
+            flag_rules,
             slots,
         }
     }
@@ -227,7 +236,15 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
     pub fn set_setup(&mut self, port: PortId, setup: PortSetup) {
         self.set_vlans(port, setup.vlans.clone());
         self.slots[port.index()].set_up(setup);
-        self.bpdu_filters = self.slots.iter().any(|slot| slot.policy.bpdu_filter);
+        self.policies_changed();
+    }
+
+    /// Looks again at whether any port filters BPDUs or has flags of its
+    /// own.
+    pub(super) fn policies_changed(&mut self) {
+        let live = || self.slots.iter().filter(|slot| slot.queue.is_some());
+        self.bpdu_filters = live().any(|slot| slot.policy.bpdu_filter);
+        self.flag_rules = live().any(|slot| slot.policy.flags != PortFlags::default());
     }
 
     /// Sends one of spanning tree's frames out of port `id`, with the
@@ -702,6 +719,10 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
     /// Learns the batch's new and moved sources in one write section, and
     /// watches the rate of station moves.
     fn learn(&mut self, ingress: usize, now: Seconds) {
+        if !self.slots[ingress].policy.flags.learning {
+            // learning off: nothing of the port is learned (br_input.c).
+            self.to_learn.clear();
+        }
         if self.to_learn.is_empty() {
             return;
         }
@@ -852,18 +873,34 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             for (index, decision) in self.decisions.iter().enumerate() {
                 rx.rx_frames += 1;
                 rx.rx_bytes += payload_len::<P>(self.batch.frame(index));
+                let from = self.slots[ingress].policy.flags;
                 match *decision {
+                    // Hairpin: known unicast may go back out of its port.
+                    Decision::Drop(DropReason::SamePort) if self.flag_rules && from.hairpin => {
+                        self.slots[ingress].output.push(index)
+                    }
                     Decision::Drop(reason) => rx.drops[reason.index()] += 1,
                     Decision::Unicast(port) => match self.slots.get_mut(port.index()) {
+                        Some(slot)
+                            if self.flag_rules && !from.delivers_to(&slot.policy.flags, false) =>
+                        {
+                            rx.drops[DropReason::Isolated.index()] += 1
+                        }
                         Some(slot) => slot.output.push(index),
                         // A static entry naming a port this bridge lacks.
                         None => rx.tx_errors += 1,
                     },
                     Decision::Flood => {
-                        let bpdu = self.bpdu_filters
-                            && is_bpdu(&self.batch.frame(index)[P::METADATA_LEN..]);
+                        let frame = &self.batch.frame(index)[P::METADATA_LEN..];
+                        let bpdu = self.bpdu_filters && is_bpdu(frame);
+                        let class = self.flag_rules.then(|| FloodClass::of(frame));
                         for (egress, slot) in self.slots.iter_mut().enumerate() {
-                            if egress != ingress && !(bpdu && slot.policy.bpdu_filter) {
+                            let same = egress == ingress;
+                            let allowed = match class {
+                                None => !same,
+                                Some(class) => from.floods_to(&slot.policy.flags, same, class),
+                            };
+                            if allowed && !(bpdu && slot.policy.bpdu_filter) {
                                 slot.output.push(index);
                             }
                         }

@@ -46,9 +46,83 @@ impl Default for Gate {
     }
 }
 
-/// A port's BPDU and storm options, as `--port` gives them.
+/// The Linux bridge's port flags (`bridge link set dev X NAME on|off`),
+/// with its semantics (net/bridge/br_forward.c, br_input.c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortFlags {
+    /// `isolated`: frames from an isolated port never leave by another.
+    pub isolated: bool,
+    /// `hairpin`: a frame may leave by the port it came in on.
+    pub hairpin: bool,
+    /// `learning`: sources of frames from the port are learned.
+    pub learning: bool,
+    /// `flood`: unknown unicast is flooded to the port.
+    pub flood: bool,
+    /// `mcast_flood`: multicast is flooded to the port.
+    pub mcast_flood: bool,
+    /// `bcast_flood`: broadcast is flooded to the port.
+    pub bcast_flood: bool,
+}
+
+impl Default for PortFlags {
+    /// As a new port of the Linux bridge: learning and every flood on.
+    fn default() -> Self {
+        PortFlags {
+            isolated: false,
+            hairpin: false,
+            learning: true,
+            flood: true,
+            mcast_flood: true,
+            bcast_flood: true,
+        }
+    }
+}
+
+/// What a flooded frame is, for the flood flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FloodClass {
+    /// Unknown unicast.
+    Unicast,
+    /// Multicast (the BPDUs flooded without spanning tree among it).
+    Multicast,
+    /// Broadcast.
+    Broadcast,
+}
+
+impl FloodClass {
+    /// The class of `frame` (an Ethernet frame of at least 6 bytes).
+    pub(super) fn of(frame: &[u8]) -> FloodClass {
+        match frame.get(..6) {
+            Some([0xff, 0xff, 0xff, 0xff, 0xff, 0xff]) => FloodClass::Broadcast,
+            Some(dst) if dst[0] & 1 == 1 => FloodClass::Multicast,
+            _ => FloodClass::Unicast,
+        }
+    }
+}
+
+impl PortFlags {
+    /// Whether a frame from a port with flags `self` may leave by one with
+    /// `to` (`same`: the same port): br_forward.c's should_deliver.
+    pub(super) fn delivers_to(&self, to: &PortFlags, same: bool) -> bool {
+        (!same || to.hairpin) && !(self.isolated && to.isolated)
+    }
+
+    /// Whether a flood of `class` from `self` goes to `to` (br_flood).
+    pub(super) fn floods_to(&self, to: &PortFlags, same: bool, class: FloodClass) -> bool {
+        self.delivers_to(to, same)
+            && match class {
+                FloodClass::Unicast => to.flood,
+                FloodClass::Multicast => to.mcast_flood,
+                FloodClass::Broadcast => to.bcast_flood,
+            }
+    }
+}
+
+/// A port's flags, BPDU and storm options, as `--port` gives them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PortPolicy {
+    /// Linux's port flags.
+    pub flags: PortFlags,
     /// `guard=on`: a BPDU disables the port until it is enabled again.
     pub guard: bool,
     /// `bpdu_filter=on`: BPDUs are dropped in and out.

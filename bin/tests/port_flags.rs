@@ -1,0 +1,231 @@
+//! Linux's bridge port flags (isolated, learning, flood, mcast_flood,
+//! bcast_flood) from outside: the same scenarios through mpbridge, with the
+//! flags as port options, and through the Linux bridge, with the flags set
+//! by `bridge link set`; both must deliver the same frames to the same
+//! hosts. Needs root; skips with a reason otherwise (fails under
+//! MPBRIDGE_REQUIRE_PRIV=1).
+
+mod netns;
+
+use netns::{
+    mac, privileged, settle_counts, test_frame, Netns, PortKind, Station, Topology, BROADCAST,
+};
+
+/// A multicast group address (IPv4 224.0.0.251's MAC, an ordinary group).
+const MULTICAST: [u8; 6] = [0x01, 0x00, 0x5e, 0x00, 0x00, 0xfb];
+
+/// One scenario: the flags of each of three ports (as port options, and as
+/// `bridge link set` arguments), and the frames sent with the hosts
+/// expected to get each.
+struct Scenario {
+    name: &'static str,
+    options: [&'static str; 3],
+    kernel: [&'static [&'static str]; 3],
+    /// Run on the hosts' stations.
+    check: fn(&mut [Station]),
+}
+
+/// Sends `frame` from host `from` and says which hosts got a test frame.
+fn delivered(st: &mut [Station], from: usize, frame: &[u8]) -> Vec<usize> {
+    st[from].send(frame);
+    settle_counts(st)
+        .into_iter()
+        .enumerate()
+        .filter(|(_, n)| *n > 0)
+        .map(|(host, _)| host)
+        .collect()
+}
+
+fn isolation(st: &mut [Station]) {
+    // Hosts 0 and 1 isolated, host 2 not.
+    assert_eq!(delivered(st, 0, &test_frame(BROADCAST, mac(1), 1, 60)), [2]);
+    assert_eq!(delivered(st, 1, &test_frame(BROADCAST, mac(2), 2, 60)), [2]);
+    assert_eq!(
+        delivered(st, 2, &test_frame(BROADCAST, mac(3), 3, 60)),
+        [0, 1]
+    );
+    // Known unicast between isolated ports goes nowhere; to host 2 it goes.
+    assert_eq!(
+        delivered(st, 0, &test_frame(mac(2), mac(1), 4, 60)),
+        Vec::<usize>::new()
+    );
+    assert_eq!(delivered(st, 0, &test_frame(mac(3), mac(1), 5, 60)), [2]);
+    assert_eq!(delivered(st, 1, &test_frame(mac(3), mac(2), 6, 60)), [2]);
+}
+
+fn flood_flags(st: &mut [Station]) {
+    // Port 1 flood off, port 2 mcast_flood off.
+    assert_eq!(
+        delivered(st, 0, &test_frame(mac(9), mac(1), 1, 60)),
+        [2],
+        "unknown unicast"
+    );
+    assert_eq!(
+        delivered(st, 0, &test_frame(MULTICAST, mac(1), 2, 60)),
+        [1],
+        "multicast"
+    );
+    assert_eq!(
+        delivered(st, 0, &test_frame(BROADCAST, mac(1), 3, 60)),
+        [1, 2],
+        "broadcast"
+    );
+    // Known unicast is not a flood: host 1 gets it once learned.
+    delivered(st, 1, &test_frame(BROADCAST, mac(2), 4, 60));
+    assert_eq!(delivered(st, 0, &test_frame(mac(2), mac(1), 5, 60)), [1]);
+}
+
+fn broadcast_flood(st: &mut [Station]) {
+    // Port 2 bcast_flood off.
+    assert_eq!(
+        delivered(st, 0, &test_frame(BROADCAST, mac(1), 1, 60)),
+        [1],
+        "broadcast"
+    );
+    assert_eq!(
+        delivered(st, 0, &test_frame(MULTICAST, mac(1), 2, 60)),
+        [1, 2],
+        "multicast"
+    );
+}
+
+fn learning_off(st: &mut [Station]) {
+    // Port 0 learning off: its station is never learned, so frames to it
+    // flood.
+    assert_eq!(
+        delivered(st, 0, &test_frame(BROADCAST, mac(1), 1, 60)),
+        [1, 2]
+    );
+    assert_eq!(
+        delivered(st, 1, &test_frame(mac(1), mac(2), 2, 60)),
+        [0, 2],
+        "unknown, flooded"
+    );
+    // Port 1 learns: host 0 reaches host 1 alone.
+    assert_eq!(delivered(st, 0, &test_frame(mac(2), mac(1), 3, 60)), [1]);
+}
+
+const SCENARIOS: [Scenario; 4] = [
+    Scenario {
+        name: "isolation",
+        options: ["isolated=on", "isolated=on", ""],
+        kernel: [&["isolated", "on"], &["isolated", "on"], &[]],
+        check: isolation,
+    },
+    Scenario {
+        name: "flood flags",
+        options: ["", "flood=off", "mcast_flood=off"],
+        kernel: [&[], &["flood", "off"], &["mcast_flood", "off"]],
+        check: flood_flags,
+    },
+    Scenario {
+        name: "broadcast flood",
+        options: ["", "", "bcast_flood=off"],
+        kernel: [&[], &[], &["bcast_flood", "off"]],
+        check: broadcast_flood,
+    },
+    Scenario {
+        name: "learning off",
+        options: ["learning=off", "", ""],
+        kernel: [&["learning", "off"], &[], &[]],
+        check: learning_off,
+    },
+];
+
+/// Every scenario through mpbridge with `lock`.
+fn flags_through_mpbridge(lock: &str) {
+    for scenario in &SCENARIOS {
+        eprintln!("{}: mpbridge, {lock}", scenario.name);
+        let topology = Topology::with_options(PortKind::Raw, &scenario.options, &["--lock", lock]);
+        let mut st = topology.stations();
+        (scenario.check)(&mut st);
+    }
+}
+
+/// The kernel bridge in namespace `bridge` with a port per host, each
+/// given its scenario flags.
+fn kernel_topology(scenario: &Scenario) -> (Netns, Vec<Netns>) {
+    let bridge = Netns::new();
+    let hosts: Vec<Netns> = (0..3).map(|_| Netns::new()).collect();
+    bridge.ip(&["link", "add", "br0", "type", "bridge"]);
+    for (i, host) in hosts.iter().enumerate() {
+        let port = format!("p{i}");
+        host.add_veth(&port, &bridge).expect("veth");
+        bridge.ip(&["link", "set", "dev", &port, "master", "br0"]);
+        bridge.ip(&["link", "set", "dev", &port, "up"]);
+        if !scenario.kernel[i].is_empty() {
+            let status = std::process::Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &bridge.name,
+                    "bridge",
+                    "link",
+                    "set",
+                    "dev",
+                    &port,
+                ])
+                .args(scenario.kernel[i])
+                .status()
+                .expect("bridge");
+            assert!(status.success(), "bridge link set {:?}", scenario.kernel[i]);
+        }
+        host.ip(&[
+            "addr",
+            "add",
+            &format!("198.18.0.{}/24", i + 1),
+            "dev",
+            "eth0",
+        ]);
+        host.ip(&["link", "set", "dev", "eth0", "up"]);
+    }
+    bridge.ip(&["link", "set", "dev", "br0", "up"]);
+    (bridge, hosts)
+}
+
+/// The same scenarios through the Linux bridge: the reference.
+fn the_kernel_bridge_agrees() {
+    if !privileged("the_kernel_bridge_agrees") {
+        return;
+    }
+    for scenario in &SCENARIOS {
+        eprintln!("{}: the Linux bridge", scenario.name);
+        let (_bridge, hosts) = kernel_topology(scenario);
+        let mut st: Vec<Station> = hosts.iter().map(|host| Station::on(host)).collect();
+        settle_counts(&mut st);
+        (scenario.check)(&mut st);
+    }
+}
+
+macro_rules! per_strategy {
+    ($($name:ident: $lock:expr;)*) => {
+        $( fn $name() {
+            if !privileged(stringify!($name)) {
+                return;
+            }
+            flags_through_mpbridge($lock);
+        } )*
+    };
+}
+
+per_strategy! {
+    flags_mutex: "mutex";
+    flags_rwlock: "rwlock";
+    flags_rmlock: "rmlock";
+    flags_sharded: "sharded";
+    flags_rcu: "rcu";
+    flags_epoch: "epoch";
+}
+
+lab::test_main! {
+    privileged: [
+        the_kernel_bridge_agrees,
+        flags_mutex,
+        flags_rwlock,
+        flags_rmlock,
+        flags_sharded,
+        flags_rcu,
+        flags_epoch,
+    ],
+    plain: [],
+}
