@@ -894,10 +894,11 @@ impl BridgeState {
             }
         }
         let mut restart = Vec::new();
-        let settings: [(&str, bool); 9] = [
+        let settings: [(&str, bool); 10] = [
             ("stp", new.stp != old.stp),
             ("move_limit", new.move_limit != old.move_limit),
             ("move_hold", new.move_hold != old.move_hold),
+            ("group_fwd_mask", new.group_fwd_mask != old.group_fwd_mask),
             ("name", new.name != old.name),
             ("lock", new.lock != old.lock),
             ("workers", new.workers != old.workers),

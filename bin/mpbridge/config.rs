@@ -20,6 +20,7 @@
 //! stp_max_age = 20
 //! move_limit = 20
 //! move_hold = 10
+//! group_fwd_mask = "0x4000"
 //!
 //! [[static]]
 //! mac = "02:00:00:00:00:01"
@@ -53,6 +54,7 @@ struct File {
     stp_max_age: Option<u8>,
     move_limit: Option<Spanned<u32>>,
     move_hold: Option<Spanned<u64>>,
+    group_fwd_mask: Option<Spanned<String>>,
     #[serde(default)]
     ports: Vec<Spanned<String>>,
     #[serde(default, rename = "static")]
@@ -102,6 +104,8 @@ pub struct Config {
     pub move_limit: Option<u32>,
     /// Its hold time, seconds.
     pub move_hold: Option<u64>,
+    /// The group forward mask.
+    pub group_fwd_mask: Option<u16>,
     /// The ports, in order.
     pub ports: Vec<PortSpec>,
     /// Static entries.
@@ -173,6 +177,12 @@ pub fn load(path: &Path) -> Result<Config, String> {
             ));
         }
     }
+    let group_fwd_mask = match &file.group_fwd_mask {
+        Some(mask) => {
+            Some(crate::parse_group_fwd_mask(mask.get_ref()).map_err(|e| at(mask.span(), e))?)
+        }
+        None => None,
+    };
     let mut ports = Vec::new();
     for port in &file.ports {
         let spec = PortSpec::parse(port.get_ref()).map_err(|e| at(port.span(), e))?;
@@ -212,6 +222,7 @@ pub fn load(path: &Path) -> Result<Config, String> {
         },
         move_limit: file.move_limit.map(Spanned::into_inner),
         move_hold: file.move_hold.map(Spanned::into_inner),
+        group_fwd_mask,
         ports,
         statics,
     })
@@ -306,6 +317,13 @@ mod tests {
         let error = load_text("ports = [\"tap:a\"]\nmove_limit = 0\n").unwrap_err();
         assert!(
             error.contains("line 2") && error.contains("move_limit"),
+            "{error}"
+        );
+        let config = load_text("ports = [\"tap:a\"]\ngroup_fwd_mask = \"0x4008\"\n").unwrap();
+        assert_eq!(config.group_fwd_mask, Some(0x4008));
+        let error = load_text("ports = [\"tap:a\"]\ngroup_fwd_mask = \"0x1\"\n").unwrap_err();
+        assert!(
+            error.contains("line 2") && error.contains("bits 0 to 2"),
             "{error}"
         );
         let error = load_text("ports = [\"tap:a,priority=17\"]\n").unwrap_err();

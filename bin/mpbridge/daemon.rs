@@ -117,6 +117,7 @@ pub fn run<S: Strategy>(
         lockstat: args.lockstat,
         vlan_filtering: args.vlan_filtering,
         stp: args.stp,
+        group_fwd_mask: args.group_fwd_mask,
         move_limit: args.move_limit.map(|moves| bridge::worker::MoveLimit {
             moves,
             hold: Duration::from_secs(args.move_hold),

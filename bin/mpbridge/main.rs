@@ -263,6 +263,12 @@ struct RunArgs {
     /// Without it, frequent moves are only warned of.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     move_limit: Option<u32>,
+    /// The link-local groups 01:80:C2:00:00:0X to forward, bit X set for
+    /// each (LLDP is bit 14: 0x4000; 802.1X bit 3: 0x8), as the Linux
+    /// bridge's group_fwd_mask; hex with 0x, or decimal. Bits 0 to 2 (STP,
+    /// MAC pause, LACP) are refused, as Linux refuses them.
+    #[arg(long, value_name = "MASK", default_value = "0", value_parser = parse_group_fwd_mask)]
+    group_fwd_mask: u16,
     /// How long a station over the move limit is held.
     #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     move_hold: u64,
@@ -473,6 +479,22 @@ fn main() -> ExitCode {
     }
 }
 
+/// `--group-fwd-mask`: a 16-bit mask without bits 0 to 2.
+pub(crate) fn parse_group_fwd_mask(text: &str) -> Result<u16, String> {
+    let value = match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+        Some(hex) => u16::from_str_radix(hex, 16),
+        None => text.parse::<u16>(),
+    }
+    .map_err(|_| format!("invalid group forward mask '{text}' (0 to 0xffff)"))?;
+    if value & 0x7 != 0 {
+        return Err(format!(
+            "group forward mask '{text}' has bits 0 to 2 set (01:80:C2:00:00:00 to 02: STP, \
+             MAC pause, LACP), which are never forwarded"
+        ));
+    }
+    Ok(value)
+}
+
 /// The spanning tree settings of `args`.
 pub(crate) fn stp_config(args: &RunArgs) -> bridge::stp::StpConfig {
     bridge::stp::StpConfig {
@@ -569,6 +591,9 @@ fn merge_config(
     }
     if let (false, Some(hold)) = (given("move_hold"), config.move_hold) {
         args.move_hold = hold;
+    }
+    if let (false, Some(mask)) = (given("group_fwd_mask"), config.group_fwd_mask) {
+        args.group_fwd_mask = mask;
     }
     Ok(Some((path, config)))
 }

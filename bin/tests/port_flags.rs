@@ -1,8 +1,8 @@
 //! Linux's bridge port flags (isolated, learning, flood, mcast_flood,
-//! bcast_flood) from outside: the same scenarios through mpbridge, with the
-//! flags as port options, and through the Linux bridge, with the flags set
-//! by `bridge link set`; both must deliver the same frames to the same
-//! hosts. Needs root; skips with a reason otherwise (fails under
+//! bcast_flood) and its group forward mask from outside: the same
+//! scenarios through mpbridge, with the flags as port options, and through
+//! the Linux bridge, with the flags set by `bridge link set`; both must
+//! deliver the same frames to the same hosts. Needs root; skips with a reason otherwise (fails under
 //! MPBRIDGE_REQUIRE_PRIV=1).
 
 mod netns;
@@ -21,6 +21,8 @@ struct Scenario {
     name: &'static str,
     options: [&'static str; 3],
     kernel: [&'static [&'static str]; 3],
+    /// mpbridge's own options, and the kernel bridge's (`type bridge ...`).
+    bridge: (&'static [&'static str], &'static [&'static str]),
     /// Run on the hosts' stations.
     check: fn(&mut [Station]),
 }
@@ -105,30 +107,56 @@ fn learning_off(st: &mut [Station]) {
     assert_eq!(delivered(st, 0, &test_frame(mac(2), mac(1), 3, 60)), [1]);
 }
 
-const SCENARIOS: [Scenario; 4] = [
+fn group_forward_mask(st: &mut [Station]) {
+    // 0x4008: LLDP (0E) and 802.1X (03) are forwarded, the rest stay local.
+    for (last, expected) in [(0x0e, vec![1, 2]), (0x03, vec![1, 2]), (0x0f, vec![])] {
+        let dst = [0x01, 0x80, 0xc2, 0, 0, last];
+        assert_eq!(
+            delivered(st, 0, &test_frame(dst, mac(1), last, 60)),
+            expected,
+            "01:80:c2:00:00:{last:02x}"
+        );
+    }
+}
+
+const SCENARIOS: [Scenario; 5] = [
     Scenario {
         name: "isolation",
         options: ["isolated=on", "isolated=on", ""],
         kernel: [&["isolated", "on"], &["isolated", "on"], &[]],
+        bridge: (&[], &[]),
         check: isolation,
     },
     Scenario {
         name: "flood flags",
         options: ["", "flood=off", "mcast_flood=off"],
         kernel: [&[], &["flood", "off"], &["mcast_flood", "off"]],
+        bridge: (&[], &[]),
         check: flood_flags,
     },
     Scenario {
         name: "broadcast flood",
         options: ["", "", "bcast_flood=off"],
         kernel: [&[], &[], &["bcast_flood", "off"]],
+        bridge: (&[], &[]),
         check: broadcast_flood,
     },
     Scenario {
         name: "learning off",
         options: ["learning=off", "", ""],
         kernel: [&["learning", "off"], &[], &[]],
+        bridge: (&[], &[]),
         check: learning_off,
+    },
+    Scenario {
+        name: "group forward mask",
+        options: ["", "", ""],
+        kernel: [&[], &[], &[]],
+        bridge: (
+            &["--group-fwd-mask", "0x4008"],
+            &["group_fwd_mask", "0x4008"],
+        ),
+        check: group_forward_mask,
     },
 ];
 
@@ -136,7 +164,9 @@ const SCENARIOS: [Scenario; 4] = [
 fn flags_through_mpbridge(lock: &str) {
     for scenario in &SCENARIOS {
         eprintln!("{}: mpbridge, {lock}", scenario.name);
-        let topology = Topology::with_options(PortKind::Raw, &scenario.options, &["--lock", lock]);
+        let mut extra = vec!["--lock", lock];
+        extra.extend_from_slice(scenario.bridge.0);
+        let topology = Topology::with_options(PortKind::Raw, &scenario.options, &extra);
         let mut st = topology.stations();
         (scenario.check)(&mut st);
     }
@@ -147,7 +177,9 @@ fn flags_through_mpbridge(lock: &str) {
 fn kernel_topology(scenario: &Scenario) -> (Netns, Vec<Netns>) {
     let bridge = Netns::new();
     let hosts: Vec<Netns> = (0..3).map(|_| Netns::new()).collect();
-    bridge.ip(&["link", "add", "br0", "type", "bridge"]);
+    let mut add = vec!["link", "add", "br0", "type", "bridge"];
+    add.extend_from_slice(scenario.bridge.1);
+    bridge.ip(&add);
     for (i, host) in hosts.iter().enumerate() {
         let port = format!("p{i}");
         host.add_veth(&port, &bridge).expect("veth");
@@ -197,6 +229,27 @@ fn the_kernel_bridge_agrees() {
     }
 }
 
+/// A mask with bits 0 to 2, or one that is no 16-bit number, gives one
+/// line naming it and a non-zero exit, as Linux refuses such masks.
+fn bad_group_forward_masks_are_refused() {
+    for mask in ["0x1", "0x4004", "3", "0x10000", "lldp"] {
+        let args = [
+            "run",
+            "--port",
+            "tap:gfm0",
+            "--port",
+            "tap:gfm1",
+            "--group-fwd-mask",
+            mask,
+        ];
+        let (status, stderr) = netns::run_to_exit(None, &args, std::time::Duration::from_secs(5));
+        assert!(!status.success(), "{mask} taken");
+        assert!(stderr.contains(mask), "{mask}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    }
+}
+
 macro_rules! per_strategy {
     ($($name:ident: $lock:expr;)*) => {
         $( fn $name() {
@@ -227,5 +280,5 @@ lab::test_main! {
         flags_rcu,
         flags_epoch,
     ],
-    plain: [],
+    plain: [bad_group_forward_masks_are_refused],
 }

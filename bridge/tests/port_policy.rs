@@ -391,6 +391,29 @@ fn flood_flags_keep_floods_off_a_port<S: Strategy>() {
     }
 }
 
+/// The group forward mask floods the link-local groups whose bit it sets
+/// (LLDP is bit 14, 802.1X bit 3); the others stay local.
+fn the_group_forward_mask_floods_its_groups<S: Strategy>() {
+    for vlans in [false, true] {
+        let config = WorkerConfig {
+            group_fwd_mask: 1 << 14 | 1 << 3,
+            ..filtering(vlans)
+        };
+        let setups = flagged(&[PortFlags::default(); 3], vlans);
+        let (mut rig, _) = rig_with::<S>(setups, config);
+        for last in 1..=0x0f {
+            let dst = MacAddr([0x01, 0x80, 0xc2, 0, 0, last]);
+            rig.send(0, &frame(dst, station(A), 60));
+            let expected = match last {
+                0x03 | 0x0e => vec![1, 2],
+                _ => vec![],
+            };
+            assert_eq!(rig.ports_that_sent(), expected, "{dst} vlans {vlans}");
+        }
+        assert_eq!(rig.stats(0).dropped(DropReason::Reserved), 13);
+    }
+}
+
 /// Floods beyond the storm limit are dropped and counted; known unicast
 /// never is.
 fn the_storm_limit_holds_floods_only<S: Strategy>() {
@@ -458,6 +481,7 @@ for_each_strategy!(
     hairpin_sends_back_out_of_the_ingress_port,
     learning_off_learns_nothing_of_the_port,
     flood_flags_keep_floods_off_a_port,
+    the_group_forward_mask_floods_its_groups,
     the_storm_limit_holds_floods_only,
     the_move_limit_holds_a_flapping_station,
 );

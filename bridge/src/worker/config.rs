@@ -50,6 +50,10 @@ pub struct WorkerConfig {
     /// The move limit on stations, if any (without it, a port whose
     /// stations move often is only warned of).
     pub move_limit: Option<super::MoveLimit>,
+    /// The link-local groups 01:80:C2:00:00:0X forwarded (flooded) when
+    /// bit X is set, as the Linux bridge's `group_fwd_mask`; bits 0 to 2
+    /// (STP, MAC pause, LACP) are never set.
+    pub group_fwd_mask: u16,
 }
 
 impl Default for WorkerConfig {
@@ -64,6 +68,7 @@ impl Default for WorkerConfig {
             vlan_filtering: false,
             stp: false,
             move_limit: None,
+            group_fwd_mask: 0,
         }
     }
 }

@@ -635,6 +635,21 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
     /// What follows the decisions and precedes sending: BPDUs handed to
     /// spanning tree, a guard tripped, the storm limit, held stations.
     fn after_decisions(&mut self, ingress: usize) {
+        let mask = self.config.group_fwd_mask;
+        if mask != 0 {
+            // The link-local groups the mask names flood (br_input.c's
+            // group_fwd_mask), before the storm limit counts floods.
+            for index in 0..self.decisions.len() {
+                if self.decisions[index] != Decision::Drop(DropReason::Reserved) {
+                    continue;
+                }
+                let buffer = self.batch.frame(index);
+                let last = buffer.get(P::METADATA_LEN + 5).copied().unwrap_or(0);
+                if mask & (1 << (last & 0x0f)) != 0 {
+                    self.decisions[index] = Decision::Flood;
+                }
+            }
+        }
         let slot = &mut self.slots[ingress];
         let intercepted = slot.policy.guard || self.config.stp;
         if intercepted {
