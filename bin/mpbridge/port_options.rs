@@ -26,13 +26,14 @@ pub struct PortOptions {
 }
 
 /// The port flags' names, as `bridge link set` gives them.
-pub const FLAG_KEYS: [&str; 6] = [
+pub const FLAG_KEYS: [&str; 7] = [
     "isolated",
     "hairpin",
     "learning",
     "flood",
     "mcast_flood",
     "bcast_flood",
+    "locked",
 ];
 
 impl PortOptions {
@@ -82,6 +83,7 @@ impl PortOptions {
             flood: on_by_default("flood")?,
             mcast_flood: on_by_default("mcast_flood")?,
             bcast_flood: on_by_default("bcast_flood")?,
+            locked: flag(get("locked"), "locked")?,
         };
         let options = PortOptions {
             cost,
@@ -128,7 +130,11 @@ impl PortOptions {
             text += &format!(",storm={pps}");
         }
         let f = &self.flags;
-        for (on, name) in [(f.isolated, "isolated"), (f.hairpin, "hairpin")] {
+        for (on, name) in [
+            (f.isolated, "isolated"),
+            (f.hairpin, "hairpin"),
+            (f.locked, "locked"),
+        ] {
             if on {
                 text += &format!(",{name}=on");
             }
@@ -158,6 +164,7 @@ impl PortOptions {
                 f.flood,
                 f.mcast_flood,
                 f.bcast_flood,
+                f.locked,
             ])
             .map(|(name, on)| (name.to_string(), on))
             .collect()
@@ -217,7 +224,7 @@ mod tests {
             ",isolated=on,hairpin=on,learning=off,flood=off"
         );
         assert!(!flags.flag_map()["learning"]);
-        assert_eq!(flags.flag_map().len(), 6);
+        assert_eq!(flags.flag_map().len(), 7);
         // A VXLAN port's learning= is its own.
         let vxlan = PortOptions::parse(&items("learning=off"), true).unwrap();
         assert!(vxlan.flags.learning);

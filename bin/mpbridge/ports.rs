@@ -222,7 +222,7 @@ fn split_options(options: &str, keys: &[&str]) -> Result<Vec<(String, String)>, 
 
 /// Every port's options: VLANs, spanning tree, guard and storm, and
 /// Linux's port flags.
-const PORT_KEYS: [&str; 15] = [
+const PORT_KEYS: [&str; 16] = [
     "access",
     "trunk",
     "native",
@@ -238,6 +238,7 @@ const PORT_KEYS: [&str; 15] = [
     "flood",
     "mcast_flood",
     "bcast_flood",
+    "locked",
 ];
 /// A VXLAN port's own, besides.
 const VXLAN_KEYS: [&str; 5] = ["vni", "local", "port", "remote", "learning"];

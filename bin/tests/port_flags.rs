@@ -23,8 +23,18 @@ struct Scenario {
     kernel: [&'static [&'static str]; 3],
     /// mpbridge's own options, and the kernel bridge's (`type bridge ...`).
     bridge: (&'static [&'static str], &'static [&'static str]),
+    /// Static entries made before the check: a host's station, on its port.
+    statics: &'static [usize],
     /// Run on the hosts' stations.
     check: fn(&mut [Station]),
+}
+
+/// `02:00:...` as text.
+fn format_mac(mac: [u8; 6]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
 }
 
 /// Sends `frame` from host `from` and says which hosts got a test frame.
@@ -119,12 +129,29 @@ fn group_forward_mask(st: &mut [Station]) {
     }
 }
 
-const SCENARIOS: [Scenario; 5] = [
+fn locked(st: &mut [Station]) {
+    // Host 0 (its static entry on its locked port) sends; host 1 cannot.
+    assert_eq!(
+        delivered(st, 0, &test_frame(BROADCAST, mac(1), 1, 60)),
+        [1, 2]
+    );
+    assert_eq!(
+        delivered(st, 1, &test_frame(BROADCAST, mac(2), 2, 60)),
+        Vec::<usize>::new()
+    );
+    // Frames to a locked port's station still reach it; host 1's station
+    // was never learned, so frames to it flood.
+    assert_eq!(delivered(st, 2, &test_frame(mac(1), mac(3), 3, 60)), [0]);
+    assert_eq!(delivered(st, 2, &test_frame(mac(2), mac(3), 4, 60)), [0, 1]);
+}
+
+const SCENARIOS: [Scenario; 6] = [
     Scenario {
         name: "isolation",
         options: ["isolated=on", "isolated=on", ""],
         kernel: [&["isolated", "on"], &["isolated", "on"], &[]],
         bridge: (&[], &[]),
+        statics: &[],
         check: isolation,
     },
     Scenario {
@@ -132,6 +159,7 @@ const SCENARIOS: [Scenario; 5] = [
         options: ["", "flood=off", "mcast_flood=off"],
         kernel: [&[], &["flood", "off"], &["mcast_flood", "off"]],
         bridge: (&[], &[]),
+        statics: &[],
         check: flood_flags,
     },
     Scenario {
@@ -139,6 +167,7 @@ const SCENARIOS: [Scenario; 5] = [
         options: ["", "", "bcast_flood=off"],
         kernel: [&[], &[], &["bcast_flood", "off"]],
         bridge: (&[], &[]),
+        statics: &[],
         check: broadcast_flood,
     },
     Scenario {
@@ -146,6 +175,7 @@ const SCENARIOS: [Scenario; 5] = [
         options: ["learning=off", "", ""],
         kernel: [&["learning", "off"], &[], &[]],
         bridge: (&[], &[]),
+        statics: &[],
         check: learning_off,
     },
     Scenario {
@@ -156,7 +186,17 @@ const SCENARIOS: [Scenario; 5] = [
             &["--group-fwd-mask", "0x4008"],
             &["group_fwd_mask", "0x4008"],
         ),
+        statics: &[],
         check: group_forward_mask,
+    },
+    Scenario {
+        name: "locked",
+        options: ["locked=on", "locked=on", ""],
+        kernel: [&["locked", "on"], &["locked", "on"], &[]],
+        bridge: (&[], &[]),
+        // Host 0's station has a static entry on its port; host 1's none.
+        statics: &[0],
+        check: locked,
     },
 ];
 
@@ -164,9 +204,15 @@ const SCENARIOS: [Scenario; 5] = [
 fn flags_through_mpbridge(lock: &str) {
     for scenario in &SCENARIOS {
         eprintln!("{}: mpbridge, {lock}", scenario.name);
-        let mut extra = vec!["--lock", lock];
+        let (socket, ctl) = netns::ctl_socket("flags");
+        let mut extra = vec!["--lock", lock, ctl.as_str()];
         extra.extend_from_slice(scenario.bridge.0);
         let topology = Topology::with_options(PortKind::Raw, &scenario.options, &extra);
+        for &host in scenario.statics {
+            let station = format_mac(mac(host as u16 + 1));
+            let port = format!("raw:p{host}");
+            netns::ctl_ok(&socket, &["fdb", "add", &station, "port", &port]);
+        }
         let mut st = topology.stations();
         (scenario.check)(&mut st);
     }
@@ -201,6 +247,23 @@ fn kernel_topology(scenario: &Scenario) -> (Netns, Vec<Netns>) {
                 .status()
                 .expect("bridge");
             assert!(status.success(), "bridge link set {:?}", scenario.kernel[i]);
+        }
+        if scenario.statics.contains(&i) {
+            let station = format_mac(mac(i as u16 + 1));
+            let status = std::process::Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &bridge.name,
+                    "bridge",
+                    "fdb",
+                    "add",
+                    &station,
+                ])
+                .args(["dev", &port, "master", "static"])
+                .status()
+                .expect("bridge");
+            assert!(status.success(), "bridge fdb add {station}");
         }
         host.ip(&[
             "addr",

@@ -47,11 +47,13 @@ pub enum DropReason {
     MoveLimit,
     /// Known unicast from an isolated port to another isolated port.
     Isolated,
+    /// From a locked port, its source without a static entry there.
+    Locked,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 15] = [
+    pub const ALL: [DropReason; 16] = [
         DropReason::Runt,
         DropReason::BadSource,
         DropReason::Reserved,
@@ -67,6 +69,7 @@ impl DropReason {
         DropReason::Storm,
         DropReason::MoveLimit,
         DropReason::Isolated,
+        DropReason::Locked,
     ];
 
     /// A short name for counters and logs.
@@ -87,6 +90,7 @@ impl DropReason {
             DropReason::Storm => "storm",
             DropReason::MoveLimit => "move_limit",
             DropReason::Isolated => "isolated",
+            DropReason::Locked => "locked",
         }
     }
 

@@ -282,6 +282,7 @@ const ISOLATED: PortFlags = PortFlags {
     flood: true,
     mcast_flood: true,
     bcast_flood: true,
+    locked: false,
 };
 
 /// Frames from an isolated port never leave by another isolated one
@@ -414,6 +415,36 @@ fn the_group_forward_mask_floods_its_groups<S: Strategy>() {
     }
 }
 
+/// A locked port passes only stations with a static entry on it, learns
+/// nothing, and a static entry opens it for one station.
+fn a_locked_port_passes_only_its_static_stations<S: Strategy>() {
+    for vlans in [false, true] {
+        let locked = PortFlags {
+            locked: true,
+            ..PortFlags::default()
+        };
+        let flags = [locked, PortFlags::default(), PortFlags::default()];
+        let (mut rig, _) = rig_with::<S>(flagged(&flags, vlans), filtering(vlans));
+        rig.send(0, &frame(MacAddr::BROADCAST, station(A), 60));
+        assert_eq!(rig.ports_that_sent(), Vec::<usize>::new(), "vlans {vlans}");
+        assert_eq!(rig.stats(0).dropped(DropReason::Locked), 1);
+        let vid = if vlans { 1 } else { 0 };
+        assert_eq!(rig.fdb.lookup(&FdbKey::new(vid, station(A))), None);
+        rig.fdb.add_static(FdbKey::new(vid, station(A)), PortId(0));
+        rig.send(0, &frame(MacAddr::BROADCAST, station(A), 60));
+        assert_eq!(rig.ports_that_sent(), vec![1, 2]);
+        // Another station, or the same one static on another port, not.
+        rig.send(0, &frame(MacAddr::BROADCAST, station(B), 60));
+        rig.fdb.add_static(FdbKey::new(vid, station(3)), PortId(1));
+        rig.send(0, &frame(MacAddr::BROADCAST, station(3), 60));
+        assert_eq!(rig.ports_that_sent(), Vec::<usize>::new());
+        assert_eq!(rig.fdb.lookup(&FdbKey::new(vid, station(B))), None);
+        // Frames to the locked port's stations still reach it.
+        rig.send(1, &frame(station(A), station(B), 60));
+        assert_eq!(rig.ports_that_sent(), vec![0]);
+    }
+}
+
 /// Floods beyond the storm limit are dropped and counted; known unicast
 /// never is.
 fn the_storm_limit_holds_floods_only<S: Strategy>() {
@@ -482,6 +513,7 @@ for_each_strategy!(
     learning_off_learns_nothing_of_the_port,
     flood_flags_keep_floods_off_a_port,
     the_group_forward_mask_floods_its_groups,
+    a_locked_port_passes_only_its_static_stations,
     the_storm_limit_holds_floods_only,
     the_move_limit_holds_a_flapping_station,
 );

@@ -596,6 +596,7 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             port,
             filtering,
             intercept,
+            locked: slot.policy.flags.locked,
         };
         match self.config.section {
             SectionMode::PerBatch => fdb.read(|section| {
@@ -1009,6 +1010,8 @@ struct Ingress<'a> {
     /// What becomes of a BPDU on it, when it does not reach the decision
     /// (taken by spanning tree, a guard or a filter).
     intercept: Option<DropReason>,
+    /// `locked=on`: only sources with a static entry on it pass.
+    locked: bool,
 }
 
 /// Decides frame `index` of the batch (`buffer`, with its port's metadata)
@@ -1027,11 +1030,13 @@ fn decide_one<S: Strategy, P: Queue>(
         port,
         filtering,
         intercept,
+        locked,
     } = ingress;
     let heard = Heard {
         port,
         vtep: batch.vtep(index),
         frame: &buffer[P::METADATA_LEN.min(buffer.len())..],
+        locked,
     };
     if let Some(reason) = intercept {
         if is_bpdu(heard.frame) {
@@ -1068,6 +1073,8 @@ struct Heard<'a> {
     port: PortId,
     vtep: Option<Vtep>,
     frame: &'a [u8],
+    /// It came in on a locked port.
+    locked: bool,
 }
 
 /// Admits a frame on its port's VLANs (see [`vlan::admit`]) and decides it
@@ -1108,8 +1115,21 @@ fn decide_and_refresh<S: Strategy>(
     now: Seconds,
     to_learn: &mut Vec<(Source, SourceState)>,
 ) -> (Decision, Option<Vtep>) {
-    let Heard { port, vtep, frame } = heard;
+    let Heard {
+        port,
+        vtep,
+        frame,
+        locked,
+    } = heard;
     if let Ok((_, key)) = classify_in(frame, vlan) {
+        if locked {
+            // A locked port (Linux's BR_PORT_LOCKED): only a station with
+            // a static entry on it may send, and nothing is learned there.
+            return match section.entry(&key) {
+                Some((at, true, _)) if at == port => decide_to(port, frame, vlan, section),
+                _ => (Decision::Drop(DropReason::Locked), None),
+            };
+        }
         let state = section.source_state(&key, port, vtep, now);
         // A station sends many frames of a batch: learn it once.
         if state != SourceState::Known && !to_learn.iter().any(|(s, _)| s.key == key) {

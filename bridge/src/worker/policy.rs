@@ -62,6 +62,9 @@ pub struct PortFlags {
     pub mcast_flood: bool,
     /// `bcast_flood`: broadcast is flooded to the port.
     pub bcast_flood: bool,
+    /// `locked`: only stations with a static entry on the port may send
+    /// from it; nothing is learned there.
+    pub locked: bool,
 }
 
 impl Default for PortFlags {
@@ -74,6 +77,7 @@ impl Default for PortFlags {
             flood: true,
             mcast_flood: true,
             bcast_flood: true,
+            locked: false,
         }
     }
 }
