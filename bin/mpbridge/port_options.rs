@@ -40,12 +40,7 @@ impl PortOptions {
     /// The options among `items` (key and value pairs of one port). A
     /// VXLAN port's `learning=` is its own (of remote VTEPs), not the flag.
     pub fn parse(items: &[(String, String)], vxlan: bool) -> Result<PortOptions, String> {
-        let get = |key: &str| {
-            items
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.as_str())
-        };
+        let get = |key: &str| crate::ports::option(items, key);
         let cost = get("cost")
             .map(|text| match text.parse::<u32>() {
                 Ok(cost) if (1..=200_000_000).contains(&cost) => Ok(cost),

@@ -15,7 +15,7 @@ use bridge::vlan::{self, PortVlans, VlanSet};
 use bridge::wire::vxlan::MAX_VNI;
 use std::path::Path;
 
-use crate::port_options::PortOptions;
+use crate::port_options::{PortOptions, FLAG_KEYS};
 
 /// What kind of port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,8 +84,13 @@ impl PortSpec {
             });
         }
         let keys: Vec<&str> = match parsed.kind {
-            Kind::Vxlan => VXLAN_KEYS.iter().chain(&PORT_KEYS).copied().collect(),
-            _ => PORT_KEYS.to_vec(),
+            Kind::Vxlan => VXLAN_KEYS
+                .iter()
+                .chain(&PORT_KEYS)
+                .chain(&FLAG_KEYS)
+                .copied()
+                .collect(),
+            _ => PORT_KEYS.iter().chain(&FLAG_KEYS).copied().collect(),
         };
         let in_spec = |e: String| format!("port '{spec}': {e}");
         let items = match options {
@@ -220,9 +225,9 @@ fn split_options(options: &str, keys: &[&str]) -> Result<Vec<(String, String)>, 
     Ok(items)
 }
 
-/// Every port's options: VLANs, spanning tree, guard and storm, and
-/// Linux's port flags.
-const PORT_KEYS: [&str; 16] = [
+/// Every port's options: VLANs, spanning tree, guard and storm (and
+/// Linux's port flags, `port_options::FLAG_KEYS`).
+const PORT_KEYS: [&str; 9] = [
     "access",
     "trunk",
     "native",
@@ -232,25 +237,21 @@ const PORT_KEYS: [&str; 16] = [
     "guard",
     "bpdu_filter",
     "storm",
-    "isolated",
-    "hairpin",
-    "learning",
-    "flood",
-    "mcast_flood",
-    "bcast_flood",
-    "locked",
 ];
 /// A VXLAN port's own, besides.
 const VXLAN_KEYS: [&str; 5] = ["vni", "local", "port", "remote", "learning"];
 
+/// The value of option `key` among `items`, if given.
+pub fn option<'a>(items: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    items
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
 /// The VLAN options among `items`, if any.
 fn vlan_options(items: &[(String, String)]) -> Result<Option<PortVlans>, String> {
-    let get = |key: &str| {
-        items
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    };
+    let get = |key: &str| option(items, key);
     let access = get("access").map(vlan::parse_vid).transpose()?;
     let native = get("native").map(vlan::parse_vid).transpose()?;
     match (access, get("trunk"), native) {
@@ -267,12 +268,7 @@ fn vlan_options(items: &[(String, String)]) -> Result<Option<PortVlans>, String>
 
 /// The VXLAN settings among `items`.
 fn vxlan_options(items: &[(String, String)]) -> Result<VxlanConfig, String> {
-    let get = |key: &str| {
-        items
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    };
+    let get = |key: &str| option(items, key);
     let vni = match get("vni").map(str::parse::<u32>) {
         Some(Ok(vni)) if vni <= MAX_VNI => vni,
         Some(_) => return Err(format!("invalid vni (0 to {MAX_VNI})")),

@@ -22,11 +22,11 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         // The ingress port's counts, added to its slot after the walk over
         // every slot's output.
         let mut rx = crate::counters::PortStats::default();
+        let from = self.slots[ingress].policy.flags;
         for index in 0..self.decisions.len() {
             rx.rx_frames += 1;
             rx.rx_bytes += payload_len::<P>(self.batch.frame(index));
             let admitted = self.admitted[index];
-            let from = self.slots[ingress].policy.flags;
             match (self.decisions[index], admitted) {
                 // Hairpin: known unicast may go back out of its port, in
                 // the form that port sends.

@@ -886,10 +886,10 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             // The ingress port's counts, added to its slot after the walk
             // over every slot's output.
             let mut rx = PortStats::default();
+            let from = self.slots[ingress].policy.flags;
             for (index, decision) in self.decisions.iter().enumerate() {
                 rx.rx_frames += 1;
                 rx.rx_bytes += payload_len::<P>(self.batch.frame(index));
-                let from = self.slots[ingress].policy.flags;
                 match *decision {
                     // Hairpin: known unicast may go back out of its port.
                     Decision::Drop(DropReason::SamePort) if self.flag_rules && from.hairpin => {
