@@ -1180,11 +1180,28 @@ fn link_failure(middle: Middle) {
         .map(|b| format!("{b:02x}"))
         .join(":");
     tcp_transfer(&t.hosts, 2, 0, 5321, 5);
-    assert_eq!(
-        t.m.fdb_port(&ha).as_deref(),
-        Some(t.m.label_of("ma").split_once(':').unwrap().1),
-        "HA before it moves"
-    );
+    let ma = t.m.label_of("ma").split_once(':').unwrap().1.to_owned();
+    let mb = t.m.label_of("mb").split_once(':').unwrap().1.to_owned();
+    let ha_mac = netns::link_mac(&t.hosts[0], "eth0");
+    // While a topology change lasts (a Linux neighbour sets the TC flag
+    // for max age + forward delay), each TC flush may take HA's entry
+    // again; what must never be is an entry on the wrong port. HA speaks
+    // until the entry is where it must be.
+    let holds = |st: &mut [Station], on: &str, wrong: &str, what: &str| {
+        let deadline = Instant::now() + MAX_AGE + FORWARD_DELAY + Duration::from_secs(10);
+        let mut seen = None;
+        for tag in 0u8.. {
+            st[0].send(&test_frame(BROADCAST, ha_mac, 200u8.wrapping_add(tag), 60));
+            thread::sleep(Duration::from_millis(100));
+            seen = t.m.fdb_port(&ha);
+            assert_ne!(seen.as_deref(), Some(wrong), "HA on {wrong} {what}");
+            if seen.as_deref() == Some(on) || Instant::now() >= deadline {
+                break;
+            }
+        }
+        assert_eq!(seen.as_deref(), Some(on), "HA {what}");
+    };
+    holds(&mut st, &ma, &mb, "before it moves");
 
     let b_name = t.b.ns.name.clone();
     t.a.ns.ip(&["link", "set", "dev", "ah", "netns", &b_name]);
@@ -1203,11 +1220,7 @@ fn link_failure(middle: Middle) {
     }
     tcp_transfer(&t.hosts, 2, 0, 5322, 6);
     tcp_transfer(&t.hosts, 0, 2, 5323, 7);
-    assert_eq!(
-        t.m.fdb_port(&ha).as_deref(),
-        Some(t.m.label_of("mb").split_once(':').unwrap().1),
-        "HA after it moved"
-    );
+    holds(&mut st, &mb, &ma, "after it moved");
     if let (Some(before), Some(after)) = (changes_before, changes(&t)) {
         assert!(
             after > before,
