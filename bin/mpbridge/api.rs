@@ -256,8 +256,17 @@ impl BridgeState {
                 state.guards.insert(id, (false, 0));
             }
         }
+        state.apply_port_limits();
         state.refresh_stp();
         state
+    }
+
+    /// Gives the table every port's `max_learned`.
+    fn apply_port_limits(&self) {
+        for (id, spec) in self.live_ports() {
+            self.fdb
+                .set_port_limit(id, spec.options.max_learned.unwrap_or(0));
+        }
     }
 
     /// The worker setup of a port: its VLANs, BPDU and storm options, and
@@ -676,6 +685,7 @@ impl BridgeState {
         };
         let pause = paused.elapsed();
         self.fdb = table;
+        self.apply_port_limits();
         self.generation = started.generation;
         self.controls = started.controls;
         for worker in &self.workers {
@@ -805,6 +815,7 @@ impl BridgeState {
         if spec.options.guard {
             self.guards.insert(port, (false, 0));
         }
+        self.apply_port_limits();
         if let Some(stp) = &mut self.stp {
             stp.add(port, spec, crate::stp::port_mac(&self.name, spec));
         }
@@ -850,6 +861,7 @@ impl BridgeState {
         self.apply_stp();
         self.monitor.unwatch(port, &*self.fdb);
         let flushed = self.fdb.purge_port(port);
+        self.fdb.set_port_limit(port, 0);
         self.vxlans.remove(&spec.label());
         self.vhosts.remove(&spec.label());
         if spec.kind == Kind::Raw && self.raised.remove(&spec.name) {
@@ -1144,6 +1156,8 @@ impl BridgeState {
                     link: self.link(&spec, state).to_owned(),
                     stp: self.port_stp(id),
                     flags: spec.options.flag_map(),
+                    max_learned: spec.options.max_learned,
+                    learned: self.fdb.port_learned(id),
                 }
             })
             .collect()
@@ -1223,6 +1237,8 @@ impl BridgeState {
                     state: state.name().to_owned(),
                     stp: self.port_stp(id),
                     flags: spec.options.flag_map(),
+                    max_learned: spec.options.max_learned,
+                    learned: self.fdb.port_learned(id),
                     counters: stats,
                 }
             })

@@ -776,6 +776,8 @@ mod tests {
             vhost: None,
             stp: None,
             flags: Default::default(),
+            max_learned: None,
+            learned: 0,
             name: name.to_owned(),
             link: link.to_owned(),
             state: state.to_owned(),

@@ -1,12 +1,14 @@
 //! A port's spanning tree, guard and storm options (`,cost=N`,
 //! `,priority=N`, `,edge=on`, `,guard=on`, `,bpdu_filter=on`,
-//! `,storm=PPS`), named as the Linux bridge's `bridge link set` names
-//! them where it has them.
+//! `,storm=PPS`), its flags, its learning limit (`,max_learned=N`) and
+//! its multicast options (`,mcast_router=0|1|2`, `,mcast_fast_leave=on`),
+//! named as the Linux bridge's `bridge link set` names them where it has
+//! them.
 
 use bridge::worker::{PortFlags, PortPolicy};
 
 /// A port's spanning tree, guard and storm options.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PortOptions {
     /// Spanning tree path cost (by default from the link speed).
     pub cost: Option<u32>,
@@ -23,6 +25,34 @@ pub struct PortOptions {
     /// Linux's port flags: isolated, hairpin, learning, flood, mcast_flood,
     /// bcast_flood.
     pub flags: PortFlags,
+    /// The most stations learned on the port (`max_learned=N`).
+    pub max_learned: Option<u32>,
+    /// Linux's `mcast_router`: 0 never a multicast router port, 1 when
+    /// queries come in on it (the default), 2 always.
+    pub mcast_router: u8,
+    /// Linux's `mcast_fast_leave`: a leave removes the port from its group
+    /// at once.
+    pub mcast_fast_leave: bool,
+}
+
+/// The multicast router mode a port has unless told.
+pub const MCAST_ROUTER_DEFAULT: u8 = 1;
+
+impl Default for PortOptions {
+    fn default() -> Self {
+        PortOptions {
+            cost: None,
+            priority: None,
+            edge: false,
+            guard: false,
+            bpdu_filter: false,
+            storm: None,
+            flags: PortFlags::default(),
+            max_learned: None,
+            mcast_router: MCAST_ROUTER_DEFAULT,
+            mcast_fast_leave: false,
+        }
+    }
 }
 
 /// The port flags' names, as `bridge link set` gives them.
@@ -64,6 +94,27 @@ impl PortOptions {
                 )),
             })
             .transpose()?;
+        let max_learned = get("max_learned")
+            .map(|text| match text.parse::<u32>() {
+                Ok(0) => Ok(None),
+                Ok(n) => Ok(Some(n)),
+                _ => Err(format!(
+                    "max_learned={text}: stations from 0 (no limit) to {}",
+                    u32::MAX
+                )),
+            })
+            .transpose()?
+            .flatten();
+        let mcast_router = match get("mcast_router") {
+            None => MCAST_ROUTER_DEFAULT,
+            Some(text @ ("0" | "1" | "2")) => text.as_bytes()[0] - b'0',
+            Some(text) => {
+                return Err(format!(
+                    "mcast_router={text}: 0 (never a router port), 1 (learned from queries) \
+                     or 2 (always)"
+                ))
+            }
+        };
         let on_by_default = |key: &str| match get(key) {
             None => Ok(true),
             value => flag(value, key),
@@ -88,6 +139,9 @@ impl PortOptions {
             bpdu_filter: flag(get("bpdu_filter"), "bpdu_filter")?,
             storm,
             flags,
+            max_learned,
+            mcast_router,
+            mcast_fast_leave: flag(get("mcast_fast_leave"), "mcast_fast_leave")?,
         };
         Ok(options)
     }
@@ -123,6 +177,15 @@ impl PortOptions {
         }
         if let Some(pps) = self.storm {
             text += &format!(",storm={pps}");
+        }
+        if let Some(n) = self.max_learned {
+            text += &format!(",max_learned={n}");
+        }
+        if self.mcast_router != MCAST_ROUTER_DEFAULT {
+            text += &format!(",mcast_router={}", self.mcast_router);
+        }
+        if self.mcast_fast_leave {
+            text += ",mcast_fast_leave=on";
         }
         let f = &self.flags;
         for (on, name) in [
@@ -219,6 +282,19 @@ mod tests {
             ",isolated=on,hairpin=on,learning=off,flood=off"
         );
         assert!(!flags.flag_map()["learning"]);
+        let limits = PortOptions::parse(
+            &items("max_learned=4,mcast_router=2,mcast_fast_leave=on"),
+            false,
+        )
+        .unwrap();
+        assert_eq!(limits.max_learned, Some(4));
+        assert_eq!((limits.mcast_router, limits.mcast_fast_leave), (2, true));
+        assert_eq!(
+            limits.describe(),
+            ",max_learned=4,mcast_router=2,mcast_fast_leave=on"
+        );
+        let unlimited = PortOptions::parse(&items("max_learned=0"), false).unwrap();
+        assert_eq!(unlimited.max_learned, None);
         assert_eq!(flags.flag_map().len(), 7);
         // A VXLAN port's learning= is its own.
         let vxlan = PortOptions::parse(&items("learning=off"), true).unwrap();
@@ -236,6 +312,10 @@ mod tests {
             ("guard=yes", "guard=yes: on or off"),
             ("hairpin=1", "hairpin=1: on or off"),
             ("mcast_flood=no", "mcast_flood=no: on or off"),
+            ("max_learned=x", "max_learned=x"),
+            ("max_learned=-1", "max_learned=-1"),
+            ("mcast_router=3", "mcast_router=3"),
+            ("mcast_fast_leave=1", "mcast_fast_leave=1: on or off"),
         ] {
             let error = PortOptions::parse(&items(text), false).unwrap_err();
             assert!(error.contains(needle), "{text}: {error}");

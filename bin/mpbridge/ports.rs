@@ -225,9 +225,10 @@ fn split_options(options: &str, keys: &[&str]) -> Result<Vec<(String, String)>, 
     Ok(items)
 }
 
-/// Every port's options: VLANs, spanning tree, guard and storm (and
+/// Every port's options: VLANs, spanning tree, guard and storm, the
+/// learning limit, multicast router and fast leave (and
 /// Linux's port flags, `port_options::FLAG_KEYS`).
-const PORT_KEYS: [&str; 9] = [
+const PORT_KEYS: [&str; 12] = [
     "access",
     "trunk",
     "native",
@@ -237,6 +238,9 @@ const PORT_KEYS: [&str; 9] = [
     "guard",
     "bpdu_filter",
     "storm",
+    "max_learned",
+    "mcast_router",
+    "mcast_fast_leave",
 ];
 /// A VXLAN port's own, besides.
 const VXLAN_KEYS: [&str; 5] = ["vni", "local", "port", "remote", "learning"];

@@ -267,6 +267,12 @@ pub struct PortInfo {
     /// bcast_flood), each on or off.
     #[serde(default)]
     pub flags: std::collections::BTreeMap<String, bool>,
+    /// Its `max_learned` limit, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_learned: Option<u32>,
+    /// Stations learned on it now.
+    #[serde(default)]
+    pub learned: usize,
 }
 
 /// A port's spanning tree role and state, its guard and its BPDU counts.
@@ -473,6 +479,12 @@ pub struct PortStats {
     /// Its port flags, each on or off.
     #[serde(default)]
     pub flags: std::collections::BTreeMap<String, bool>,
+    /// Its `max_learned` limit, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_learned: Option<u32>,
+    /// Stations learned on it now.
+    #[serde(default)]
+    pub learned: usize,
     /// A vhost-user port's own counters: frontends that connected
     /// (`connects`) and went (`disconnects`), messages that broke the
     /// protocol (`bad_messages`), memory tables and rings refused
@@ -683,6 +695,8 @@ mod tests {
             vhost: None,
             stp: None,
             flags: Default::default(),
+            max_learned: None,
+            learned: 0,
         };
         let json = serde_json::to_value(&port).unwrap();
         assert_eq!(json["rx_frames"], 3, "{json}");

@@ -292,6 +292,12 @@ pub trait Table: Send + Sync {
     fn purge_port(&self, port: PortId) -> usize;
     /// See [`MacTable::age`].
     fn age(&self, now: Seconds) -> usize;
+    /// See [`MacTable::set_port_limit`].
+    fn set_port_limit(&self, port: PortId, limit: u32);
+    /// See [`MacTable::port_limit`].
+    fn port_limit(&self, port: PortId) -> u32;
+    /// See [`MacTable::port_learned`].
+    fn port_learned(&self, port: PortId) -> usize;
 }
 
 impl<S: Strategy> Table for MacTable<S> {
@@ -346,6 +352,15 @@ impl<S: Strategy> Table for MacTable<S> {
     fn age(&self, now: Seconds) -> usize {
         MacTable::age(self, now)
     }
+    fn set_port_limit(&self, port: PortId, limit: u32) {
+        MacTable::set_port_limit(self, port, limit)
+    }
+    fn port_limit(&self, port: PortId) -> u32 {
+        MacTable::port_limit(self, port)
+    }
+    fn port_learned(&self, port: PortId) -> usize {
+        MacTable::port_learned(self, port)
+    }
 }
 
 /// The table's coarse clock: whole seconds since the table was made.
@@ -387,8 +402,74 @@ pub struct MacTable<S: Strategy> {
     /// Learned (non-static) entries, kept within `config.max_entries` by
     /// reserving a place before inserting.
     learned_len: AtomicUsize,
+    /// Per port: its learned entries, and the most it may have.
+    quotas: PortQuotas,
     stats: FdbStats,
     clock: CoarseClock,
+}
+
+/// The most ports a table keeps learning counts for; port ids run from 0
+/// below it.
+pub const MAX_PORTS: usize = 256;
+
+/// Per port, learned entries and the most it may have (`max_learned`, 0:
+/// no limit): switches call it port security's maximum. Relaxed, as the
+/// bridge-wide count: the counts bound memory and publish nothing.
+struct PortQuotas {
+    learned: Box<[AtomicU32]>,
+    limit: Box<[AtomicU32]>,
+}
+
+impl PortQuotas {
+    fn new() -> PortQuotas {
+        let zeros = || (0..MAX_PORTS).map(|_| AtomicU32::new(0)).collect();
+        PortQuotas {
+            learned: zeros(),
+            limit: zeros(),
+        }
+    }
+
+    /// Takes a place on `port`, if its limit allows.
+    fn reserve(&self, port: PortId) -> bool {
+        let (Some(learned), Some(limit)) =
+            (self.learned.get(port.index()), self.limit.get(port.index()))
+        else {
+            return true;
+        };
+        let max = limit.load(Ordering::Relaxed);
+        learned
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (max == 0 || n < max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    fn release(&self, port: PortId, entries: u32) {
+        if let Some(learned) = self.learned.get(port.index()) {
+            // Saturating: a limit set while entries existed counts them from
+            // then on only where they were counted before.
+            let _ = learned.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_sub(entries))
+            });
+        }
+    }
+
+    fn add(&self, port: PortId, entries: u32) {
+        if let Some(learned) = self.learned.get(port.index()) {
+            learned.fetch_add(entries, Ordering::Relaxed);
+        }
+    }
+
+    fn is_full(&self, port: PortId) -> bool {
+        let index = port.index();
+        match (self.learned.get(index), self.limit.get(index)) {
+            (Some(learned), Some(limit)) => {
+                let max = limit.load(Ordering::Relaxed);
+                max != 0 && learned.load(Ordering::Relaxed) >= max
+            }
+            _ => false,
+        }
+    }
 }
 
 /// A read section of a [`MacTable`]: lookups, and the in-place refresh of
@@ -546,6 +627,7 @@ impl<S: Strategy> MacTable<S> {
             map: LockedMap::with_capacity(capacity),
             config,
             learned_len: AtomicUsize::new(0),
+            quotas: PortQuotas::new(),
             stats: FdbStats::default(),
             clock,
         }
@@ -566,7 +648,10 @@ impl<S: Strategy> MacTable<S> {
                     last_seen: AtomicU32::new(entry.last_seen),
                 };
                 w.update(entry.key, |_| (Update::Put(value), ()));
-                learned += usize::from(!entry.is_static);
+                if !entry.is_static {
+                    learned += 1;
+                    self.quotas.add(entry.port, 1);
+                }
             }
             learned
         });
@@ -727,7 +812,7 @@ impl<S: Strategy> MacTable<S> {
         let (outcome, from) = w.update(key, |old| match old {
             _ if host => (Update::Keep, (Learned::Local, None)),
             Some(entry) if entry.is_local => (Update::Keep, (Learned::Local, None)),
-            None if self.reserve() => (
+            None if self.reserve(port) => (
                 Update::Put(FdbEntry::learned(port, vtep, now)),
                 (Learned::New, None),
             ),
@@ -737,12 +822,27 @@ impl<S: Strategy> MacTable<S> {
                 entry.last_seen.store(now, Ordering::Relaxed);
                 (Update::Keep, (Learned::Refreshed, None))
             }
-            // A move replaces the entry rather than editing it, so that
-            // readers of `rcu` and `epoch` see the old entry or the new one.
-            Some(entry) => (
+            Some(entry) if entry.port == port => (
                 Update::Put(FdbEntry::learned(port, vtep, now)),
                 (Learned::Moved, Some(entry.port)),
             ),
+            // A move replaces the entry rather than editing it, so that
+            // readers of `rcu` and `epoch` see the old entry or the new one.
+            Some(entry) if self.quotas.reserve(port) => {
+                self.quotas.release(entry.port, 1);
+                (
+                    Update::Put(FdbEntry::learned(port, vtep, now)),
+                    (Learned::Moved, Some(entry.port)),
+                )
+            }
+            // Onto a port at its limit: the station is not learned there,
+            // and its old entry would send its frames astray, so it goes
+            // (its frames flood, and reach it).
+            Some(entry) => {
+                self.quotas.release(entry.port, 1);
+                self.release(1);
+                (Update::Remove, (Learned::Refused, None))
+            }
         });
         let counter = match outcome {
             Learned::New => &self.stats.learned,
@@ -755,15 +855,70 @@ impl<S: Strategy> MacTable<S> {
         (outcome, from)
     }
 
-    /// Takes a place for one learned entry, if the limit allows.
-    fn reserve(&self) -> bool {
+    /// Takes a place for one learned entry on `port`, if the table's limit
+    /// and the port's allow.
+    fn reserve(&self, port: PortId) -> bool {
         let max = self.config.max_entries;
         // Relaxed: the count bounds memory; it publishes nothing.
-        self.learned_len
+        let room = self
+            .learned_len
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                 (max == 0 || n < max).then_some(n + 1)
             })
-            .is_ok()
+            .is_ok();
+        if room && !self.quotas.reserve(port) {
+            self.release(1);
+            return false;
+        }
+        room
+    }
+
+    /// Sets the most entries `port` may have learned (`max_learned`; 0: no
+    /// limit). Entries beyond a new, lower limit stay until they age.
+    pub fn set_port_limit(&self, port: PortId, limit: u32) {
+        if let Some(slot) = self.quotas.limit.get(port.index()) {
+            slot.store(limit, Ordering::Relaxed);
+        }
+    }
+
+    /// The most entries `port` may have learned (0: no limit).
+    pub fn port_limit(&self, port: PortId) -> u32 {
+        self.quotas
+            .limit
+            .get(port.index())
+            .map_or(0, |limit| limit.load(Ordering::Relaxed))
+    }
+
+    /// Entries learned on `port` now.
+    pub fn port_learned(&self, port: PortId) -> usize {
+        self.quotas
+            .learned
+            .get(port.index())
+            .map_or(0, |n| n.load(Ordering::Relaxed) as usize)
+    }
+
+    /// Whether `port` is at its limit: a new station there would be
+    /// refused.
+    pub fn port_is_full(&self, port: PortId) -> bool {
+        self.quotas.is_full(port)
+    }
+
+    /// Removes the learned entries `keep` refuses, releasing their places.
+    fn retain_learned(
+        &self,
+        w: &mut impl WriteSection<FdbKey, FdbEntry>,
+        mut keep: impl FnMut(&FdbKey, &FdbEntry) -> bool,
+    ) -> usize {
+        let quotas = &self.quotas;
+        let removed = w.retain(|key, entry| {
+            let kept = entry.is_static || keep(key, entry);
+            if !kept {
+                quotas.release(entry.port, 1);
+            }
+            kept
+        });
+        self.release(removed);
+        removed
     }
 
     fn release(&self, entries: usize) {
@@ -797,8 +952,7 @@ impl<S: Strategy> MacTable<S> {
         // Rare (an interface's address is set or changed): a scan is fine.
         let removed = self
             .map
-            .write(|w| w.retain(|other, entry| entry.is_static || other.mac != key.mac));
-        self.release(removed);
+            .write(|w| self.retain_learned(w, |other, _| other.mac != key.mac));
         replaced || removed > 0
     }
 
@@ -809,16 +963,18 @@ impl<S: Strategy> MacTable<S> {
         vtep: Option<Vtep>,
         is_local: bool,
     ) -> bool {
-        let replaced_learned = self.map.write(|w| {
+        let replaced = self.map.write(|w| {
             w.update(key, |old| {
                 let entry = FdbEntry::configured(port, vtep, is_local);
-                (Update::Put(entry), old.is_some_and(|e| !e.is_static))
+                let learned = old.filter(|e| !e.is_static).map(|e| e.port);
+                (Update::Put(entry), learned)
             })
         });
-        if replaced_learned {
+        if let Some(on) = replaced {
+            self.quotas.release(on, 1);
             self.release(1);
         }
-        replaced_learned
+        replaced.is_some()
     }
 
     /// Removes a static entry; learned entries are left alone. Returns
@@ -837,14 +993,15 @@ impl<S: Strategy> MacTable<S> {
     pub fn forget(&self, key: FdbKey) -> bool {
         let removed = self.map.write(|w| {
             w.update(key, |old| match old {
-                Some(entry) if !entry.is_static => (Update::Remove, true),
-                _ => (Update::Keep, false),
+                Some(entry) if !entry.is_static => (Update::Remove, Some(entry.port)),
+                _ => (Update::Keep, None),
             })
         });
-        if removed {
+        if let Some(on) = removed {
+            self.quotas.release(on, 1);
             self.release(1);
         }
-        removed
+        removed.is_some()
     }
 
     /// Removes learned entries not refreshed for the ageing time; returns
@@ -852,9 +1009,8 @@ impl<S: Strategy> MacTable<S> {
     pub fn age(&self, now: Seconds) -> usize {
         let age = self.config.age_secs;
         let removed = self.map.write(|w| {
-            w.retain(|_, entry| entry.is_static || now.saturating_sub(entry.last_seen()) < age)
+            self.retain_learned(w, |_, entry| now.saturating_sub(entry.last_seen()) < age)
         });
-        self.release(removed);
         self.stats.aged.fetch_add(removed as u64, Ordering::Relaxed);
         removed
     }
@@ -862,11 +1018,8 @@ impl<S: Strategy> MacTable<S> {
     /// Removes the learned entries of one port (its link went down, say);
     /// static entries stay. Returns how many were removed.
     pub fn flush_port(&self, port: PortId) -> usize {
-        let removed = self
-            .map
-            .write(|w| w.retain(|_, entry| entry.is_static || entry.port != port));
-        self.release(removed);
-        removed
+        self.map
+            .write(|w| self.retain_learned(w, |_, entry| entry.port != port))
     }
 
     /// Removes every entry of one port, static and local ones too: the
@@ -883,14 +1036,13 @@ impl<S: Strategy> MacTable<S> {
             })
         });
         self.release(learned);
+        self.quotas.release(port, learned as u32);
         removed
     }
 
     /// Removes every learned entry.
     pub fn flush(&self) -> usize {
-        let removed = self.map.write(|w| w.retain(|_, entry| entry.is_static));
-        self.release(removed);
-        removed
+        self.map.write(|w| self.retain_learned(w, |_, _| false))
     }
 
     /// Every entry, sorted by VLAN and address.

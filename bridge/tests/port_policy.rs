@@ -501,6 +501,46 @@ fn the_move_limit_holds_a_flapping_station<S: Strategy>() {
     assert_eq!(rig.ports_that_sent(), vec![1, 2]);
 }
 
+/// `max_learned`: a port learns at most its limit; further sources are
+/// forwarded, not learned, and counted; a station moving onto a full port
+/// is forgotten rather than left on its old one; room comes back as
+/// entries go.
+fn a_port_learns_at_most_its_max_learned<S: Strategy>() {
+    let (mut rig, _) = rig_with::<S>(vec![PortSetup::default(); 3], WorkerConfig::default());
+    rig.fdb.set_port_limit(PortId(0), 4);
+    for n in 0..10 {
+        rig.send(0, &frame(MacAddr::BROADCAST, station(100 + n), 60));
+        assert_eq!(rig.ports_that_sent(), vec![1, 2], "source {n} forwarded");
+    }
+    let learned: Vec<u32> = (0..10)
+        .filter(|n| rig.fdb.lookup(&key(100 + n)) == Some(PortId(0)))
+        .collect();
+    assert_eq!(learned, [0, 1, 2, 3]);
+    assert_eq!(rig.fdb.port_learned(PortId(0)), 4);
+    assert_eq!(rig.stats(0).refused, 6);
+    // Another port learns freely.
+    for n in 0..10 {
+        rig.send(1, &frame(MacAddr::BROADCAST, station(200 + n), 60));
+    }
+    assert_eq!(rig.fdb.port_learned(PortId(1)), 10);
+    // A station of port 1 moving onto the full port 0 is forgotten.
+    rig.send(0, &frame(MacAddr::BROADCAST, station(200), 60));
+    rig.sent();
+    assert_eq!(rig.fdb.lookup(&key(200)), None);
+    assert_eq!(rig.fdb.port_learned(PortId(1)), 9);
+    // A flush of the port makes room again.
+    rig.fdb.flush_port(PortId(0));
+    assert_eq!(rig.fdb.port_learned(PortId(0)), 0);
+    rig.send(0, &frame(MacAddr::BROADCAST, station(109), 60));
+    rig.sent();
+    assert_eq!(rig.fdb.lookup(&key(109)), Some(PortId(0)));
+    // A station of port 0 moving to port 1 frees its place.
+    rig.send(1, &frame(MacAddr::BROADCAST, station(109), 60));
+    rig.sent();
+    assert_eq!(rig.fdb.port_learned(PortId(0)), 0);
+    assert_eq!(rig.fdb.port_learned(PortId(1)), 10);
+}
+
 for_each_strategy!(
     bpdus_go_to_spanning_tree,
     port_states_gate_learning_and_forwarding,
@@ -516,4 +556,5 @@ for_each_strategy!(
     a_locked_port_passes_only_its_static_stations,
     the_storm_limit_holds_floods_only,
     the_move_limit_holds_a_flapping_station,
+    a_port_learns_at_most_its_max_learned,
 );

@@ -59,7 +59,7 @@ const BUSY_POLL_ERROR_CHECK: u32 = 1024;
 const LINK_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The most ports a bridge has at once; port ids run from 0 below it.
-pub const MAX_PORTS: usize = 256;
+pub use crate::fdb::MAX_PORTS;
 
 /// A forwarding thread's state: one queue of every port, and the table.
 pub struct Worker<S: Strategy, P: Queue> {
@@ -754,7 +754,7 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         }
         // A full table refuses new stations without a write section;
         // moves still go through, since they take no new place.
-        if self.fdb.is_full() {
+        if self.fdb.is_full() || self.fdb.port_is_full(PortId(ingress as u16)) {
             let before = self.to_learn.len();
             self.to_learn
                 .retain(|(_, state)| *state == SourceState::Moved);
