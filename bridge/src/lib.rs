@@ -10,6 +10,7 @@
 //! - [`counters`]: per-port counters.
 //! - [`capture`]: copies of a port's frames for a capture.
 //! - [`stp`]: the Rapid Spanning Tree Protocol (802.1D-2004 clause 17), I/O-free.
+//! - [`mcast`]: IGMP and MLD snooping as the Linux bridge does it, I/O-free.
 
 #![deny(unsafe_code)]
 
@@ -17,6 +18,7 @@ pub mod capture;
 pub mod counters;
 pub mod decision;
 pub mod fdb;
+pub mod mcast;
 pub mod monitor;
 pub mod port;
 pub mod stp;

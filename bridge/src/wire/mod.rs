@@ -9,12 +9,15 @@
 //! `AsMut<[u8]>`. Byte ranges live in a private `field` module per format.
 
 mod build;
+pub mod checksum;
 mod ethernet;
 mod flow;
+pub mod igmp;
 pub mod ip;
 pub mod ipv4;
 pub mod ipv6;
 mod mac;
+pub mod mld;
 pub mod segment;
 pub mod tag;
 pub mod tcp;
