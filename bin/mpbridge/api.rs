@@ -27,6 +27,7 @@ use bridge::worker::{PortControl, PortEvent, PortSetup, MAX_PORTS};
 use bridge::{PortId, WorkerConfig};
 
 use crate::config::{Config, StaticEntry};
+use crate::mcast::Snooper;
 use crate::ports::{self, Kind, PortSettings, PortSpec};
 use crate::protocol::{self, ApiError, FdbEntry, Request, Response};
 use crate::stp::SpanningTree;
@@ -177,6 +178,8 @@ pub struct BridgeState {
     fatal: Option<String>,
     /// Spanning tree, with `--stp`.
     stp: Option<SpanningTree>,
+    /// Multicast snooping, with `--mcast-snooping`.
+    mcast: Option<Snooper>,
     /// Per port with `guard=on`: whether a BPDU disabled it, and how often
     /// one did.
     guards: BTreeMap<PortId, (bool, u64)>,
@@ -218,6 +221,8 @@ pub struct Parts {
     pub link_events: bool,
     /// Spanning tree, with `--stp`, its ports added.
     pub stp: Option<SpanningTree>,
+    /// Multicast snooping, with `--mcast-snooping`, its ports added.
+    pub mcast: Option<Snooper>,
 }
 
 impl BridgeState {
@@ -250,6 +255,7 @@ impl BridgeState {
             fatal: None,
             guards: BTreeMap::new(),
             stp: parts.stp,
+            mcast: parts.mcast,
         };
         for (id, spec) in state.live_ports() {
             if spec.options.guard {
@@ -258,6 +264,7 @@ impl BridgeState {
         }
         state.apply_port_limits();
         state.refresh_stp();
+        state.refresh_mcast();
         state
     }
 
@@ -283,15 +290,10 @@ impl BridgeState {
         }
     }
 
-    /// Tells spanning tree of every port's link (a port its guard
-    /// disabled counts as down), and carries out what it decides.
-    fn refresh_stp(&mut self) {
-        if self.stp.is_none() {
-            return;
-        }
+    /// Per live port, whether its link is up and no guard disabled it.
+    fn port_links(&self) -> Vec<(PortId, bool)> {
         let states = self.port_states();
-        let links: Vec<(PortId, bool)> = self
-            .live_ports()
+        self.live_ports()
             .into_iter()
             .map(|(id, spec)| {
                 let state = states.get(id.index()).copied().unwrap_or_default();
@@ -301,13 +303,73 @@ impl BridgeState {
                 let link = self.link(&spec, state);
                 (id, !tripped && !matches!(link, "down" | "gone"))
             })
-            .collect();
+            .collect()
+    }
+
+    /// Tells spanning tree of every port's link (a port its guard
+    /// disabled counts as down), and carries out what it decides.
+    fn refresh_stp(&mut self) {
+        if self.stp.is_none() {
+            return;
+        }
+        let links = self.port_links();
         if let Some(stp) = &mut self.stp {
             for (id, up) in links {
                 stp.link(id, up);
             }
         }
         self.apply_stp();
+    }
+
+    /// Tells multicast snooping which ports forward (link up, not disabled
+    /// by a guard, forwarding in spanning tree), and carries out what it
+    /// decides.
+    fn refresh_mcast(&mut self) {
+        if self.mcast.is_none() {
+            return;
+        }
+        let links = self.port_links();
+        if let Some(mcast) = &mut self.mcast {
+            for (id, up) in links {
+                let blocked = self.stp.as_ref().is_some_and(|stp| !stp.forwarding(id));
+                mcast.set_up(id, up && !blocked);
+            }
+        }
+        self.apply_mcast();
+    }
+
+    /// Carries out what multicast snooping decided.
+    fn apply_mcast(&mut self) {
+        let Some(mcast) = &mut self.mcast else { return };
+        let ports = &self.ports;
+        let label = |id: PortId| match ports.get(id.index()) {
+            Some(Some(spec)) => spec.label(),
+            _ => format!("#{}", id.0),
+        };
+        mcast.apply(&self.controls, label);
+    }
+
+    /// Fires multicast snooping's timers that are due.
+    pub fn mcast_tick(&mut self) {
+        if let Some(mcast) = &mut self.mcast {
+            mcast.tick();
+        }
+        self.apply_mcast();
+    }
+
+    /// When multicast snooping next has a timer to fire.
+    pub fn mcast_deadline(&self) -> Option<Instant> {
+        self.mcast.as_ref().and_then(Snooper::deadline)
+    }
+
+    /// `mdb show`.
+    fn mdb_show(&self) -> Result<protocol::Mdb, ApiError> {
+        let Some(mcast) = &self.mcast else {
+            return Err(ApiError::from(
+                "multicast snooping is off (start the bridge with --mcast-snooping)",
+            ));
+        };
+        Ok(mcast.show(|id| self.label(id)))
     }
 
     /// Carries out what spanning tree decided.
@@ -331,6 +393,12 @@ impl BridgeState {
                 self.apply_stp();
             }
             PortEvent::GuardTripped { port } => self.trip_guard(port),
+            PortEvent::Mcast { port, vlan, frame } => {
+                if let Some(mcast) = &mut self.mcast {
+                    mcast.receive(port, vlan, &frame);
+                }
+                self.apply_mcast();
+            }
         }
     }
 
@@ -355,6 +423,7 @@ impl BridgeState {
              stations flushed) until `mpbridge port enable {label}`"
         );
         self.refresh_stp();
+        self.refresh_mcast();
     }
 
     /// `port enable`: a port its guard disabled forwards again.
@@ -376,6 +445,7 @@ impl BridgeState {
             }
             log::info!("{label}: enabled again");
             self.refresh_stp();
+            self.refresh_mcast();
         }
         Ok(protocol::PortEnabled {
             enabled: label,
@@ -411,6 +481,7 @@ impl BridgeState {
             Request::PortDel { port } => Response::PortRemoved(self.remove_port(&port)?),
             Request::PortShow => Response::Ports(self.port_list()),
             Request::PortEnable { port } => Response::PortEnabled(self.enable_port(&port)?),
+            Request::MdbShow => Response::Mdb(self.mdb_show()?),
             Request::Reload => Response::Reloaded(self.reload()?),
             Request::LockSet { lock } => Response::LockSwitched(self.switch_lock(&lock)?),
             Request::Capture { .. } => {
@@ -436,6 +507,7 @@ impl BridgeState {
             stp.tick();
         }
         self.refresh_stp();
+        self.refresh_mcast();
         self.check_workers()
     }
 
@@ -451,6 +523,7 @@ impl BridgeState {
         };
         self.report_links(events);
         self.refresh_stp();
+        self.refresh_mcast();
     }
 
     /// Logs what the link monitor saw.
@@ -673,10 +746,15 @@ impl BridgeState {
         };
         let entries = old.records();
         let totals = old.stats();
+        let snooping = self.mcast.is_some();
         let started = locks::with_strategy!(kind, S => {
             let table = Arc::new(bridge::MacTable::<S>::with_clock(old.config(), old.clock()));
             table.import(&entries, totals);
-            crate::workers::start::<S>(Arc::clone(&table), sets, self.worker_config, &self.placement, None)
+            let groups = snooping.then(|| Arc::new(bridge::mcast::GroupTable::<S>::new()));
+            if let (Some(mcast), Some(groups)) = (&mut self.mcast, &groups) {
+                mcast.replace_table(Arc::clone(groups) as Arc<dyn bridge::mcast::Groups>);
+            }
+            crate::workers::start::<S>(Arc::clone(&table), groups, sets, self.worker_config, &self.placement, None)
                 .map(|started| (started, table as Arc<dyn Table>))
         });
         let (started, table) = match started {
@@ -819,7 +897,11 @@ impl BridgeState {
         if let Some(stp) = &mut self.stp {
             stp.add(port, spec, crate::stp::port_mac(&self.name, spec));
         }
+        if let Some(mcast) = &mut self.mcast {
+            mcast.add(port, spec);
+        }
         self.refresh_stp();
+        self.refresh_mcast();
         log::info!("{}: added as port {id}", spec.label());
         Ok(protocol::PortAdded {
             port: spec.label(),
@@ -855,6 +937,10 @@ impl BridgeState {
         self.await_workers(answers)?;
         let spec = self.ports[port.index()].take().expect("a live port");
         self.guards.remove(&port);
+        if let Some(mcast) = &mut self.mcast {
+            mcast.remove(port);
+        }
+        self.apply_mcast();
         if let Some(stp) = &mut self.stp {
             stp.remove(port);
         }
@@ -906,8 +992,9 @@ impl BridgeState {
             }
         }
         let mut restart = Vec::new();
-        let settings: [(&str, bool); 10] = [
+        let settings: [(&str, bool); 11] = [
             ("stp", new.stp != old.stp),
+            ("mcast", new.mcast != old.mcast),
             ("move_limit", new.move_limit != old.move_limit),
             ("move_hold", new.move_hold != old.move_hold),
             ("group_fwd_mask", new.group_fwd_mask != old.group_fwd_mask),

@@ -184,6 +184,45 @@ pub fn print_fdb(entries: &[FdbEntry]) {
     }
 }
 
+/// Prints multicast snooping's state as `bridge -s mdb show` does: a line
+/// per group and port, then the router ports and the queriers.
+pub fn print_mdb(mdb: &protocol::Mdb) {
+    if !mdb.enabled {
+        println!("snooping off (more groups than --mcast-hash-max): multicast floods");
+    }
+    for group in &mdb.groups {
+        let vid = match group.vid {
+            0 => String::new(),
+            vid => format!(" vid {vid}"),
+        };
+        println!(
+            "port {} grp {} {}{vid} {:>8.2}",
+            group.port, group.grp, group.state, group.timer
+        );
+    }
+    for router in &mdb.routers {
+        let timer = router
+            .timer
+            .map_or(String::new(), |timer| format!(" {timer:>8.2}"));
+        println!(
+            "router port {} {} {}{timer}",
+            router.port, router.family, router.kind
+        );
+    }
+    for (family, querier) in [("ipv4", &mdb.querier.ipv4), ("ipv6", &mdb.querier.ipv6)] {
+        let who = match (querier.own, &querier.address, &querier.port) {
+            (true, _, _) => "this bridge".to_owned(),
+            (false, Some(address), Some(port)) => format!("{address} on {port}"),
+            (false, Some(address), None) => address.clone(),
+            _ => "none".to_owned(),
+        };
+        println!(
+            "{family} querier {who}, {}",
+            if querier.present { "present" } else { "absent" }
+        );
+    }
+}
+
 /// Prints `stats` as text.
 pub fn print_stats(stats: &protocol::Stats) {
     println!(

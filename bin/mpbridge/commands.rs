@@ -9,7 +9,7 @@ use locks::StrategyKind;
 use crate::client::{self, Failure};
 use crate::ports::PortSpec;
 use crate::protocol::{self, Request};
-use crate::{Command, FdbCommand, LockCommand, PortCommand};
+use crate::{Command, FdbCommand, LockCommand, MdbCommand, PortCommand};
 
 /// Runs one client command against the bridge at `socket`.
 pub fn operate(name: &str, socket: &Path, command: Command) -> Result<(), Failure> {
@@ -113,6 +113,15 @@ pub fn operate(name: &str, socket: &Path, command: Command) -> Result<(), Failur
                     "changed, needs a restart to apply: {}",
                     reloaded.needs_restart.join(" ")
                 );
+            }
+            Ok(())
+        }
+        Command::Mdb(MdbCommand::Show { json }) => {
+            let mdb: protocol::Mdb = client::call(name, socket, Request::MdbShow)?;
+            if json {
+                print_json(&mdb);
+            } else {
+                client::print_mdb(&mdb);
             }
             Ok(())
         }

@@ -21,6 +21,10 @@
 //! move_limit = 20
 //! move_hold = 10
 //! group_fwd_mask = "0x4000"
+//! mcast_snooping = true
+//! mcast_querier = true
+//! mcast_query_interval = 125
+//! mcast_last_member_interval = 0.5
 //!
 //! [[static]]
 //! mac = "02:00:00:00:00:01"
@@ -55,6 +59,17 @@ struct File {
     move_limit: Option<Spanned<u32>>,
     move_hold: Option<Spanned<u64>>,
     group_fwd_mask: Option<Spanned<String>>,
+    mcast_snooping: Option<bool>,
+    mcast_querier: Option<bool>,
+    mcast_query_interval: Option<Spanned<f64>>,
+    mcast_query_response_interval: Option<Spanned<f64>>,
+    mcast_membership_interval: Option<Spanned<f64>>,
+    mcast_querier_interval: Option<Spanned<f64>>,
+    mcast_last_member_interval: Option<Spanned<f64>>,
+    mcast_startup_query_interval: Option<Spanned<f64>>,
+    mcast_last_member_count: Option<Spanned<u32>>,
+    mcast_startup_query_count: Option<Spanned<u32>>,
+    mcast_hash_max: Option<Spanned<u32>>,
     #[serde(default)]
     ports: Vec<Spanned<String>>,
     #[serde(default, rename = "static")]
@@ -106,6 +121,8 @@ pub struct Config {
     pub move_hold: Option<u64>,
     /// The group forward mask.
     pub group_fwd_mask: Option<u16>,
+    /// Multicast snooping and its timers.
+    pub mcast: McastSettings,
     /// The ports, in order.
     pub ports: Vec<PortSpec>,
     /// Static entries.
@@ -126,6 +143,20 @@ pub struct StpSettings {
     pub forward_delay: Option<u8>,
     /// `stp_max_age`.
     pub max_age: Option<u8>,
+}
+
+/// Multicast snooping as the file sets it, by the command line's option
+/// names (`mcast_query_interval` for `--mcast-query-interval`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct McastSettings {
+    /// `mcast_snooping`.
+    pub snooping: Option<bool>,
+    /// `mcast_querier`.
+    pub querier: Option<bool>,
+    /// The timers, by option name.
+    pub times: Vec<(&'static str, std::time::Duration)>,
+    /// The counts, by option name.
+    pub counts: Vec<(&'static str, u32)>,
 }
 
 /// The 1-based line of byte `offset` in `text`.
@@ -183,6 +214,54 @@ pub fn load(path: &Path) -> Result<Config, String> {
         }
         None => None,
     };
+    let mut mcast = McastSettings {
+        snooping: file.mcast_snooping,
+        querier: file.mcast_querier,
+        ..McastSettings::default()
+    };
+    for (key, value) in [
+        ("mcast_query_interval", &file.mcast_query_interval),
+        (
+            "mcast_query_response_interval",
+            &file.mcast_query_response_interval,
+        ),
+        ("mcast_membership_interval", &file.mcast_membership_interval),
+        ("mcast_querier_interval", &file.mcast_querier_interval),
+        (
+            "mcast_last_member_interval",
+            &file.mcast_last_member_interval,
+        ),
+        (
+            "mcast_startup_query_interval",
+            &file.mcast_startup_query_interval,
+        ),
+    ] {
+        if let Some(value) = value {
+            let time = crate::parse_seconds(&value.get_ref().to_string())
+                .map_err(|e| at(value.span(), format!("{key}: {e}")))?;
+            mcast.times.push((key, time));
+        }
+    }
+    for (key, value, max) in [
+        (
+            "mcast_last_member_count",
+            &file.mcast_last_member_count,
+            255,
+        ),
+        (
+            "mcast_startup_query_count",
+            &file.mcast_startup_query_count,
+            255,
+        ),
+        ("mcast_hash_max", &file.mcast_hash_max, u32::MAX),
+    ] {
+        if let Some(value) = value {
+            if !(1..=max).contains(value.get_ref()) {
+                return Err(at(value.span(), format!("{key} must be 1 to {max}")));
+            }
+            mcast.counts.push((key, *value.get_ref()));
+        }
+    }
     let mut ports = Vec::new();
     for port in &file.ports {
         let spec = PortSpec::parse(port.get_ref()).map_err(|e| at(port.span(), e))?;
@@ -223,6 +302,7 @@ pub fn load(path: &Path) -> Result<Config, String> {
         move_limit: file.move_limit.map(Spanned::into_inner),
         move_hold: file.move_hold.map(Spanned::into_inner),
         group_fwd_mask,
+        mcast,
         ports,
         statics,
     })
@@ -319,6 +399,32 @@ mod tests {
             error.contains("line 2") && error.contains("move_limit"),
             "{error}"
         );
+        let config = load_text(
+            "ports = [\"tap:a\"]\nmcast_snooping = true\nmcast_querier = true\n\
+             mcast_query_interval = 5\nmcast_last_member_interval = 0.5\n\
+             mcast_last_member_count = 3\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (config.mcast.snooping, config.mcast.querier),
+            (Some(true), Some(true))
+        );
+        assert_eq!(
+            config.mcast.times,
+            [
+                ("mcast_query_interval", std::time::Duration::from_secs(5)),
+                (
+                    "mcast_last_member_interval",
+                    std::time::Duration::from_millis(500)
+                ),
+            ]
+        );
+        assert_eq!(config.mcast.counts, [("mcast_last_member_count", 3)]);
+        for bad in ["mcast_query_interval = 0", "mcast_hash_max = 0"] {
+            let error = load_text(&format!("ports = [\"tap:a\"]\n{bad}\n")).unwrap_err();
+            let key = bad.split(' ').next().unwrap();
+            assert!(error.contains("line 2") && error.contains(key), "{error}");
+        }
         let config = load_text("ports = [\"tap:a\"]\ngroup_fwd_mask = \"0x4008\"\n").unwrap();
         assert_eq!(config.group_fwd_mask, Some(0x4008));
         let error = load_text("ports = [\"tap:a\"]\ngroup_fwd_mask = \"0x1\"\n").unwrap_err();

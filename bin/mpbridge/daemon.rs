@@ -158,8 +158,13 @@ pub fn run<S: Strategy>(
         Some(InjectedFault::WorkerPanicOnStop) => Some(workers::Injected::PanicAtStop),
         None => None,
     };
+    let snoop_config = crate::snoop_config(args)?;
+    let groups = args
+        .mcast_snooping
+        .then(|| Arc::new(bridge::mcast::GroupTable::<S>::new()));
     let mut first = workers::start(
         Arc::clone(&fdb),
+        groups.clone(),
         sets,
         worker_config,
         &placement.workers,
@@ -182,6 +187,20 @@ pub fn run<S: Strategy>(
         }
         stp
     });
+    let mcast = groups.map(|groups| {
+        // Queries leave from the lowest of the ports' addresses, as the
+        // bridge id's.
+        let mac = specs
+            .iter()
+            .map(|spec| crate::stp::port_mac(name, spec))
+            .min_by_key(|mac| mac.to_u64())
+            .expect("two ports");
+        let mut snooper = crate::mcast::Snooper::new(snoop_config, mac, groups);
+        for (index, spec) in specs.iter().enumerate() {
+            snooper.add(PortId(index as u16), spec);
+        }
+        snooper
+    });
     let mut state = BridgeState::new(api::Parts {
         name: name.to_owned(),
         specs: specs.to_vec(),
@@ -200,6 +219,7 @@ pub fn run<S: Strategy>(
         raised,
         link_events: link_news.is_some(),
         stp,
+        mcast,
     });
     state.report_links(first_events);
     if let Some((_, file)) = &file {
@@ -331,7 +351,16 @@ fn own(
 ) -> Result<(), String> {
     let mut next_tick = Instant::now() + TICK;
     loop {
-        let wait = next_tick.saturating_duration_since(Instant::now());
+        // Multicast snooping's timers (a leave's last member time) are
+        // finer than the tick.
+        let now = Instant::now();
+        if state.mcast_deadline().is_some_and(|at| at <= now) {
+            state.mcast_tick();
+        }
+        let until = state
+            .mcast_deadline()
+            .map_or(next_tick, |at| at.min(next_tick));
+        let wait = until.saturating_duration_since(now);
         match events.recv_timeout(wait) {
             Ok(Event::Call(request, reply)) => {
                 // The caller may have given up waiting; nothing to do then.

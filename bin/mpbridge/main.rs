@@ -10,6 +10,7 @@ mod commands;
 mod config;
 mod control;
 mod daemon;
+mod mcast;
 mod metrics;
 mod port_options;
 mod ports;
@@ -93,13 +94,16 @@ fn bridge_name(text: &str) -> Result<String, String> {
 #[derive(Subcommand)]
 enum Command {
     /// Bridge two or more ports until SIGTERM or SIGINT.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Show or change the MAC table of a running bridge.
     #[command(subcommand)]
     Fdb(FdbCommand),
     /// Add or remove a port of a running bridge.
     #[command(subcommand)]
     Port(PortCommand),
+    /// Show multicast snooping's groups, router ports and queriers.
+    #[command(subcommand)]
+    Mdb(MdbCommand),
     /// Apply the configuration file's ports and static entries again.
     Reload,
     /// Change the MAC table's lock strategy while traffic flows.
@@ -125,6 +129,17 @@ enum Command {
     },
     /// A running bridge's counters: ports, workers, the table, the lock.
     Stats {
+        /// JSON instead of text.
+        #[arg(short = 'j', long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum MdbCommand {
+    /// List each group's member ports with their timers, the router ports
+    /// and the queriers (with --mcast-snooping).
+    Show {
         /// JSON instead of text.
         #[arg(short = 'j', long)]
         json: bool,
@@ -269,6 +284,50 @@ struct RunArgs {
     /// MAC pause, LACP) are refused, as Linux refuses them.
     #[arg(long, value_name = "MASK", default_value = "0", value_parser = parse_group_fwd_mask)]
     group_fwd_mask: u16,
+    /// IGMP (v2, v3) and MLD (v1, v2) snooping per VLAN, as the Linux
+    /// bridge's mcast_snooping 1: once a querier is present, IP multicast
+    /// goes only to ports with members of its group and to router ports
+    /// (where queries come in); groups nobody joined go to router ports
+    /// only; link-local groups (224.0.0.x, ff02::1) always flood; without
+    /// a querier everything floods. `mpbridge mdb show` lists the groups.
+    #[arg(long)]
+    mcast_snooping: bool,
+    /// With --mcast-snooping: send general queries (IGMPv2 from 0.0.0.0,
+    /// MLDv1 from the bridge's link-local address) while no other querier
+    /// is heard, as the Linux bridge's mcast_querier 1.
+    #[arg(long)]
+    mcast_querier: bool,
+    /// Seconds between the querier's general queries.
+    #[arg(long, value_name = "SECONDS", default_value = "125", value_parser = parse_seconds)]
+    mcast_query_interval: Seconds64,
+    /// Seconds a host has to answer a general query (the queries' maximum
+    /// response time), below the query interval.
+    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = parse_seconds)]
+    mcast_query_response_interval: Seconds64,
+    /// Seconds a membership lasts without a report (Linux: 2 x query
+    /// interval + response interval).
+    #[arg(long, value_name = "SECONDS", default_value = "260", value_parser = parse_seconds)]
+    mcast_membership_interval: Seconds64,
+    /// Seconds another querier counts as present after its last query.
+    #[arg(long, value_name = "SECONDS", default_value = "255", value_parser = parse_seconds)]
+    mcast_querier_interval: Seconds64,
+    /// Group-specific queries after a leave, and the factor of the time
+    /// the leaving port keeps the group.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=255))]
+    mcast_last_member_count: u32,
+    /// Seconds between group-specific queries after a leave.
+    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = parse_seconds)]
+    mcast_last_member_interval: Seconds64,
+    /// General queries sent at start, at the startup query interval.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=255))]
+    mcast_startup_query_count: u32,
+    /// Seconds between the startup queries (Linux: query interval / 4).
+    #[arg(long, value_name = "SECONDS", default_value = "31.25", value_parser = parse_seconds)]
+    mcast_startup_query_interval: Seconds64,
+    /// Most groups; beyond it snooping turns itself off (everything
+    /// floods), as the Linux bridge's mcast_hash_max.
+    #[arg(long, value_name = "N", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
+    mcast_hash_max: u32,
     /// How long a station over the move limit is held.
     #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     move_hold: u64,
@@ -403,7 +462,7 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
     let command = std::mem::replace(&mut cli.command, Command::Reload);
     let mut args = match command {
-        Command::Run(args) => args,
+        Command::Run(args) => *args,
         other => {
             system::default_sigpipe();
             let socket = cli.socket();
@@ -462,6 +521,14 @@ fn main() -> ExitCode {
         say(&format!("mpbridge: {error}\n"));
         return ExitCode::from(2);
     }
+    if args.mcast_snooping && args.mode == ModeArg::Relay {
+        say("mpbridge: --mcast-snooping needs --mode bridge\n");
+        return ExitCode::from(2);
+    }
+    if let Err(error) = snoop_config(&args) {
+        say(&format!("mpbridge: {error}\n"));
+        return ExitCode::from(2);
+    }
     let signals = match system::block_signals() {
         Ok(signals) => signals,
         Err(error) => {
@@ -480,6 +547,43 @@ fn main() -> ExitCode {
 }
 
 /// `--group-fwd-mask`: a 16-bit mask without bits 0 to 2.
+/// A time in seconds, with decimals ("0.5"), as the multicast timers take
+/// it.
+pub(crate) type Seconds64 = std::time::Duration;
+
+/// Parses a time in seconds above 0 and at most a day, with decimals.
+pub(crate) fn parse_seconds(text: &str) -> Result<Seconds64, String> {
+    match text.parse::<f64>() {
+        Ok(secs) if (0.01..=86_400.0).contains(&secs) => {
+            Ok(std::time::Duration::from_secs_f64(secs))
+        }
+        _ => Err(format!(
+            "invalid time '{text}' (seconds from 0.01 to 86400, such as 0.5 or 125)"
+        )),
+    }
+}
+
+/// The multicast snooping settings of `args`, checked.
+pub(crate) fn snoop_config(args: &RunArgs) -> Result<bridge::mcast::SnoopConfig, String> {
+    if args.mcast_querier && !args.mcast_snooping {
+        return Err("--mcast-querier needs --mcast-snooping".to_owned());
+    }
+    let config = bridge::mcast::SnoopConfig {
+        querier: args.mcast_querier,
+        query_interval: args.mcast_query_interval,
+        query_response_interval: args.mcast_query_response_interval,
+        membership_interval: args.mcast_membership_interval,
+        querier_interval: args.mcast_querier_interval,
+        last_member_count: args.mcast_last_member_count,
+        last_member_interval: args.mcast_last_member_interval,
+        startup_query_count: args.mcast_startup_query_count,
+        startup_query_interval: args.mcast_startup_query_interval,
+        hash_max: args.mcast_hash_max as usize,
+    };
+    config.check()?;
+    Ok(config)
+}
+
 pub(crate) fn parse_group_fwd_mask(text: &str) -> Result<u16, String> {
     let value = match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
         Some(hex) => u16::from_str_radix(hex, 16),
@@ -594,6 +698,36 @@ fn merge_config(
     }
     if let (false, Some(mask)) = (given("group_fwd_mask"), config.group_fwd_mask) {
         args.group_fwd_mask = mask;
+    }
+    let mcast = &config.mcast;
+    if !given("mcast_snooping") {
+        args.mcast_snooping |= mcast.snooping.unwrap_or(false);
+    }
+    if !given("mcast_querier") {
+        args.mcast_querier |= mcast.querier.unwrap_or(false);
+    }
+    for &(key, time) in &mcast.times {
+        if given(key) {
+            continue;
+        }
+        match key {
+            "mcast_query_interval" => args.mcast_query_interval = time,
+            "mcast_query_response_interval" => args.mcast_query_response_interval = time,
+            "mcast_membership_interval" => args.mcast_membership_interval = time,
+            "mcast_querier_interval" => args.mcast_querier_interval = time,
+            "mcast_last_member_interval" => args.mcast_last_member_interval = time,
+            _ => args.mcast_startup_query_interval = time,
+        }
+    }
+    for &(key, count) in &mcast.counts {
+        if given(key) {
+            continue;
+        }
+        match key {
+            "mcast_last_member_count" => args.mcast_last_member_count = count,
+            "mcast_startup_query_count" => args.mcast_startup_query_count = count,
+            _ => args.mcast_hash_max = count,
+        }
     }
     Ok(Some((path, config)))
 }

@@ -346,7 +346,7 @@ fn write_families(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Resul
         out,
         "port_drops_total",
         Kind::Counter,
-        "Received frames not forwarded, by reason (runt, bad_source, reserved, same_port, local, vlan_*, stp, bpdu_filter, guard, port_state, storm, move_limit).",
+        "Received frames not forwarded, by reason (runt, bad_source, reserved, same_port, local, vlan_*, stp, bpdu_filter, guard, port_state, storm, move_limit, isolated, locked, snooped, mcast_parse).",
         stats.ports.iter().flat_map(|port| {
             port.counters.drops_by_name().map(move |(reason, count)| {
                 let mut labels = vec![("bridge", bridge), ("port", port.name.as_str())];

@@ -117,6 +117,8 @@ pub enum Request {
         /// The port, as given to `--port` (or its interface name).
         port: String,
     },
+    /// Multicast snooping's groups, router ports and queriers.
+    MdbShow,
 }
 
 impl Request {
@@ -125,7 +127,7 @@ impl Request {
     pub fn changes(&self) -> bool {
         !matches!(
             self,
-            Request::FdbShow { .. } | Request::Stats | Request::PortShow
+            Request::FdbShow { .. } | Request::Stats | Request::PortShow | Request::MdbShow
         )
     }
 }
@@ -197,6 +199,77 @@ pub enum Response {
     CaptureStarted(CaptureStarted),
     /// `port-enable`.
     PortEnabled(PortEnabled),
+    /// `mdb-show`.
+    Mdb(Mdb),
+}
+
+/// `mdb-show`'s result: multicast snooping's state, as `bridge mdb show`
+/// and `ip -d link show` give the Linux bridge's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Mdb {
+    /// Whether snooping runs (`--mcast-snooping`, and not turned off by
+    /// `--mcast-hash-max`).
+    pub enabled: bool,
+    /// One entry per group and member port.
+    pub groups: Vec<MdbGroup>,
+    /// The router ports.
+    pub routers: Vec<MdbRouter>,
+    /// The querier of each family.
+    pub querier: MdbQueriers,
+}
+
+/// A port's membership of a group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MdbGroup {
+    /// The port, as `stats` names it.
+    pub port: String,
+    /// The group address.
+    pub grp: String,
+    /// Its VLAN (0: untagged, without VLAN filtering).
+    pub vid: u16,
+    /// "temp": learned from reports, as Linux's.
+    pub state: String,
+    /// Seconds until the membership expires, unless reported again.
+    pub timer: f64,
+}
+
+/// A multicast router port.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MdbRouter {
+    /// The port.
+    pub port: String,
+    /// "ipv4" or "ipv6".
+    pub family: String,
+    /// "temp" (learned from queries) or "permanent" (`mcast_router=2`).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Seconds until it stops being one, for a learned one.
+    pub timer: Option<f64>,
+}
+
+/// The queriers of both families.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MdbQueriers {
+    /// IGMP's.
+    pub ipv4: MdbQuerier,
+    /// MLD's.
+    pub ipv6: MdbQuerier,
+}
+
+/// One family's querier.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MdbQuerier {
+    /// Whether forwarding trusts the group table: a querier is present and
+    /// its first response time is over.
+    pub present: bool,
+    /// Whether the querier is this bridge.
+    pub own: bool,
+    /// The querier's address, when another one is heard.
+    pub address: Option<String>,
+    /// The port it is heard on.
+    pub port: Option<String>,
+    /// Seconds until it is taken for gone, unless heard again.
+    pub timer: Option<f64>,
 }
 
 /// `port-enable`'s result.

@@ -165,6 +165,13 @@ impl SpanningTree {
     }
 
     /// A port's figures for `stats` and `port show`.
+    /// Whether `port` forwards (one not taking part always does).
+    pub fn forwarding(&self, port: PortId) -> bool {
+        self.stp
+            .port_status(port)
+            .is_none_or(|status| status.state == PortState::Forwarding)
+    }
+
     pub fn port(&self, port: PortId) -> Option<PortStp> {
         let status = self.stp.port_status(port)?;
         Some(PortStp {

@@ -74,11 +74,13 @@ pub enum Injected {
     PanicAtStop,
 }
 
-/// Starts one worker over `table` per set of queues and parts, worker `i`
+/// Starts one worker over `table` (and `groups`, with multicast snooping)
+/// per set of queues and parts, worker `i`
 /// pinned to `placement[i]` when given. `inject` makes worker 0 fail (the
 /// daemon's fault-injection hook).
 pub fn start<S: Strategy>(
     table: Arc<MacTable<S>>,
+    groups: Option<Arc<bridge::mcast::GroupTable<S>>>,
     sets: Vec<Returned>,
     config: WorkerConfig,
     placement: &[Option<CpuSet>],
@@ -100,6 +102,7 @@ pub fn start<S: Strategy>(
     for (id, (ports, parts)) in sets.into_iter().enumerate() {
         let mut worker = Worker::resume(Arc::clone(&table), ports, config, parts);
         worker.set_id(id);
+        worker.set_groups(groups.clone());
         result.controls.push(worker.control());
         result.counters.push(worker.counters());
         result.totals.push(worker.totals());

@@ -49,11 +49,17 @@ pub enum DropReason {
     Isolated,
     /// From a locked port, its source without a static entry there.
     Locked,
+    /// Multicast snooping: IP multicast to a group with neither a member
+    /// nor a router port, while a querier is present.
+    Snooped,
+    /// Multicast snooping: a malformed IGMP or MLD message (a bad
+    /// checksum, a truncated message), which the Linux bridge drops too.
+    McastParse,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 16] = [
+    pub const ALL: [DropReason; 18] = [
         DropReason::Runt,
         DropReason::BadSource,
         DropReason::Reserved,
@@ -70,6 +76,8 @@ impl DropReason {
         DropReason::MoveLimit,
         DropReason::Isolated,
         DropReason::Locked,
+        DropReason::Snooped,
+        DropReason::McastParse,
     ];
 
     /// A short name for counters and logs.
@@ -91,6 +99,8 @@ impl DropReason {
             DropReason::MoveLimit => "move_limit",
             DropReason::Isolated => "isolated",
             DropReason::Locked => "locked",
+            DropReason::Snooped => "snooped",
+            DropReason::McastParse => "mcast_parse",
         }
     }
 

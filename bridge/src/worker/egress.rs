@@ -60,6 +60,28 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                         None => rx.drops[DropReason::VlanEgress.index()] += 1,
                     }
                 }
+                (Decision::Flood, Some(admitted))
+                    if !self.targets.is_empty() && self.target(index).is_some() =>
+                {
+                    let target = self.target(index).expect("a narrowed flood");
+                    for egress in target.iter().map(crate::fdb::PortId::index) {
+                        let Some(slot) = self.slots.get(egress) else {
+                            continue;
+                        };
+                        let same = egress == ingress;
+                        let allowed = match self.flag_rules {
+                            false => !same,
+                            true => from.delivers_to(&slot.policy.flags, same),
+                        };
+                        if !allowed || slot.queue.is_none() {
+                            continue;
+                        }
+                        if let Some(form) = vlan::egress(&slot.vlans, &admitted) {
+                            let frame = self.frame_for(index, form);
+                            self.slots[egress].output.push(frame);
+                        }
+                    }
+                }
                 (Decision::Flood, Some(admitted)) => {
                     let frame = &self.batch.frame(index)[P::METADATA_LEN..];
                     let bpdu = self.bpdu_filters && super::policy::is_bpdu(frame);

@@ -17,6 +17,7 @@ mod egress;
 mod health;
 mod policy;
 mod slot;
+mod snooping;
 mod stopper;
 
 use std::io;
@@ -31,12 +32,14 @@ pub use config::{Mode, SectionMode, WorkerConfig};
 pub use policy::{
     EventSink, Gate, MoveLimit, PortEvent, PortFlags, PortPolicy, PortSetup, BPDUS_PER_SECOND,
 };
+pub use snooping::MCAST_EVENTS_PER_SECOND;
 pub use stopper::Stopper;
 
 use crate::capture::{self, CaptureHub};
 use crate::counters::{PortCounters, PortStats, WorkerCounters};
 use crate::decision::{classify_in, decide_to, Decision, DropReason};
 use crate::fdb::{FdbReader, FdbSection, MacTable, PortId, Seconds, Source, SourceState, Vtep};
+use crate::mcast::{GroupTable, PortSet};
 use crate::port::{wake, PortError, Queue, RxBatch};
 use crate::vlan::{self, Admitted, PortVlans};
 use changes::Change;
@@ -120,6 +123,11 @@ pub struct Worker<S: Strategy, P: Queue> {
     /// Whether a port's flags differ from the default (floods and unicast
     /// then look at them).
     flag_rules: bool,
+    /// The multicast group table, with multicast snooping.
+    groups: Option<Arc<GroupTable<S>>>,
+    /// Per frame of the batch, the ports snooping narrowed its flood to:
+    /// empty while no frame of the batch was narrowed.
+    targets: Vec<Option<PortSet>>,
 }
 
 impl<S: Strategy, P: Queue> Worker<S, P> {
@@ -189,8 +197,17 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             movers: Movers::default(),
             bpdu_filters,
             flag_rules,
+            groups: None,
+            targets: Vec::new(),
             slots,
         }
+    }
+
+    /// Snoops multicast with `groups` (IGMP and MLD messages go to the
+    /// events sink; floods of IP multicast narrow to the table's ports once
+    /// a querier is present), or not (`None`).
+    pub fn set_groups(&mut self, groups: Option<Arc<GroupTable<S>>>) {
+        self.groups = groups;
     }
 
     /// Stops being a worker: its queues (by port id) and its counters, for
@@ -636,6 +653,9 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
     /// What follows the decisions and precedes sending: BPDUs handed to
     /// spanning tree, a guard tripped, the storm limit, held stations.
     fn after_decisions(&mut self, ingress: usize) {
+        if self.groups.is_some() {
+            self.snoop(ingress);
+        }
         let mask = self.config.group_fwd_mask;
         if mask != 0 {
             // The link-local groups the mask names flood (br_input.c's
@@ -906,6 +926,22 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                         // A static entry naming a port this bridge lacks.
                         None => rx.tx_errors += 1,
                     },
+                    Decision::Flood if !self.targets.is_empty() && self.target(index).is_some() => {
+                        let target = self.target(index).expect("a narrowed flood");
+                        for egress in target.iter().map(PortId::index) {
+                            let Some(slot) = self.slots.get_mut(egress) else {
+                                continue;
+                            };
+                            let same = egress == ingress;
+                            let allowed = match self.flag_rules {
+                                false => !same,
+                                true => from.delivers_to(&slot.policy.flags, same),
+                            };
+                            if allowed {
+                                slot.output.push(index);
+                            }
+                        }
+                    }
                     Decision::Flood => {
                         let frame = &self.batch.frame(index)[P::METADATA_LEN..];
                         let bpdu = self.bpdu_filters && is_bpdu(frame);

@@ -176,10 +176,20 @@ pub enum PortEvent {
         /// The port.
         port: PortId,
     },
+    /// An IGMP or MLD message for multicast snooping (the Ethernet frame).
+    Mcast {
+        /// The port it came in on.
+        port: PortId,
+        /// Its VLAN (0 without VLAN filtering and untagged).
+        vlan: u16,
+        /// The frame.
+        frame: Vec<u8>,
+    },
 }
 
 /// Where a worker's events go: called rarely (a BPDU a second per port
-/// from a neighbour, bounded by [`BPDUS_PER_SECOND`]), never per frame.
+/// from a neighbour, bounded by [`BPDUS_PER_SECOND`]; IGMP and MLD
+/// messages, bounded by `MCAST_EVENTS_PER_SECOND`), never per frame.
 pub type EventSink = Arc<dyn Fn(PortEvent) + Send + Sync>;
 
 /// The most BPDUs per port and second a worker hands to spanning tree; a

@@ -44,6 +44,9 @@ pub(super) struct PortSlot<P> {
     /// BPDUs handed to spanning tree in the current second, and when it
     /// began.
     pub(super) bpdus: (u32, Option<std::time::Instant>),
+    /// IGMP and MLD messages handed over in the current second, and when
+    /// it began.
+    pub(super) mcast_events: (u32, Option<std::time::Instant>),
 }
 
 impl<P> PortSlot<P> {
@@ -65,6 +68,7 @@ impl<P> PortSlot<P> {
             disabled: false,
             storm: None,
             bpdus: (0, None),
+            mcast_events: (0, None),
         };
         slot.set_up(setup);
         slot
