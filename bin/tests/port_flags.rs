@@ -1,5 +1,6 @@
-//! Linux's bridge port flags (isolated, learning, flood, mcast_flood,
-//! bcast_flood) and its group forward mask from outside: the same
+//! Linux's bridge port flags (isolated, hairpin, learning, flood,
+//! mcast_flood, bcast_flood, locked) and its group forward mask from
+//! outside: the same
 //! scenarios through mpbridge, with the flags as port options, and through
 //! the Linux bridge, with the flags set by `bridge link set`; both must
 //! deliver the same frames to the same hosts. Needs root; skips with a reason otherwise (fails under
@@ -7,8 +8,12 @@
 
 mod netns;
 
+use std::collections::BTreeSet;
+use std::time::Duration;
+
 use netns::{
-    mac, privileged, settle_counts, test_frame, Netns, PortKind, Station, Topology, BROADCAST,
+    bridge_here, ctl_json, mac, port_stats, privileged, settle_counts, test_frame, Netns, PortKind,
+    Station, TempDir, Topology, BROADCAST,
 };
 
 /// A multicast group address (IPv4 224.0.0.251's MAC, an ordinary group).
@@ -145,7 +150,46 @@ fn locked(st: &mut [Station]) {
     assert_eq!(delivered(st, 2, &test_frame(mac(2), mac(3), 4, 60)), [0, 1]);
 }
 
-const SCENARIOS: [Scenario; 6] = [
+/// A station behind host 0, and a second one there that sends to it.
+const BEHIND_0: [u8; 6] = [0x02, 0x42, 0x00, 0x00, 0x00, 0x51];
+const ALSO_BEHIND_0: [u8; 6] = [0x02, 0x42, 0x00, 0x00, 0x00, 0x52];
+
+fn hairpin_on(st: &mut [Station]) {
+    // Port 0 hairpin on: floods go back out of it too, and so does a
+    // frame to a station learned there.
+    assert_eq!(
+        delivered(st, 0, &test_frame(BROADCAST, BEHIND_0, 1, 60)),
+        [0, 1, 2],
+        "broadcast"
+    );
+    assert_eq!(
+        delivered(st, 0, &test_frame(BEHIND_0, ALSO_BEHIND_0, 2, 60)),
+        [0],
+        "to a station learned on the port it came in on"
+    );
+    // Port 1's hairpin is off: its floods do not come back.
+    assert_eq!(
+        delivered(st, 1, &test_frame(BROADCAST, mac(2), 3, 60)),
+        [0, 2]
+    );
+}
+
+fn hairpin_off(st: &mut [Station]) {
+    assert_eq!(
+        delivered(st, 0, &test_frame(BROADCAST, BEHIND_0, 1, 60)),
+        [1, 2],
+        "broadcast"
+    );
+    assert_eq!(
+        delivered(st, 0, &test_frame(BEHIND_0, ALSO_BEHIND_0, 2, 60)),
+        Vec::<usize>::new(),
+        "to a station learned on the port it came in on"
+    );
+    // Learned there, not elsewhere: from host 1 it reaches host 0 alone.
+    assert_eq!(delivered(st, 1, &test_frame(BEHIND_0, mac(2), 3, 60)), [0]);
+}
+
+const SCENARIOS: [Scenario; 8] = [
     Scenario {
         name: "isolation",
         options: ["isolated=on", "isolated=on", ""],
@@ -197,6 +241,22 @@ const SCENARIOS: [Scenario; 6] = [
         // Host 0's station has a static entry on its port; host 1's none.
         statics: &[0],
         check: locked,
+    },
+    Scenario {
+        name: "hairpin on",
+        options: ["hairpin=on", "", ""],
+        kernel: [&["hairpin", "on"], &[], &[]],
+        bridge: (&[], &[]),
+        statics: &[],
+        check: hairpin_on,
+    },
+    Scenario {
+        name: "hairpin off",
+        options: ["hairpin=off", "", ""],
+        kernel: [&["hairpin", "off"], &[], &[]],
+        bridge: (&[], &[]),
+        statics: &[],
+        check: hairpin_off,
     },
 ];
 
@@ -313,6 +373,142 @@ fn bad_group_forward_masks_are_refused() {
     }
 }
 
+/// Ten stations behind host `host`.
+fn ten_behind(host: usize) -> Vec<[u8; 6]> {
+    (0..10)
+        .map(|i| mac(0x1000 * (host as u16 + 1) + i))
+        .collect()
+}
+
+/// The learned entries of `port` in an `fdb show --json` reply, as text.
+fn learned_on(fdb: &serde_json::Value, port: &str) -> BTreeSet<String> {
+    fdb.as_array()
+        .expect("an array")
+        .iter()
+        .filter(|e| e["port"] == port && e["state"] == "learned")
+        .map(|e| e["mac"].as_str().expect("mac").to_owned())
+        .collect()
+}
+
+/// `max_learned=N`: at most N learned entries on a port; the stations
+/// beyond them are forwarded all the same, never learned, and counted in
+/// the port's `refused`. mpbridge's alone: the Linux bridge has no
+/// per-port limit on learned entries (its `fdb_max_learned`, from Linux
+/// 6.7, caps the whole bridge, and the iproute2 here cannot set it).
+fn max_learned_through_mpbridge(lock: &str) {
+    if !privileged(&format!("max_learned_{lock}")) {
+        return;
+    }
+    let (socket, ctl) = netns::ctl_socket("limit");
+    // Host 0's port learns at most 4; host 1's has no limit, nor has host
+    // 2's (0 is none).
+    let options = ["max_learned=4", "", "max_learned=0"];
+    let topology = Topology::with_options(PortKind::Raw, &options, &["--lock", lock, &ctl]);
+    let mut st = topology.stations();
+    for host in 0..3 {
+        for (tag, &station) in ten_behind(host).iter().enumerate() {
+            st[host].send(&test_frame(BROADCAST, station, tag as u8, 60));
+        }
+        let expected: Vec<usize> = (0..3).map(|h| if h == host { 0 } else { 10 }).collect();
+        assert_eq!(
+            settle_counts(&mut st),
+            expected,
+            "the floods of the ten behind host {host}"
+        );
+    }
+
+    let fdb = ctl_json(&socket, &["fdb", "show", "--json"]);
+    let limited = learned_on(&fdb, "raw:p0");
+    let behind_0: BTreeSet<String> = ten_behind(0).into_iter().map(format_mac).collect();
+    assert_eq!(limited.len(), 4, "learned on raw:p0: {fdb}");
+    assert!(limited.is_subset(&behind_0), "learned on raw:p0: {fdb}");
+    for (host, port) in [(1, "raw:p1"), (2, "raw:p2")] {
+        let all: BTreeSet<String> = ten_behind(host).into_iter().map(format_mac).collect();
+        assert!(all.is_subset(&learned_on(&fdb, port)), "{port}: {fdb}");
+    }
+    let stats = ctl_json(&socket, &["stats", "--json"]);
+    let refused = port_stats(&stats, "raw:p0")["refused"]
+        .as_u64()
+        .expect("refused");
+    assert!(refused >= 6, "raw:p0 refused {refused}");
+    for port in ["raw:p1", "raw:p2"] {
+        assert_eq!(port_stats(&stats, port)["refused"], 0, "{port}");
+    }
+    let ports = ctl_json(&socket, &["port", "show", "-j"]);
+    let shown = |name: &str| {
+        ports
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {ports}"))
+            .clone()
+    };
+    assert_eq!(shown("raw:p0")["max_learned"], 4, "{ports}");
+    for port in ["raw:p1", "raw:p2"] {
+        assert!(shown(port)["max_learned"].is_null(), "{port}: {ports}");
+    }
+
+    // A learned station is reached alone; a refused one is flooded to.
+    let station = |text: &String| -> [u8; 6] {
+        let mut mac = [0u8; 6];
+        for (byte, part) in mac.iter_mut().zip(text.split(':')) {
+            *byte = u8::from_str_radix(part, 16).unwrap();
+        }
+        mac
+    };
+    let learned = station(limited.iter().next().unwrap());
+    let refused_one = station(behind_0.difference(&limited).next().unwrap());
+    assert_eq!(
+        delivered(&mut st, 1, &test_frame(learned, mac(2), 20, 60)),
+        [0]
+    );
+    assert_eq!(
+        delivered(&mut st, 1, &test_frame(refused_one, mac(2), 21, 60)),
+        [0, 2]
+    );
+    // Heard again, the refused stations stay unlearned.
+    for (tag, &station) in ten_behind(0).iter().enumerate() {
+        st[0].send(&test_frame(BROADCAST, station, tag as u8, 60));
+    }
+    assert_eq!(settle_counts(&mut st), [0, 10, 10]);
+    let fdb = ctl_json(&socket, &["fdb", "show", "--json"]);
+    assert_eq!(learned_on(&fdb, "raw:p0"), limited, "{fdb}");
+}
+
+strategy_tests!(max_learned_through_mpbridge: max_learned_mutex, max_learned_rwlock,
+    max_learned_rmlock, max_learned_sharded, max_learned_rcu, max_learned_epoch);
+
+/// `max_learned=4` is taken (and shown); `max_learned=x` and
+/// `max_learned=-1` give one line naming them and a non-zero exit. On
+/// vhost-user ports in a folder of the test's own: no privilege needed,
+/// no network device made.
+fn bad_max_learned_is_refused() {
+    let dir = TempDir::new("limit");
+    let ports = [
+        format!("vhost:{},max_learned=4", dir.path("a.sock").display()),
+        format!("vhost:{}", dir.path("b.sock").display()),
+    ];
+    let (daemon, socket) = bridge_here(&dir, &ports, &[]);
+    let shown = ctl_json(&socket, &["port", "show", "-j"]);
+    assert_eq!(shown[0]["max_learned"], 4, "{shown}");
+    drop(daemon);
+    for value in ["x", "-1"] {
+        let ctl = format!("--ctl={}", dir.path("bad.sock").display());
+        let port0 = format!(
+            "--port=vhost:{},max_learned={value}",
+            dir.path("a.sock").display()
+        );
+        let port1 = format!("--port=vhost:{}", dir.path("b.sock").display());
+        let args = ["run", ctl.as_str(), port0.as_str(), port1.as_str()];
+        let (status, stderr) = netns::run_to_exit(None, &args, Duration::from_secs(5));
+        assert!(!status.success(), "max_learned={value} taken");
+        assert!(stderr.contains(&format!("max_learned={value}")), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    }
+}
+
 macro_rules! per_strategy {
     ($($name:ident: $lock:expr;)*) => {
         $( fn $name() {
@@ -342,6 +538,12 @@ lab::test_main! {
         flags_sharded,
         flags_rcu,
         flags_epoch,
+        max_learned_mutex,
+        max_learned_rwlock,
+        max_learned_rmlock,
+        max_learned_sharded,
+        max_learned_rcu,
+        max_learned_epoch,
     ],
-    plain: [bad_group_forward_masks_are_refused],
+    plain: [bad_group_forward_masks_are_refused, bad_max_learned_is_refused],
 }
