@@ -196,14 +196,14 @@ pub fn print_mdb(mdb: &protocol::Mdb) {
             vid => format!(" vid {vid}"),
         };
         println!(
-            "port {} grp {} {}{vid} {:>8.2}",
+            "port {} grp {} {}{vid} timer {:.2}",
             group.port, group.grp, group.state, group.timer
         );
     }
     for router in &mdb.routers {
         let timer = router
             .timer
-            .map_or(String::new(), |timer| format!(" {timer:>8.2}"));
+            .map_or(String::new(), |timer| format!(" timer {timer:.2}"));
         println!(
             "router port {} {} {}{timer}",
             router.port, router.family, router.kind

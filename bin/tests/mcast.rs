@@ -920,13 +920,15 @@ fn foreign_querier(lab: &mut Lab) {
         let routers = mdb["routers"].as_array().unwrap();
         assert!(routers.iter().all(|r| r["family"] == "ipv4"), "{mdb}");
     }
+    // Present once the query's response time is over (the kernel's delay
+    // timer), not before.
+    lab.await_querier(false, &[D]);
     if let Some(querier) = lab.querier(false) {
         assert_eq!(querier["present"], true, "{querier}");
         assert_eq!(querier["own"], false, "{querier}");
         assert_eq!(querier["address"], "198.18.0.4", "{querier}");
         assert_eq!(querier["port"], "raw:p3", "{querier}");
     }
-    lab.await_querier(false, &[D]);
 
     // B first, so that A's report is the last one A's stack hears of.
     let b = lab.join(B, GROUP.into());

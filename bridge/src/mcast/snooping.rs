@@ -82,26 +82,30 @@ impl SnoopConfig {
     /// removes at once), no startup queries.
     pub fn check(&self) -> Result<(), String> {
         let intervals = [
-            ("query_interval", self.query_interval),
-            ("query_response_interval", self.query_response_interval),
-            ("membership_interval", self.membership_interval),
-            ("querier_interval", self.querier_interval),
-            ("last_member_interval", self.last_member_interval),
-            ("startup_query_interval", self.startup_query_interval),
+            ("mcast_query_interval", self.query_interval),
+            (
+                "mcast_query_response_interval",
+                self.query_response_interval,
+            ),
+            ("mcast_membership_interval", self.membership_interval),
+            ("mcast_querier_interval", self.querier_interval),
+            ("mcast_last_member_interval", self.last_member_interval),
+            ("mcast_startup_query_interval", self.startup_query_interval),
         ];
         for (name, value) in intervals {
             if value.is_zero() {
-                return Err(format!("mcast {name} must be above zero"));
+                return Err(format!("{name} must be above zero"));
             }
         }
         if self.query_response_interval >= self.query_interval {
             return Err(format!(
-                "mcast query_response_interval {:?} must be below query_interval {:?}",
-                self.query_response_interval, self.query_interval
+                "mcast_query_response_interval {} s must be below mcast_query_interval {} s",
+                self.query_response_interval.as_secs_f64(),
+                self.query_interval.as_secs_f64()
             ));
         }
         if self.hash_max == 0 {
-            return Err("mcast hash_max must be at least 1".to_owned());
+            return Err("mcast_hash_max must be at least 1".to_owned());
         }
         Ok(())
     }
@@ -1154,7 +1158,7 @@ mod tests {
         };
         assert_eq!(
             c.check().unwrap_err(),
-            "mcast query_interval must be above zero"
+            "mcast_query_interval must be above zero"
         );
         let c = SnoopConfig {
             query_response_interval: Duration::from_secs(125),
@@ -1162,7 +1166,7 @@ mod tests {
         };
         assert_eq!(
             c.check().unwrap_err(),
-            "mcast query_response_interval 125s must be below query_interval 125s"
+            "mcast_query_response_interval 125 s must be below mcast_query_interval 125 s"
         );
         let c = SnoopConfig {
             hash_max: 0,
