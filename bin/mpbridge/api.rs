@@ -1381,6 +1381,7 @@ impl BridgeState {
             },
             lockstat,
             stp: self.stp.as_ref().map(|stp| stp.bridge(|id| self.label(id))),
+            mcast: self.mcast.as_ref().map(Snooper::stats),
         }
     }
 }

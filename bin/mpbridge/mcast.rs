@@ -174,6 +174,15 @@ impl Snooper {
         self.table = table;
     }
 
+    /// Its figures, for `stats`.
+    pub fn stats(&self) -> protocol::McastStats {
+        protocol::McastStats {
+            enabled: self.snooping.enabled(),
+            groups: self.table.records().len(),
+            messages: self.snooping.stats(),
+        }
+    }
+
     /// `mdb show`.
     pub fn show(&self, label: impl Fn(PortId) -> String) -> protocol::Mdb {
         let now = Instant::now();

@@ -262,6 +262,45 @@ fn write_stp(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Result {
     )
 }
 
+/// Multicast snooping's families, with `--mcast-snooping`.
+fn write_mcast(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Result {
+    let Some(mcast) = &stats.mcast else {
+        return Ok(());
+    };
+    let bridge = stats.name.as_str();
+    family(
+        out,
+        "mcast_groups",
+        Kind::Gauge,
+        "Multicast groups with members (per VLAN and group).",
+        [(vec![("bridge", bridge)], Value::Int(mcast.groups as u64))],
+    )?;
+    let messages = serde_json::to_value(mcast.messages).expect("counters serialise");
+    let counts: Vec<(String, u64)> = messages
+        .as_object()
+        .map(|fields| {
+            fields
+                .iter()
+                .map(|(name, n)| (name.clone(), n.as_u64().unwrap_or(0)))
+                .collect()
+        })
+        .unwrap_or_default();
+    family(
+        out,
+        "mcast_messages_total",
+        Kind::Counter,
+        "IGMP and MLD messages taken by snooping, by type and version (igmp_v2_reports, \
+         mld_leaves, ...), queries sent (igmp_tx_queries, mld_tx_queries), parse errors, and \
+         groups refused at --mcast-hash-max.",
+        counts.iter().map(|(name, n)| {
+            (
+                vec![("bridge", bridge), ("message", name.as_str())],
+                Value::Int(*n),
+            )
+        }),
+    )
+}
+
 /// Every family of `stats`, in the order docs/control.md lists them.
 fn write_families(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Result {
     let bridge = stats.name.as_str();
@@ -377,6 +416,7 @@ fn write_families(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Resul
     )?;
 
     write_stp(out, stats)?;
+    write_mcast(out, stats)?;
 
     let worker_ids: Vec<String> = stats.workers.iter().map(|w| w.id.to_string()).collect();
     let worker_labels =
@@ -834,7 +874,36 @@ mod tests {
                 wait_ns: 1_500_000_007,
             },
             stp: None,
+            mcast: None,
         }
+    }
+
+    #[test]
+    fn multicast_snooping_is_exposed() {
+        let mut stats = sample_stats();
+        assert!(!render(&stats).contains("mpbridge_mcast_"));
+        stats.mcast = Some(crate::protocol::McastStats {
+            enabled: true,
+            groups: 3,
+            messages: bridge::mcast::SnoopStats {
+                igmp_v2_reports: 7,
+                mld_tx_queries: 2,
+                ..Default::default()
+            },
+        });
+        let text = render(&stats);
+        let e = lab::prometheus::parse(&text).unwrap();
+        let bridge = [("bridge", "br0")];
+        assert_eq!(e.value("mpbridge_mcast_groups", &bridge), Some(3.0));
+        let message = |name| {
+            e.value(
+                "mpbridge_mcast_messages_total",
+                &[("bridge", "br0"), ("message", name)],
+            )
+        };
+        assert_eq!(message("igmp_v2_reports"), Some(7.0));
+        assert_eq!(message("mld_tx_queries"), Some(2.0));
+        assert_eq!(message("igmp_leaves"), Some(0.0));
     }
 
     #[test]

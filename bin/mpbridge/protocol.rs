@@ -517,6 +517,20 @@ pub struct Stats {
     /// Spanning tree, with `--stp`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stp: Option<BridgeStp>,
+    /// Multicast snooping's figures, with `--mcast-snooping`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcast: Option<McastStats>,
+}
+
+/// Multicast snooping's figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct McastStats {
+    /// Whether snooping runs (not turned off by `--mcast-hash-max`).
+    pub enabled: bool,
+    /// Groups with members now.
+    pub groups: usize,
+    /// IGMP and MLD messages taken, by type and version, and queries sent.
+    pub messages: bridge::mcast::SnoopStats,
 }
 
 /// One port's counters.
