@@ -321,9 +321,9 @@ impl BridgeState {
         self.apply_stp();
     }
 
-    /// Tells multicast snooping which ports forward (link up, not disabled
-    /// by a guard, forwarding in spanning tree), and carries out what it
-    /// decides.
+    /// Tells multicast snooping which ports are up (link up, not disabled
+    /// by a guard) and which spanning tree lets forward, and carries out
+    /// what it decides.
     fn refresh_mcast(&mut self) {
         if self.mcast.is_none() {
             return;
@@ -331,8 +331,8 @@ impl BridgeState {
         let links = self.port_links();
         if let Some(mcast) = &mut self.mcast {
             for (id, up) in links {
-                let blocked = self.stp.as_ref().is_some_and(|stp| !stp.forwarding(id));
-                mcast.set_up(id, up && !blocked);
+                let forwarding = self.stp.as_ref().is_none_or(|stp| stp.forwarding(id));
+                mcast.set_up(id, up, forwarding);
             }
         }
         self.apply_mcast();
@@ -391,6 +391,8 @@ impl BridgeState {
                     stp.receive(port, &frame);
                 }
                 self.apply_stp();
+                // A port spanning tree just blocked gets no more queries.
+                self.refresh_mcast();
             }
             PortEvent::GuardTripped { port } => self.trip_guard(port),
             PortEvent::Mcast { port, vlan, frame } => {
@@ -747,9 +749,17 @@ impl BridgeState {
         let entries = old.records();
         let totals = old.stats();
         let snooping = self.mcast.is_some();
+        let limits: Vec<(PortId, u32)> = self
+            .live_ports()
+            .into_iter()
+            .map(|(id, spec)| (id, spec.options.max_learned.unwrap_or(0)))
+            .collect();
         let started = locks::with_strategy!(kind, S => {
             let table = Arc::new(bridge::MacTable::<S>::with_clock(old.config(), old.clock()));
             table.import(&entries, totals);
+            for &(port, limit) in &limits {
+                table.set_port_limit(port, limit);
+            }
             let groups = snooping.then(|| Arc::new(bridge::mcast::GroupTable::<S>::new()));
             if let (Some(mcast), Some(groups)) = (&mut self.mcast, &groups) {
                 mcast.replace_table(Arc::clone(groups) as Arc<dyn bridge::mcast::Groups>);
@@ -852,6 +862,9 @@ impl BridgeState {
         let port = PortId(id as u16);
         let mut answers = Vec::new();
         let setup = Self::setup(spec, self.controls.len(), self.stp.is_some());
+        // Before any worker learns on it.
+        self.fdb
+            .set_port_limit(port, spec.options.max_learned.unwrap_or(0));
         for (control, queue) in self.controls.iter().zip(queues) {
             match control.add_with(port, queue, setup.clone()) {
                 Ok(answer) => answers.push(answer),

@@ -158,6 +158,10 @@ pub fn run<S: Strategy>(
         Some(InjectedFault::WorkerPanicOnStop) => Some(workers::Injected::PanicAtStop),
         None => None,
     };
+    // Before any worker learns.
+    for (index, spec) in specs.iter().enumerate() {
+        fdb.set_port_limit(PortId(index as u16), spec.options.max_learned.unwrap_or(0));
+    }
     let snoop_config = crate::snoop_config(args)?;
     let groups = args
         .mcast_snooping

@@ -21,9 +21,12 @@ use crate::protocol;
 pub struct Snooper {
     snooping: Snooping,
     table: Arc<dyn Groups>,
-    /// Per port: whether it forwards (link up, not blocked, not disabled),
-    /// as last told.
+    /// Per port: whether its link is up (and no guard disabled it), as
+    /// last told; a port down loses its groups.
     up: BTreeMap<PortId, bool>,
+    /// Per port: whether spanning tree lets it forward; a blocked port
+    /// keeps its groups (as Linux's) but is sent no query.
+    forwarding: BTreeMap<PortId, bool>,
     /// The router ports and queriers last published, for a table that
     /// takes over (after a lock switch).
     published: BTreeMap<(u8, Family), Action>,
@@ -58,6 +61,7 @@ impl Snooper {
             snooping: Snooping::new(config, mac, Instant::now()),
             table,
             up: BTreeMap::new(),
+            forwarding: BTreeMap::new(),
             published: BTreeMap::new(),
             warned_off: false,
         }
@@ -80,10 +84,15 @@ impl Snooper {
     pub fn remove(&mut self, port: PortId) {
         self.snooping.remove_port(port);
         self.up.remove(&port);
+        self.forwarding.remove(&port);
     }
 
-    /// Tells it whether `port` forwards, when that changed.
-    pub fn set_up(&mut self, port: PortId, up: bool) {
+    /// Tells it whether `port`'s link is up and whether spanning tree
+    /// lets it forward.
+    pub fn set_up(&mut self, port: PortId, up: bool, forwarding: bool) {
+        if self.up.contains_key(&port) {
+            self.forwarding.insert(port, forwarding);
+        }
         if let Some(known) = self.up.get_mut(&port) {
             if *known != up {
                 *known = up;
@@ -129,7 +138,9 @@ impl Snooper {
                             .collect(),
                     };
                     for port in ports {
-                        if self.up.get(&port) != Some(&true) {
+                        let sendable = self.up.get(&port) == Some(&true)
+                            && self.forwarding.get(&port) != Some(&false);
+                        if !sendable {
                             continue;
                         }
                         if let Err(error) = control.send_frame(port, frame.clone()) {
@@ -155,6 +166,7 @@ impl Snooper {
         }
         if !self.snooping.enabled() && !self.warned_off {
             self.warned_off = true;
+            self.table.set_enabled(false);
             log::warn!(
                 "multicast snooping: more groups than --mcast-hash-max; snooping is off, \
                  multicast floods"
@@ -171,6 +183,7 @@ impl Snooper {
         for action in self.published.values() {
             table.apply(action);
         }
+        table.set_enabled(self.snooping.enabled());
         self.table = table;
     }
 

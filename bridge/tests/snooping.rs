@@ -201,6 +201,14 @@ fn reports_are_handed_over_and_bad_ones_dropped<S: Strategy>() {
     assert_eq!(rig.ports_that_sent(), Vec::<usize>::new());
     assert_eq!(rig.stats(2).dropped(DropReason::McastParse), 1);
     assert!(events.lock().unwrap().is_empty());
+    // Snooping turned itself off (beyond hash_max): multicast floods, a
+    // malformed report too, and nothing is handed over.
+    groups.set_enabled(false);
+    rig.send(2, &report(station(3), GROUP, true));
+    assert_eq!(rig.ports_that_sent(), vec![0, 1, 3]);
+    rig.send(2, &report(station(3), GROUP, false));
+    assert_eq!(rig.ports_that_sent(), vec![0, 1, 3]);
+    assert!(events.lock().unwrap().is_empty());
 }
 
 /// Without snooping nothing of this happens: a worker without a group

@@ -47,6 +47,9 @@ pub struct GroupTable<S: Strategy> {
     /// Stored `Release`, loaded `Acquire`: a worker that sees a querier
     /// present sees the groups published before it.
     querier: [AtomicBool; 2],
+    /// Set when snooping turned itself off (beyond `hash_max`): workers
+    /// then leave multicast alone, malformed IGMP and MLD included.
+    off: AtomicBool,
 }
 
 /// A read section of a [`GroupTable`]: group lookups, for a batch of frames.
@@ -75,7 +78,19 @@ impl<S: Strategy> GroupTable<S> {
             map: LockedMap::with_capacity(capacity.max(1)),
             routers: Default::default(),
             querier: Default::default(),
+            off: AtomicBool::new(false),
         }
+    }
+
+    /// Whether snooping runs: false once it turned itself off.
+    #[inline]
+    pub fn enabled(&self) -> bool {
+        !self.off.load(Ordering::Relaxed)
+    }
+
+    /// Says that snooping turned itself off (or on again).
+    pub fn set_enabled(&self, enabled: bool) {
+        self.off.store(!enabled, Ordering::Relaxed);
     }
 
     /// Runs `f` inside one read section; hold it across a batch of frames.
@@ -160,6 +175,8 @@ pub trait Groups: Send + Sync {
     fn records(&self) -> Vec<(GroupKey, PortSet)>;
     /// See [`GroupTable::clear`].
     fn clear(&self);
+    /// See [`GroupTable::set_enabled`].
+    fn set_enabled(&self, enabled: bool);
 }
 
 impl<S: Strategy> Groups for GroupTable<S> {
@@ -171,6 +188,9 @@ impl<S: Strategy> Groups for GroupTable<S> {
     }
     fn clear(&self) {
         GroupTable::clear(self);
+    }
+    fn set_enabled(&self, enabled: bool) {
+        GroupTable::set_enabled(self, enabled);
     }
 }
 

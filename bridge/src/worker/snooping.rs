@@ -38,6 +38,10 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             return;
         };
         self.targets.clear();
+        if !groups.enabled() {
+            // Snooping turned itself off: multicast floods, as without it.
+            return;
+        }
         let batch = &self.batch;
         let frame_of = |index: usize| {
             let buffer = batch.frame(index);
