@@ -223,8 +223,8 @@ fn scrape_equals_stats_on_an_idle_bridge() {
         let drops = p["drops"].as_object().unwrap();
         // runt, bad_source, reserved, same_port, local, the three VLAN
         // reasons, and stp, bpdu_filter, guard, port_state, storm and
-        // move_limit, isolated and locked.
-        assert_eq!(drops.len(), 16, "{p}");
+        // move_limit, isolated and locked, snooped and mcast_parse.
+        assert_eq!(drops.len(), 18, "{p}");
         for (reason, count) in drops {
             let labels = [at[0], ("reason", reason.as_str())];
             assert_eq!(get("port_drops_total", &labels), int(count), "{labels:?}");
