@@ -34,21 +34,29 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
     /// Narrows the batch's multicast floods to their groups' ports, drops
     /// malformed IGMP and MLD messages, and hands the others over.
     pub(super) fn snoop(&mut self, ingress: usize) {
-        let Some(groups) = self.groups.clone() else {
+        // Borrowed, not cloned: an Arc's count is a line every worker
+        // would write once a batch.
+        let Worker {
+            groups: Some(groups),
+            batch,
+            decisions,
+            admitted,
+            targets,
+            ..
+        } = self
+        else {
             return;
         };
-        self.targets.clear();
+        targets.clear();
         if !groups.enabled() {
             // Snooping turned itself off: multicast floods, as without it.
             return;
         }
-        let batch = &self.batch;
         let frame_of = |index: usize| {
             let buffer = batch.frame(index);
             &buffer[P::METADATA_LEN.min(buffer.len())..]
         };
-        let floods_a_group = self
-            .decisions
+        let floods_a_group = decisions
             .iter()
             .enumerate()
             .any(|(index, d)| *d == Decision::Flood && is_ip_group(frame_of(index)));
@@ -56,8 +64,6 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             return;
         }
         let mut handed = Vec::new();
-        let (decisions, admitted, targets) =
-            (&mut self.decisions, &self.admitted, &mut self.targets);
         groups.read(|reader| {
             for (index, decision) in decisions.iter_mut().enumerate() {
                 let frame = frame_of(index);
