@@ -577,7 +577,7 @@ pub struct PortStats {
     /// protocol (`bad_messages`), memory tables and rings refused
     /// (`bad_memory`, `bad_rings`), chains that broke the rules
     /// (`bad_chains`), frames for the driver dropped for want of room
-    /// (`no_room`).
+    /// (`no_room`), calls cut short by the work budget (`over_budget`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vhost: Option<std::collections::BTreeMap<String, u64>>,
 }

@@ -288,6 +288,161 @@ fn a_hostile_driver_is_counted_and_survived() {
     assert!(!log.iter().any(|l| l.contains("panicked")), "{log:?}");
 }
 
+/// Makes `fd`, which the frontend shares with the device, blocking again.
+fn clear_nonblock(fd: &impl std::os::fd::AsRawFd) {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    // SAFETY: the descriptor is open for as long as `fd` is borrowed.
+    #[allow(unsafe_code)]
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd.as_raw_fd()) };
+    fcntl(fd, FcntlArg::F_SETFL(OFlag::empty())).expect("F_SETFL");
+}
+
+/// A frontend that turns its kick and call eventfds blocking (the open
+/// file description is shared) and fills a call eventfd's counter, so that
+/// reading an empty kick or signalling the call would wait on it: the
+/// worker never does, the other ports keep forwarding, `port add` works,
+/// and SIGTERM stops the bridge. A kick that is not an eventfd is refused.
+fn a_frontend_cannot_block_a_worker_on_its_eventfds() {
+    use std::os::fd::{FromRawFd, IntoRawFd};
+    use vhost::VhostBackend;
+    let dir = TempDir::new("vhost");
+    let (s0, s1, s2) = (dir.path("e.sock"), dir.path("a.sock"), dir.path("b.sock"));
+    let (p0, p1, p2) = (port(&s0), port(&s1), port(&s2));
+    let (daemon, ctl) = bridge_here(&dir, &[p0.clone(), p1.clone(), p2.clone()], &[]);
+    let mut evil = Frontend::connect(&s0, 1, FEATURES).unwrap();
+    let mut a = Frontend::connect(&s1, 1, FEATURES).unwrap();
+    let mut b = Frontend::connect(&s2, 1, FEATURES).unwrap();
+    for p in [&p0, &p1, &p2] {
+        wait_link(&ctl, p, "up");
+    }
+    for index in [0, 1] {
+        let (kick, call) = evil.eventfds(index);
+        clear_nonblock(kick);
+        clear_nonblock(call);
+    }
+    // The largest count an eventfd holds: a further write waits.
+    evil.eventfds(0).1.write(u64::MAX - 1).unwrap();
+    evil.post_room(0, 64);
+    a.post_room(0, 64);
+    b.post_room(0, 64);
+    // A broadcast goes to the hostile port too, whose call is full.
+    let hello = test_frame(BROADCAST, mac(1), 1, 100);
+    assert!(a.send(0, &hello));
+    same(&frames(&mut b), std::slice::from_ref(&hello));
+    same(&frames(&mut evil), std::slice::from_ref(&hello));
+    // Idle in between (an empty kick, read before each sleep), the
+    // worker goes on serving the others.
+    for id in 2..6 {
+        let frame = test_frame(mac(1), mac(2), id, 200);
+        assert!(b.send(0, &frame));
+        same(&frames(&mut a), std::slice::from_ref(&frame));
+    }
+    // The control socket answers (ctl_json fails otherwise).
+    ctl_json(&ctl, &["stats", "--json"]);
+    ctl_ok(&ctl, &["port", "add", &port(&dir.path("c.sock"))]);
+    // A kick that is a pipe breaks the protocol: the connection closes.
+    let before = vhost_counter(&ctl, &p0, "bad_messages");
+    let (read, _write) = nix::unistd::pipe().unwrap();
+    // SAFETY: `read` is a descriptor of ours, handed over whole; the
+    // EventFd owns and closes it.
+    #[allow(unsafe_code)]
+    let pipe = unsafe { vmm_sys_util::eventfd::EventFd::from_raw_fd(read.into_raw_fd()) };
+    let _ = evil.connection().set_vring_kick(1, &pipe);
+    wait_link(&ctl, &p0, "down");
+    assert_eq!(vhost_counter(&ctl, &p0, "bad_messages"), before + 1);
+    let (status, log) = daemon.stop(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+    assert!(
+        log.iter().any(|l| l.contains("not an eventfd")),
+        "the refusal is logged: {log:?}"
+    );
+}
+
+/// Frames from `a` to `b` (a station `b` announced) in `window`: each
+/// round posts as much room as `b` took, sends 32 and reads what came.
+fn pump(a: &mut Frontend, b: &mut Frontend, window: Duration) -> usize {
+    let frame = test_frame(mac(2), mac(1), 9, 100);
+    let end = Instant::now() + window;
+    let mut delivered = 0;
+    while Instant::now() < end {
+        for _ in 0..32 {
+            if !a.send(0, &frame) {
+                break;
+            }
+        }
+        let got = b.receive(0, Duration::from_millis(20)).len();
+        b.post_room(0, got as u16);
+        delivered += got;
+    }
+    delivered
+}
+
+/// A driver that keeps its transmit ring (32768 entries) full of chains
+/// that each run through 1024 empty descriptors and more, reposting them
+/// as fast as they come back: each round the worker takes a bounded share
+/// of them and serves the other ports, which forward at a rate comparable
+/// to the same run without it.
+fn a_hostile_ring_cannot_hold_a_worker() {
+    use bridge::port::vhost::ring::driver;
+    let dir = TempDir::new("vhost");
+    let (s0, s1, s2) = (dir.path("e.sock"), dir.path("a.sock"), dir.path("b.sock"));
+    let (p0, p1, p2) = (port(&s0), port(&s1), port(&s2));
+    let (daemon, ctl) = bridge_here(&dir, &[p0.clone(), p1.clone(), p2.clone()], &[]);
+    let mut evil = Frontend::connect(&s0, 1, FEATURES).unwrap();
+    let mut a = Frontend::connect(&s1, 1, FEATURES).unwrap();
+    let mut b = Frontend::connect(&s2, 1, FEATURES).unwrap();
+    for p in [&p0, &p1, &p2] {
+        wait_link(&ctl, p, "up");
+    }
+    a.post_room(0, 64);
+    b.post_room(0, 64);
+    // b announces itself, so that a's frames go to b alone.
+    assert!(b.send(0, &test_frame(mac(1), mac(2), 1, 60)));
+    assert_eq!(frames(&mut a).len(), 1);
+    let window = Duration::from_secs(2);
+    let quiet = pump(&mut a, &mut b, window);
+    const SIZE: u16 = 32_768;
+    let tx = evil.resize_ring(1, SIZE).unwrap();
+    for index in 0..SIZE {
+        let last = index == SIZE - 1;
+        let (flags, next) = if last {
+            (0, 0)
+        } else {
+            (driver::NEXT, index + 1)
+        };
+        driver::set_descriptor(evil.memory(), &tx, index, tx.desc, 0, flags, next);
+    }
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let hostile = std::thread::scope(|scope| {
+        let (memory, kick) = (evil.memory(), evil.eventfds(1).0);
+        let stop = &stop;
+        // Every avail entry is head 0 (the memory starts zeroed): the
+        // driver keeps the index a whole ring ahead of what came back.
+        scope.spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let used = driver::used_idx(memory, &tx);
+                driver::set_avail_idx(memory, &tx, used.wrapping_add(SIZE));
+                let _ = kick.write(1);
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        });
+        let delivered = pump(&mut a, &mut b, window);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        delivered
+    });
+    eprintln!("a to b in {window:?}: {quiet} frames alone, {hostile} beside the hostile ring");
+    assert!(quiet > 0, "frames pass at all");
+    assert!(
+        hostile * 5 >= quiet,
+        "{hostile} frames beside the hostile ring, {quiet} without it"
+    );
+    assert!(vhost_counter(&ctl, &p0, "bad_chains") > 0);
+    assert!(vhost_counter(&ctl, &p0, "over_budget") > 0);
+    drop(evil);
+    let (status, log) = daemon.stop(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+}
+
 /// A frontend that goes away takes the link down, flushes its stations
 /// and costs nothing while gone; the next one brings it up again.
 fn a_disconnect_is_link_down_and_a_reconnect_brings_it_back() {
@@ -699,6 +854,8 @@ lab::test_main! {
         learning_and_flooding_epoch,
         frames_cross_whole_with_each_feature_set,
         a_hostile_driver_is_counted_and_survived,
+        a_frontend_cannot_block_a_worker_on_its_eventfds,
+        a_hostile_ring_cannot_hold_a_worker,
         a_disconnect_is_link_down_and_a_reconnect_brings_it_back,
         client_mode_connects_and_reconnects,
         queue_pairs_follow_the_workers,

@@ -391,6 +391,61 @@ impl Frontend {
         started
     }
 
+    /// Vring `index`'s kick and call eventfds, which the device shares:
+    /// a hostile driver changes their flags or fills their counters.
+    pub fn eventfds(&self, index: usize) -> (&EventFd, &EventFd) {
+        let vring = &self.vrings[index];
+        (&vring.kick, &vring.call)
+    }
+
+    /// Kicks vring `index`.
+    pub fn kick(&self, index: usize) {
+        self.vrings[index].kick.write(1).unwrap();
+    }
+
+    /// Stops vring `index` and starts it again as a ring of `size`
+    /// entries (up to 32768, laid out from the vring's own memory), for a
+    /// hostile driver to fill; returns its layout. The frontend's own
+    /// sending and receiving on it no longer work.
+    pub fn resize_ring(&mut self, index: usize, size: u16) -> Result<RingLayout, String> {
+        self.stop_vring(index);
+        let base = BASE + PER_VRING * index as u64;
+        let (layout, end) = driver::layout(base, size);
+        assert!(end <= base + 0x10_0000, "a ring of {size} fits its vring");
+        let e = |what: &'static str| move |error: vhost::Error| format!("{what} {index}: {error}");
+        let vring = &mut self.vrings[index];
+        vring.layout = layout;
+        vring.avail = 0;
+        vring.used = 0;
+        vring.kick = EventFd::new(libc::EFD_NONBLOCK).unwrap();
+        vring.call = EventFd::new(libc::EFD_NONBLOCK).unwrap();
+        let c = &mut self.connection;
+        c.set_vring_num(index, size).map_err(e("SET_VRING_NUM"))?;
+        c.set_vring_addr(
+            index,
+            &VringConfigData {
+                queue_max_size: size,
+                queue_size: size,
+                flags: 0,
+                desc_table_addr: layout.desc,
+                used_ring_addr: layout.used,
+                avail_ring_addr: layout.avail,
+                log_addr: None,
+            },
+        )
+        .map_err(e("SET_VRING_ADDR"))?;
+        c.set_vring_base(index, 0).map_err(e("SET_VRING_BASE"))?;
+        c.set_vring_call(index, &vring.call)
+            .map_err(e("SET_VRING_CALL"))?;
+        c.set_vring_kick(index, &vring.kick)
+            .map_err(e("SET_VRING_KICK"))?;
+        if self.features & PROTOCOL_FEATURES != 0 {
+            c.set_vring_enable(index, true)
+                .map_err(e("SET_VRING_ENABLE"))?;
+        }
+        Ok(layout)
+    }
+
     /// Sends the memory table again (as QEMU does when memory is added).
     pub fn resend_memory(&mut self) -> Result<(), String> {
         let region = VhostUserMemoryRegionInfo {

@@ -3,7 +3,6 @@
 //! for one batch and the control thread for one change), the features
 //! the frontend took, whether the link is up, and the port's counters.
 
-use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
@@ -11,6 +10,7 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use parking_lot::Mutex;
 use virtio_bindings::{virtio_config, virtio_net, virtio_ring};
 
+use super::eventfd::FrontendEventfd;
 use super::ring::SplitRing;
 use crate::port::wake;
 
@@ -95,27 +95,23 @@ pub struct Running {
     pub negotiated: Negotiated,
     /// Kicked by the driver when it makes chains available (read to
     /// empty it before sleeping).
-    pub kick: File,
+    pub kick: FrontendEventfd,
     /// Signalled to tell the driver of used chains; none when it polls.
-    pub call: Option<File>,
+    pub call: Option<FrontendEventfd>,
 }
 
 impl Running {
     /// Tells the driver of used chains.
     pub fn notify(&self) {
         if let Some(call) = &self.call {
-            // An eventfd write fails only when its counter would overflow,
-            // and then the driver has a notification pending anyway.
-            let _ = crate::port::fd::write(call.as_raw_fd(), &1u64.to_ne_bytes());
+            call.signal();
         }
     }
 
     /// Empties the kick eventfd, so that it polls readable again only when
     /// kicked again.
     pub fn drain_kick(&self) {
-        let mut count = [0u8; 8];
-        // The kick eventfd was made non-blocking when it arrived.
-        let _ = crate::port::fd::read(self.kick.as_raw_fd(), &mut count);
+        self.kick.drain();
     }
 }
 
@@ -139,6 +135,9 @@ pub struct VhostCounters {
     pub bad_chains: AtomicU64,
     /// Frames to the driver dropped: it had posted no room for them.
     pub no_room: AtomicU64,
+    /// Calls that stopped at the work budget (chains or descriptors) with
+    /// work left, either way: a busy or hostile driver.
+    pub over_budget: AtomicU64,
 }
 
 impl VhostCounters {
@@ -158,6 +157,7 @@ impl VhostCounters {
             ("bad_rings", get(&self.bad_rings)),
             ("bad_chains", get(&self.bad_chains)),
             ("no_room", get(&self.no_room)),
+            ("over_budget", get(&self.over_budget)),
         ]
     }
 }
@@ -266,14 +266,14 @@ impl Device {
             // is the frontend's too, so closing ours would not remove it).
             if let (true, Some(new)) = (transmit, &new) {
                 let event = EpollEvent::new(EpollFlags::EPOLLIN, index as u64);
-                if let Err(error) = wake.add(new.kick.as_fd(), event) {
+                if let Err(error) = wake.add(new.kick.file().as_fd(), event) {
                     log::warn!("{}: cannot watch vring {index}'s kick: {error}", self.name);
                 }
             }
             std::mem::replace(&mut *slot, new)
         };
         if let (true, Some(old)) = (transmit, &old) {
-            let _ = wake.delete(old.kick.as_fd());
+            let _ = wake.delete(old.kick.file().as_fd());
         }
         self.refresh();
         old

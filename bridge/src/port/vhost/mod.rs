@@ -6,6 +6,7 @@
 //! - `protocol.rs`: what each vhost-user message does (the `vhost` crate
 //!   reads and answers them).
 //! - `device.rs`: what the control thread and the workers share.
+//! - `eventfd.rs`: the frontend's kick and call descriptors, never waited on.
 //! - `memory.rs`: the frontend's memory table, mapped.
 //! - `ring.rs`: the split virtqueue, from the device's side.
 //!
@@ -17,6 +18,7 @@
 
 mod control;
 mod device;
+mod eventfd;
 pub mod memory;
 mod protocol;
 pub mod ring;
@@ -39,6 +41,19 @@ use ring::{ChainError, Direction, Segment};
 /// The longest virtio-net header: virtio 1's, with `num_buffers`.
 const MAX_HEADER: usize = 12;
 
+/// The work one call may do on a driver's ring, as Linux's vhost-net
+/// bounds it (`vhost_exceeds_weight`): chains taken from a transmit ring,
+/// good and bad alike...
+const CHAIN_BUDGET: usize = 256;
+/// ... and descriptors read, either way. A driver that posts more (bad
+/// chains without end, chains of a thousand empty descriptors) is served
+/// again in the worker's next round, after every other port.
+const DESCRIPTOR_BUDGET: u64 = 8192;
+/// The most chains one frame to the driver may take with mergeable
+/// buffers (a 64 KiB frame in 256-byte buffers): beyond it the frame is
+/// refused as too big for the room posted.
+const MAX_MERGE_CHAINS: usize = 256;
+
 /// One worker's queue pair of a vhost-user port.
 #[derive(Debug)]
 pub struct VhostQueue {
@@ -52,6 +67,8 @@ pub struct VhostQueue {
     heads: Vec<(u16, u32)>,
     /// The first of them, where `num_buffers` is written last.
     first: Vec<Segment>,
+    /// The last receive stopped at the work budget with chains left.
+    more: bool,
 }
 
 /// Opens a vhost-user port at `path` with one queue pair per worker.
@@ -74,6 +91,7 @@ pub fn open(path: &Path, mode: Mode, workers: usize) -> Result<Vec<VhostQueue>, 
             scratch: Vec::new(),
             heads: Vec::new(),
             first: Vec::new(),
+            more: false,
         })
         .collect())
 }
@@ -87,6 +105,8 @@ enum Put {
     TooBig,
     /// The driver's chain broke the rules.
     BadChain(ChainError),
+    /// The call's work budget ran out before the frame was placed.
+    Budget,
 }
 
 impl VhostQueue {
@@ -100,11 +120,13 @@ impl VhostQueue {
     }
 
     /// Writes one frame (its virtio-net header `vnet`, its bytes `frame`)
-    /// into the driver's receive ring.
+    /// into the driver's receive ring, reading no more descriptors once the
+    /// ring's count has reached `budget`.
     fn put(
         run: &mut Running,
         heads: &mut Vec<(u16, u32)>,
         first: &mut Vec<Segment>,
+        budget: u64,
         vnet: &[u8],
         frame: &[u8],
     ) -> Put {
@@ -112,6 +134,9 @@ impl VhostQueue {
         let mut header = [0u8; MAX_HEADER];
         header[..VNET_HDR_LEN].copy_from_slice(&vnet[..VNET_HDR_LEN]);
         let ring = &mut run.ring;
+        if ring.walked() >= budget {
+            return Put::Budget;
+        }
         if !run.negotiated.mergeable() {
             let chain = match ring.pop(Direction::Write, header_len as u32, u32::MAX) {
                 Ok(Some(chain)) => chain,
@@ -134,6 +159,16 @@ impl VhostQueue {
         heads.clear();
         let mut written = 0;
         while heads.is_empty() || written < frame.len() {
+            if heads.len() == MAX_MERGE_CHAINS || ring.walked() >= budget {
+                // The chains taken go back untouched, as far as the driver
+                // can tell: nothing of them is used.
+                ring.unpop(heads.len() as u16);
+                return if heads.len() == MAX_MERGE_CHAINS {
+                    Put::TooBig
+                } else {
+                    Put::Budget
+                };
+            }
             let min = if heads.is_empty() {
                 header_len as u32
             } else {
@@ -215,9 +250,22 @@ impl Queue for VhostQueue {
         let header_len = run.negotiated.header_len();
         let max = (header_len + batch.frame_capacity() - VNET_HDR_LEN) as u32;
         let mut used = false;
+        let budget = run.ring.walked() + DESCRIPTOR_BUDGET;
+        let mut popped = 0;
+        self.more = false;
         run.ring.disable_notification();
-        loop {
+        'work: loop {
             while let Some(buffer) = batch.next_buffer() {
+                if popped == CHAIN_BUDGET || run.ring.walked() >= budget {
+                    // Left for the next round; the driver is not asked to
+                    // kick meanwhile.
+                    self.more = !matches!(run.ring.available(), Ok(0));
+                    if self.more {
+                        VhostCounters::bump(&self.device.counters.over_budget);
+                    }
+                    break 'work;
+                }
+                popped += 1;
                 match run.ring.pop(Direction::Read, header_len as u32, max) {
                     Ok(None) => break,
                     Ok(Some(chain)) => {
@@ -287,6 +335,7 @@ impl Queue for VhostQueue {
             return report;
         };
         let counters = &self.device.counters;
+        let budget = run.ring.walked() + DESCRIPTOR_BUDGET;
         let (heads, first, scratch) = (&mut self.heads, &mut self.first, &mut self.scratch);
         let tally = |put: Put, len: usize, report: &mut SendReport| match put {
             Put::Sent => {
@@ -298,6 +347,10 @@ impl Queue for VhostQueue {
                 report.dropped += 1;
             }
             Put::TooBig => report.refused += 1,
+            Put::Budget => {
+                VhostCounters::bump(&counters.over_budget);
+                report.dropped += 1;
+            }
             Put::BadChain(error) => {
                 VhostCounters::bump(&counters.bad_chains);
                 log::debug!("{}: receive chain dropped: {error}", self.name);
@@ -311,7 +364,7 @@ impl Queue for VhostQueue {
             }
             let (vnet, eth) = frame.split_at(VNET_HDR_LEN);
             if takes(run.negotiated, vnet) {
-                let put = Self::put(run, heads, first, vnet, eth);
+                let put = Self::put(run, heads, first, budget, vnet, eth);
                 tally(put, eth.len(), &mut report);
                 continue;
             }
@@ -321,7 +374,7 @@ impl Queue for VhostQueue {
             let mut outcome = None;
             let made = make_whole(vnet, eth, scratch, |part| {
                 if outcome.is_none() {
-                    match Self::put(run, heads, first, &whole, part) {
+                    match Self::put(run, heads, first, budget, &whole, part) {
                         Put::Sent => {}
                         other => outcome = Some(other),
                     }
@@ -342,6 +395,12 @@ impl Queue for VhostQueue {
     fn link_ready(&self) -> bool {
         self.device.drain_link_event(self.pair);
         self.device.link_up()
+    }
+
+    /// Chains left on the transmit ring when the last receive reached its
+    /// work budget: the driver was not asked to kick for them.
+    fn pending(&self) -> bool {
+        self.more
     }
 
     fn link_fd(&self) -> Option<RawFd> {

@@ -24,6 +24,7 @@ use vhost::VhostUserMemoryRegionBase;
 use super::device::{
     Device, Negotiated, Running, VhostCounters, OFFERED_FEATURES, PROTOCOL_FEATURES,
 };
+use super::eventfd::FrontendEventfd;
 use super::memory::{GuestMemory, RegionSpec};
 use super::ring::{RingLayout, SplitRing, MAX_RING_SIZE};
 
@@ -38,8 +39,8 @@ struct Setup {
     /// desc, avail, used, in the frontend's addresses.
     addresses: Option<(u64, u64, u64)>,
     base: u16,
-    kick: Option<File>,
-    call: Option<File>,
+    kick: Option<FrontendEventfd>,
+    call: Option<FrontendEventfd>,
     enabled: bool,
 }
 
@@ -169,6 +170,18 @@ impl Handler {
         }
     }
 
+    /// Takes a kick or call descriptor if it is an eventfd; anything else
+    /// breaks the protocol.
+    fn eventfd(&self, file: File, what: &'static str) -> Result<FrontendEventfd> {
+        FrontendEventfd::new(file, what).map_err(|error| {
+            log::warn!("{}: {error}", self.device.name());
+            refuse(match what {
+                "kick" => "a kick descriptor that is not an eventfd",
+                _ => "a call descriptor that is not an eventfd",
+            })
+        })
+    }
+
     fn refresh_all(&mut self) {
         for index in 0..self.setups.len() {
             self.refresh(index, false);
@@ -281,20 +294,15 @@ impl VhostUserBackendReqHandlerMut for Handler {
     fn set_vring_kick(&mut self, index: u8, fd: Option<File>) -> Result<()> {
         // A frontend that polls (no kick) cannot wake a sleeping worker.
         let kick = fd.ok_or(refuse("a vring without a kick descriptor"))?;
-        // Emptied without blocking before each sleep; the frontend only
-        // writes it, which O_NONBLOCK does not change for an eventfd.
-        nix::fcntl::fcntl(
-            &kick,
-            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
-        )
-        .map_err(|e| Error::SocketError(e.into()))?;
+        let kick = self.eventfd(kick, "kick")?;
         self.setup(u32::from(index))?.kick = Some(kick);
         self.refresh(usize::from(index), false);
         Ok(())
     }
 
     fn set_vring_call(&mut self, index: u8, fd: Option<File>) -> Result<()> {
-        self.setup(u32::from(index))?.call = fd;
+        let call = fd.map(|call| self.eventfd(call, "call")).transpose()?;
+        self.setup(u32::from(index))?.call = call;
         self.refresh(usize::from(index), false);
         Ok(())
     }

@@ -33,6 +33,12 @@ const USED_F_NO_NOTIFY: u16 = 1;
 /// The largest ring virtio allows.
 pub const MAX_RING_SIZE: u16 = 32_768;
 
+/// The most descriptors one chain may have, as Linux's vhost allows
+/// (UIO_MAXIOV): a frame of 64 KiB in 64-byte pieces. A longer chain is
+/// dropped, so that a walk costs at most this many reads whatever the
+/// ring's size.
+pub const MAX_CHAIN_DESCRIPTORS: u16 = 1024;
+
 /// Where a ring lives, in the frontend's virtual addresses (as
 /// SET_VRING_ADDR gives them), and its size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -70,6 +76,9 @@ pub enum ChainError {
     /// More descriptors than the ring holds: a loop.
     #[error("chain longer than the ring (a loop)")]
     Loop,
+    /// More descriptors than [`MAX_CHAIN_DESCRIPTORS`].
+    #[error("chain of more than 1024 descriptors")]
+    Descriptors,
     /// An indirect table, which was not negotiated.
     #[error("indirect descriptor (not negotiated)")]
     Indirect,
@@ -134,6 +143,9 @@ pub struct SplitRing {
     event_idx: bool,
     /// The chain just popped.
     segments: Vec<Segment>,
+    /// Descriptors read so far, good chains and bad: what a caller's work
+    /// budget counts.
+    walked: u64,
 }
 
 // SAFETY: the pointers point into `memory`, which the ring keeps alive and
@@ -184,6 +196,7 @@ impl SplitRing {
             signalled: 0,
             event_idx,
             segments: Vec::with_capacity(n.min(64)),
+            walked: 0,
         };
         ring.next_used = ring.used_idx().load(Ordering::Acquire);
         ring.signalled = ring.next_used;
@@ -303,7 +316,9 @@ impl SplitRing {
         self.segments.clear();
         let mut index = head;
         let mut total: u32 = 0;
-        for _ in 0..self.size {
+        let limit = self.size.min(MAX_CHAIN_DESCRIPTORS);
+        for _ in 0..limit {
+            self.walked += 1;
             let desc = self.descriptor(index);
             if desc.flags & DESC_F_INDIRECT != 0 {
                 return Err(ChainError::Indirect);
@@ -338,7 +353,16 @@ impl SplitRing {
             }
             index = desc.next;
         }
-        Err(ChainError::Loop)
+        if limit == self.size {
+            Err(ChainError::Loop)
+        } else {
+            Err(ChainError::Descriptors)
+        }
+    }
+
+    /// Descriptors read by every [`pop`](Self::pop) so far.
+    pub fn walked(&self) -> u64 {
+        self.walked
     }
 
     /// The buffers of the chain [`pop`](Self::pop) returned last.
@@ -671,6 +695,32 @@ mod tests {
             assert_eq!(used_idx(&memory, &layout), 2, "{what}: both returned");
             assert_eq!(used_elem(&memory, &layout, 0), (0, 0), "{what}");
         }
+    }
+
+    #[test]
+    fn a_chain_is_walked_no_further_than_its_cap() {
+        // A ring of 2048 whose one chain runs through every descriptor,
+        // each of zero bytes: dropped after 1024 reads, not 2048.
+        let memory = Arc::new(GuestMemory::anonymous(BASE, 1 << 20).unwrap());
+        let (layout, _) = layout(BASE, 2048);
+        let mut ring = SplitRing::new(memory.clone(), layout, 0, true).unwrap();
+        for index in 0..2048u16 {
+            let (flags, next) = if index < 2047 {
+                (NEXT, index + 1)
+            } else {
+                (0, 0)
+            };
+            set_descriptor(&memory, &layout, index, DATA, 0, flags, next);
+        }
+        set_avail(&memory, &layout, 0, 0);
+        set_avail_idx(&memory, &layout, 1);
+        assert_eq!(
+            ring.pop(Direction::Read, 1, 4096),
+            Err(ChainError::Descriptors)
+        );
+        assert_eq!(ring.walked(), u64::from(MAX_CHAIN_DESCRIPTORS));
+        ring.publish();
+        assert_eq!(used_idx(&memory, &layout), 1, "returned to the driver");
     }
 
     #[test]
