@@ -8,7 +8,7 @@ use bridge::port::tap::TapError;
 use std::net::{IpAddr, SocketAddr};
 
 use bridge::port::raw::RingKind;
-use bridge::port::vhost::{self, Mode as VhostMode};
+use bridge::port::vhost::{self, Mode as VhostMode, VhostConfig};
 use bridge::port::vxlan::VxlanConfig;
 use bridge::port::{LinkQueue, RawQueue, TapQueue, VxlanQueue};
 use bridge::vlan::{self, PortVlans, VlanSet};
@@ -41,8 +41,8 @@ pub struct PortSpec {
     pub vlans: Option<PortVlans>,
     /// A VXLAN port's settings.
     pub vxlan: Option<VxlanConfig>,
-    /// A vhost-user port's side of its socket.
-    pub vhost: Option<VhostMode>,
+    /// A vhost-user port's side of its socket and its memory limit.
+    pub vhost: Option<VhostConfig>,
     /// Its spanning tree, guard and storm options.
     pub options: PortOptions,
 }
@@ -76,15 +76,14 @@ impl PortSpec {
             }
             (_, options) => options,
         };
-        if parsed.kind == Kind::Vhost {
-            parsed.vhost = Some(if client {
-                VhostMode::Client
-            } else {
-                VhostMode::Server
-            });
-        }
         let keys: Vec<&str> = match parsed.kind {
             Kind::Vxlan => VXLAN_KEYS
+                .iter()
+                .chain(&PORT_KEYS)
+                .chain(&FLAG_KEYS)
+                .copied()
+                .collect(),
+            Kind::Vhost => VHOST_KEYS
                 .iter()
                 .chain(&PORT_KEYS)
                 .chain(&FLAG_KEYS)
@@ -104,6 +103,27 @@ impl PortSpec {
         parsed.options = PortOptions::parse(&items, parsed.kind == Kind::Vxlan).map_err(in_spec)?;
         if parsed.kind == Kind::Vxlan {
             parsed.vxlan = Some(vxlan_options(&items).map_err(in_spec)?);
+        }
+        if parsed.kind == Kind::Vhost {
+            let max_memory = option(&items, "max_memory")
+                .map(|text| {
+                    parse_size(text).ok_or_else(|| {
+                        format!(
+                            "max_memory={text}: a size in bytes, with K, M, G or T for \
+                             binary multiples (256G by default)"
+                        )
+                    })
+                })
+                .transpose()
+                .map_err(in_spec)?;
+            parsed.vhost = Some(VhostConfig {
+                mode: if client {
+                    VhostMode::Client
+                } else {
+                    VhostMode::Server
+                },
+                max_memory: max_memory.unwrap_or(vhost::DEFAULT_MAX_MEMORY),
+            });
         }
         Ok(parsed)
     }
@@ -174,8 +194,13 @@ impl PortSpec {
                 text += ",learning=off";
             }
         }
-        if self.vhost == Some(VhostMode::Client) {
-            text += ",client";
+        if let Some(config) = &self.vhost {
+            if config.mode == VhostMode::Client {
+                text += ",client";
+            }
+            if config.max_memory != vhost::DEFAULT_MAX_MEMORY {
+                text += &format!(",max_memory={}", describe_size(config.max_memory));
+            }
         }
         if let Some(vlans) = &self.vlans {
             text += &format!(",{vlans}");
@@ -244,6 +269,33 @@ const PORT_KEYS: [&str; 12] = [
 ];
 /// A VXLAN port's own, besides.
 const VXLAN_KEYS: [&str; 5] = ["vni", "local", "port", "remote", "learning"];
+
+/// A vhost-user port's own keys (`client` is a flag without a value).
+const VHOST_KEYS: [&str; 1] = ["max_memory"];
+
+/// A size in bytes: digits, then optionally K, M, G or T (powers of 1024);
+/// more than zero.
+fn parse_size(text: &str) -> Option<u64> {
+    let (digits, shift) = match text.char_indices().last()? {
+        (at, 'K' | 'k') => (&text[..at], 10),
+        (at, 'M' | 'm') => (&text[..at], 20),
+        (at, 'G' | 'g') => (&text[..at], 30),
+        (at, 'T' | 't') => (&text[..at], 40),
+        _ => (text, 0),
+    };
+    let number: u64 = digits.parse().ok().filter(|&n| n > 0)?;
+    number.checked_mul(1 << shift)
+}
+
+/// `bytes` as [`parse_size`] reads it, in the largest unit that divides it.
+fn describe_size(bytes: u64) -> String {
+    for (shift, unit) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
+        if bytes % (1 << shift) == 0 {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
+}
 
 /// The value of option `key` among `items`, if given.
 pub fn option<'a>(items: &'a [(String, String)], key: &str) -> Option<&'a str> {
@@ -398,8 +450,8 @@ pub fn open_queues(
             tap.queues.into_iter().map(LinkQueue::Tap).collect()
         }
         Kind::Vhost => {
-            let mode = spec.vhost.unwrap_or(VhostMode::Server);
-            vhost::open(Path::new(&spec.name), mode, workers)
+            let config = spec.vhost.unwrap_or_default();
+            vhost::open(Path::new(&spec.name), config, workers)
                 .map_err(|e| format!("cannot open port {}: {e}", spec.label()))?
                 .into_iter()
                 .map(LinkQueue::Vhost)
@@ -538,14 +590,29 @@ mod tests {
         let server = PortSpec::parse("vhost:/run/vm0.sock").unwrap();
         assert_eq!(server.kind, Kind::Vhost);
         assert_eq!(server.name, "/run/vm0.sock");
-        assert_eq!(server.vhost, Some(VhostMode::Server));
+        assert_eq!(server.vhost.map(|v| v.mode), Some(VhostMode::Server));
         assert_eq!(server.describe(), "vhost:/run/vm0.sock");
         let client = PortSpec::parse("vhost:vm1.sock,access=10,client").unwrap();
-        assert_eq!(client.vhost, Some(VhostMode::Client));
+        assert_eq!(client.vhost.map(|v| v.mode), Some(VhostMode::Client));
         assert_eq!(client.vlans, Some(PortVlans::access(10)));
         assert_eq!(client.label(), "vhost:vm1.sock");
         assert_eq!(client.describe(), "vhost:vm1.sock,client,access=10");
         assert_eq!(PortSpec::parse(&client.describe()).unwrap(), client);
+        let limited = PortSpec::parse("vhost:vm2.sock,max_memory=16G").unwrap();
+        assert_eq!(limited.vhost.unwrap().max_memory, 16 << 30);
+        assert_eq!(limited.describe(), "vhost:vm2.sock,max_memory=16G");
+        assert_eq!(PortSpec::parse(&limited.describe()).unwrap(), limited);
+        assert_eq!(
+            server.vhost.unwrap().max_memory,
+            vhost::DEFAULT_MAX_MEMORY,
+            "256G unless told"
+        );
+        for bad in ["0", "-1", "G", "12X", "99999999999T", ""] {
+            let error = PortSpec::parse(&format!("vhost:v.sock,max_memory={bad}")).unwrap_err();
+            assert!(error.contains("max_memory="), "{bad}: {error}");
+        }
+        let error = PortSpec::parse("tap:t0,max_memory=1G").unwrap_err();
+        assert!(error.contains("unknown option 'max_memory'"), "{error}");
         for (spec, expected) in [
             ("vhost:", "invalid socket path"),
             (&format!("vhost:/{}", "x".repeat(107)), "1 to 107 bytes"),

@@ -443,6 +443,60 @@ fn a_hostile_ring_cannot_hold_a_worker() {
     assert!(status.is_some_and(|s| s.success()), "{log:?}");
 }
 
+/// A memory table larger than the port's `max_memory`, or with a region
+/// whose file is on a disk rather than tmpfs or hugetlbfs, is refused and
+/// counted; the connection stays and a good table is taken after it.
+fn memory_over_the_limit_or_off_tmpfs_is_refused() {
+    use std::os::fd::AsRawFd;
+    use vhost::{VhostBackend, VhostUserMemoryRegionInfo};
+    let dir = TempDir::new("vhost");
+    let (s0, s1) = (dir.path("a.sock"), dir.path("b.sock"));
+    let limited = format!("{},max_memory=1M", port(&s0));
+    let (p0, p1) = (port(&s0), port(&s1));
+    let (daemon, ctl) = bridge_here(&dir, &[limited, p1.clone()], &[]);
+    // The test frontend shares 3 MiB.
+    let error = Frontend::connect(&s0, 1, FEATURES).err().expect("refused");
+    assert!(error.contains("SET_MEM_TABLE"), "{error}");
+    assert_eq!(vhost_counter(&ctl, &p0, "bad_memory"), 1);
+    let (code, out, _) = netns::ctl(&ctl, &["port", "show"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("max_memory=1M"), "{out}");
+    // A region backed by a file in the test's directory (not tmpfs).
+    let file = dir.path("memory");
+    std::fs::write(&file, vec![0u8; 1 << 16]).unwrap();
+    let file = std::fs::File::open(&file).unwrap();
+    let stream = UnixStream::connect(&s1).unwrap();
+    let c = vhost::vhost_user::Frontend::from_stream(stream, 2);
+    c.set_owner().unwrap();
+    c.get_features().unwrap();
+    c.set_features(VERSION_1).unwrap();
+    let region = |fd| VhostUserMemoryRegionInfo {
+        guest_phys_addr: 0x4000_0000,
+        memory_size: 1 << 16,
+        userspace_addr: 0x4000_0000,
+        mmap_offset: 0,
+        mmap_handle: fd,
+    };
+    // Without REPLY_ACK the refusal shows in the counter and the log.
+    let _ = c.set_mem_table(&[region(file.as_raw_fd())]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while vhost_counter(&ctl, &p1, "bad_memory") == 0 {
+        assert!(Instant::now() < deadline, "the table on disk was taken");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(c);
+    let (status, log) = daemon.stop(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+    assert!(
+        log.iter().any(|l| l.contains("over the port's max_memory")),
+        "{log:?}"
+    );
+    assert!(
+        log.iter().any(|l| l.contains("not tmpfs or hugetlbfs")),
+        "{log:?}"
+    );
+}
+
 /// A frontend that goes away takes the link down, flushes its stations
 /// and costs nothing while gone; the next one brings it up again.
 fn a_disconnect_is_link_down_and_a_reconnect_brings_it_back() {
@@ -856,6 +910,7 @@ lab::test_main! {
         a_hostile_driver_is_counted_and_survived,
         a_frontend_cannot_block_a_worker_on_its_eventfds,
         a_hostile_ring_cannot_hold_a_worker,
+        memory_over_the_limit_or_off_tmpfs_is_refused,
         a_disconnect_is_link_down_and_a_reconnect_brings_it_back,
         client_mode_connects_and_reconnects,
         queue_pairs_follow_the_workers,

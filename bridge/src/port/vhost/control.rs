@@ -7,7 +7,9 @@
 //! connection is still being torn down would.
 //!
 //! The frontend is untrusted: a message it leaves half-sent times out
-//! (the socket has a receive timeout), and any message that breaks the
+//! (the socket has a receive timeout, and each message is read in at most
+//! two reads, header and body), a reply it does not read times out too
+//! (a send timeout), and any message that breaks the
 //! protocol ends the connection, which stops the rings and takes the link
 //! down; the next frontend starts afresh.
 
@@ -240,9 +242,11 @@ impl Session {
     fn serve(&self, stream: UnixStream) -> bool {
         let name = self.device.name().to_owned();
         let counters = &self.device.counters;
+        // A reply the frontend does not read times out as a message does.
         if let Err(e) = stream
             .set_nonblocking(false)
             .and_then(|_| stream.set_read_timeout(Some(MESSAGE_TIMEOUT)))
+            .and_then(|_| stream.set_write_timeout(Some(MESSAGE_TIMEOUT)))
         {
             log::warn!("{name}: {e}");
             return true;

@@ -182,11 +182,14 @@ pub struct Device {
     link_events: Box<[OwnedFd]>,
     /// The port's counters.
     pub counters: VhostCounters,
+    /// The most memory a memory table may hold, in bytes.
+    max_memory: u64,
 }
 
 impl Device {
-    /// A device of `pairs` queue pairs, none running.
-    pub fn new(name: &str, pairs: usize) -> std::io::Result<Device> {
+    /// A device of `pairs` queue pairs, none running, taking memory tables
+    /// of at most `max_memory` bytes.
+    pub fn new(name: &str, pairs: usize, max_memory: u64) -> std::io::Result<Device> {
         let wakes = (0..pairs)
             .map(|_| Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(std::io::Error::from))
             .collect::<std::io::Result<Vec<_>>>()?;
@@ -205,7 +208,13 @@ impl Device {
             link: AtomicBool::new(false),
             link_events: link_events.into_boxed_slice(),
             counters: VhostCounters::default(),
+            max_memory,
         })
+    }
+
+    /// The most memory a memory table may hold, in bytes.
+    pub fn max_memory(&self) -> u64 {
+        self.max_memory
     }
 
     /// The port's name.

@@ -72,6 +72,27 @@ pub enum MemoryError {
     /// Mapping failed.
     #[error("memory region {0}: mmap failed: {1}")]
     Map(usize, io::Error),
+    /// A region's file is on a file system other than tmpfs (memfd,
+    /// /dev/shm) or hugetlbfs: one whose pages another program could make
+    /// fail or stall on access (FUSE, NFS, a disk).
+    #[error("memory region {index}: its file is on a file system of type {magic:#x}, not tmpfs or hugetlbfs")]
+    FileSystem {
+        /// Which region.
+        index: usize,
+        /// The file system's magic number, as statfs(2) gives it.
+        magic: i64,
+    },
+}
+
+/// The file systems a region's file may be on: tmpfs (memfds included)
+/// and hugetlbfs.
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+const HUGETLBFS_MAGIC: i64 = 0x9584_58f6;
+
+/// The type of the file system `file` is on.
+fn file_system(file: &File) -> io::Result<i64> {
+    let stat = nix::sys::statfs::fstatfs(file).map_err(io::Error::from)?;
+    Ok(stat.filesystem_type().0 as i64)
 }
 
 /// The size of the file behind `file`.
@@ -99,6 +120,10 @@ impl GuestMemory {
                 .filter(|_| spec.user_addr.checked_add(spec.memory_size).is_some())
                 .and_then(|end| usize::try_from(end).ok())
                 .ok_or(MemoryError::Malformed(index))?;
+            let magic = file_system(&file).map_err(|e| MemoryError::Map(index, e))?;
+            if magic != TMPFS_MAGIC && magic != HUGETLBFS_MAGIC {
+                return Err(MemoryError::FileSystem { index, magic });
+            }
             let size = file_size(&file).map_err(|e| MemoryError::Map(index, e))?;
             if size < end as u64 {
                 return Err(MemoryError::ShortFile {

@@ -71,17 +71,45 @@ pub struct VhostQueue {
     more: bool,
 }
 
+/// The memory table a frontend may share unless told otherwise: more than
+/// a guest on a software bridge has, far less than the address space.
+pub const DEFAULT_MAX_MEMORY: u64 = 256 << 30;
+
+/// How a vhost-user port is set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VhostConfig {
+    /// Which side of the socket the bridge is.
+    pub mode: Mode,
+    /// The most bytes of memory the frontend's memory table may hold, all
+    /// regions together (`max_memory=`); a larger table is refused.
+    pub max_memory: u64,
+}
+
+impl Default for VhostConfig {
+    fn default() -> Self {
+        VhostConfig {
+            mode: Mode::Server,
+            max_memory: DEFAULT_MAX_MEMORY,
+        }
+    }
+}
+
 /// Opens a vhost-user port at `path` with one queue pair per worker.
-pub fn open(path: &Path, mode: Mode, workers: usize) -> Result<Vec<VhostQueue>, SocketError> {
+pub fn open(
+    path: &Path,
+    config: VhostConfig,
+    workers: usize,
+) -> Result<Vec<VhostQueue>, SocketError> {
     let name = path.display().to_string();
-    let device =
-        Arc::new(
-            Device::new(&name, workers.max(1)).map_err(|source| SocketError::Io {
+    let device = Arc::new(
+        Device::new(&name, workers.max(1), config.max_memory).map_err(|source| {
+            SocketError::Io {
                 path: path.to_owned(),
                 source,
-            })?,
-        );
-    let control = Arc::new(Control::start(path, mode, Arc::clone(&device))?);
+            }
+        })?,
+    );
+    let control = Arc::new(Control::start(path, config.mode, Arc::clone(&device))?);
     Ok((0..workers.max(1))
         .map(|pair| VhostQueue {
             name: name.clone(),

@@ -71,14 +71,14 @@ impl Handler {
         }
     }
 
-    /// Stops every ring and forgets the connection's state: the frontend
-    /// went away or reset the device.
+    /// Stops every ring and forgets the device's state: the frontend reset
+    /// the device. The protocol features stay as negotiated: they belong
+    /// to the connection, and the `vhost` crate keeps acting on them.
     pub fn reset(&mut self) {
         for index in 0..self.setups.len() {
             self.device.update(index, |_| None);
         }
         self.features = None;
-        self.protocol = 0;
         self.memory = None;
         for setup in &mut self.setups {
             *setup = Setup::default();
@@ -233,6 +233,19 @@ impl VhostUserBackendReqHandlerMut for Handler {
                 mmap_offset: r.mmap_offset,
             })
             .collect();
+        let total = specs
+            .iter()
+            .try_fold(0u64, |sum, spec| sum.checked_add(spec.memory_size));
+        let max = self.device.max_memory();
+        if total.is_none_or(|total| total > max) {
+            VhostCounters::bump(&self.device.counters.bad_memory);
+            log::warn!(
+                "{}: memory table refused: {} bytes, over the port's max_memory of {max}",
+                self.device.name(),
+                total.map_or_else(|| "more than 2^64".to_owned(), |t| t.to_string()),
+            );
+            return Err(Error::InvalidParam);
+        }
         match GuestMemory::map(&specs, files) {
             Ok(memory) => {
                 self.memory = Some(Arc::new(memory));
