@@ -497,6 +497,48 @@ fn memory_over_the_limit_or_off_tmpfs_is_refused() {
     );
 }
 
+/// `port del` removes the socket it bound and nothing else: not a file
+/// put in the socket's place, nor a file reached through its directory
+/// swapped for a symlink since.
+fn port_del_removes_only_the_socket_it_bound() {
+    let dir = TempDir::new("vhost");
+    let (s0, s1) = (dir.path("a.sock"), dir.path("b.sock"));
+    let (daemon, ctl) = bridge_here(&dir, &[port(&s0), port(&s1)], &[]);
+    let sub = dir.path("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let x = sub.join("x.sock");
+    ctl_ok(&ctl, &["port", "add", &port(&x)]);
+    assert!(x.exists());
+    std::fs::rename(&sub, dir.path("old")).unwrap();
+    let other = dir.path("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("x.sock"), b"precious").unwrap();
+    std::os::unix::fs::symlink(&other, &sub).unwrap();
+    ctl_ok(&ctl, &["port", "del", &port(&x)]);
+    assert_eq!(
+        std::fs::read(other.join("x.sock")).unwrap(),
+        b"precious",
+        "a file through the swapped directory stays"
+    );
+    assert!(
+        !dir.path("old").join("x.sock").exists(),
+        "the socket bound is removed where it is"
+    );
+    let y = dir.path("y.sock");
+    ctl_ok(&ctl, &["port", "add", &port(&y)]);
+    std::fs::remove_file(&y).unwrap();
+    std::fs::write(&y, b"precious").unwrap();
+    ctl_ok(&ctl, &["port", "del", &port(&y)]);
+    assert_eq!(
+        std::fs::read(&y).unwrap(),
+        b"precious",
+        "a file in its place stays"
+    );
+    let (status, log) = daemon.stop(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+    assert!(!s0.exists() && !s1.exists(), "its own sockets go on stop");
+}
+
 /// A frontend that goes away takes the link down, flushes its stations
 /// and costs nothing while gone; the next one brings it up again.
 fn a_disconnect_is_link_down_and_a_reconnect_brings_it_back() {
@@ -911,6 +953,7 @@ lab::test_main! {
         a_frontend_cannot_block_a_worker_on_its_eventfds,
         a_hostile_ring_cannot_hold_a_worker,
         memory_over_the_limit_or_off_tmpfs_is_refused,
+        port_del_removes_only_the_socket_it_bound,
         a_disconnect_is_link_down_and_a_reconnect_brings_it_back,
         client_mode_connects_and_reconnects,
         queue_pairs_follow_the_workers,

@@ -15,7 +15,6 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -50,7 +49,8 @@ pub struct Control {
     /// The connection being served, to shut down on stop.
     current: Arc<Mutex<Option<UnixStream>>>,
     thread: Option<JoinHandle<()>>,
-    socket: Option<PathBuf>,
+    /// A server's socket file, removed on drop.
+    socket: Option<Bound>,
 }
 
 /// Why a vhost-user socket could not be set up.
@@ -72,29 +72,105 @@ pub enum SocketError {
     },
 }
 
-/// Binds the server's socket at `path`: a stale socket there (nobody
-/// listening) is replaced; anything else there is refused.
-fn bind(path: &Path) -> Result<UnixListener, SocketError> {
+/// A server's socket file: its directory, held open, its name there and
+/// the inode bound, so that it is removed by that directory and only if
+/// it is still the socket bound (the directory's path may have been
+/// swapped for a symlink since, or the socket replaced by another file).
+#[derive(Debug)]
+struct Bound {
+    dir: OwnedFd,
+    name: std::ffi::OsString,
+    inode: (u64, u64),
+}
+
+/// `name` in directory `dir`, through /proc, for calls that take a path
+/// rather than a directory descriptor (bind, connect).
+fn in_dir(dir: &OwnedFd, name: &std::ffi::OsStr) -> PathBuf {
+    Path::new(&format!("/proc/self/fd/{}", dir.as_raw_fd())).join(name)
+}
+
+/// What is at `name` in `dir`, not following a symlink: whether it is a
+/// socket, and its device and inode; `None` when nothing is.
+fn look(dir: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<Option<(bool, (u64, u64))>> {
+    use nix::sys::stat::{fstatat, SFlag};
+    match fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(stat) => {
+            let socket = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == SFlag::S_IFSOCK;
+            Ok(Some((socket, (stat.st_dev, stat.st_ino))))
+        }
+        Err(nix::errno::Errno::ENOENT) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+impl Bound {
+    /// Removes the socket file if it is still the one bound.
+    fn remove(&self) {
+        if let Ok(Some((true, inode))) = look(&self.dir, &self.name) {
+            if inode == self.inode {
+                let _ = nix::unistd::unlinkat(
+                    &self.dir,
+                    self.name.as_os_str(),
+                    nix::unistd::UnlinkatFlags::NoRemoveDir,
+                );
+            }
+        }
+    }
+}
+
+/// Binds the server's socket at `path`, by its directory opened once: a
+/// stale socket there (nobody listening) is replaced; anything else there
+/// is refused.
+fn bind(path: &Path) -> Result<(UnixListener, Bound), SocketError> {
+    use nix::fcntl::{open, OFlag};
     let io = |source| SocketError::Io {
         path: path.to_owned(),
         source,
     };
-    match std::fs::symlink_metadata(path) {
-        Ok(meta) if !meta.file_type().is_socket() => {
-            return Err(SocketError::NotSocket(path.to_owned()))
-        }
-        Ok(_) => {
-            if UnixStream::connect(path).is_ok() {
+    let (parent, name) = match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => (parent, name),
+        _ => return Err(io(io::Error::from(io::ErrorKind::InvalidInput))),
+    };
+    let parent = if parent.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        parent
+    };
+    let dir = open(
+        parent,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|e| io(e.into()))?;
+    let at = in_dir(&dir, name);
+    if at.as_os_str().len() > 107 {
+        return Err(io(io::Error::other(
+            "the socket's name is too long to bind by its directory",
+        )));
+    }
+    match look(&dir, name).map_err(io)? {
+        Some((false, _)) => return Err(SocketError::NotSocket(path.to_owned())),
+        Some((true, _)) => {
+            if UnixStream::connect(&at).is_ok() {
                 return Err(SocketError::InUse(path.to_owned()));
             }
-            std::fs::remove_file(path).map_err(io)?;
+            nix::unistd::unlinkat(&dir, name, nix::unistd::UnlinkatFlags::NoRemoveDir)
+                .map_err(|e| io(e.into()))?;
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io(e)),
+        None => {}
     }
-    let listener = UnixListener::bind(path).map_err(io)?;
+    let listener = UnixListener::bind(&at).map_err(io)?;
     listener.set_nonblocking(true).map_err(io)?;
-    Ok(listener)
+    let inode = match look(&dir, name).map_err(io)? {
+        Some((true, inode)) => inode,
+        _ => return Err(io(io::Error::other("the socket vanished as it was bound"))),
+    };
+    let bound = Bound {
+        dir,
+        name: name.to_owned(),
+        inode,
+    };
+    Ok((listener, bound))
 }
 
 impl Control {
@@ -104,9 +180,12 @@ impl Control {
             path: path.to_owned(),
             source,
         };
-        let listener = match mode {
-            Mode::Server => Some(bind(path)?),
-            Mode::Client => None,
+        let (listener, socket) = match mode {
+            Mode::Server => {
+                let (listener, bound) = bind(path)?;
+                (Some(listener), Some(bound))
+            }
+            Mode::Client => (None, None),
         };
         let stop = wake::eventfd().map_err(io)?;
         let thread_stop = stop.try_clone().map_err(io)?;
@@ -130,7 +209,7 @@ impl Control {
             stop,
             current,
             thread: Some(thread),
-            socket: (mode == Mode::Server).then(|| path.to_owned()),
+            socket,
         })
     }
 }
@@ -148,8 +227,8 @@ impl Drop for Control {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
-        if let Some(path) = &self.socket {
-            let _ = std::fs::remove_file(path);
+        if let Some(socket) = &self.socket {
+            socket.remove();
         }
     }
 }
