@@ -271,6 +271,9 @@ pub struct WorkerCounters {
     lock_acquisitions: AtomicU64,
     lock_contended: AtomicU64,
     lock_wait_ns: AtomicU64,
+    /// Rounds of the worker's loop, bumped once per round and once after
+    /// each sleep: the owner watches it move (see [`beat`](Self::beat)).
+    heartbeat: AtomicU64,
 }
 
 /// A copy of [`WorkerCounters`].
@@ -318,6 +321,29 @@ impl WorkerCounters {
         self.lock_acquisitions.store(0, Ordering::Relaxed);
         self.lock_contended.store(0, Ordering::Relaxed);
         self.lock_wait_ns.store(0, Ordering::Relaxed);
+    }
+
+    /// Says the worker is alive: it made a round of its loop, or woke from
+    /// its sleep. Only the worker that owns these counters calls it.
+    ///
+    /// Relaxed, and a load and a store rather than `fetch_add`: the
+    /// heartbeat publishes no other memory (the watcher reads nothing
+    /// through it, only compares it with the value it saw a second ago),
+    /// coherence of the one location means the watcher never sees it go
+    /// back and sees each store soon after it is made, and with one writer
+    /// no increment can be lost, so the worker pays two plain moves and no
+    /// locked instruction per round.
+    #[inline]
+    pub fn beat(&self) {
+        let beats = self.heartbeat.load(Ordering::Relaxed);
+        self.heartbeat
+            .store(beats.wrapping_add(1), Ordering::Relaxed);
+    }
+
+    /// The heartbeat now: a count that moves while the worker runs its
+    /// loop (Relaxed: see [`beat`](Self::beat)).
+    pub fn heartbeat(&self) -> u64 {
+        self.heartbeat.load(Ordering::Relaxed)
     }
 
     /// The totals now.

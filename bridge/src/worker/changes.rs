@@ -95,6 +95,11 @@ pub(super) enum Change<P> {
         id: PortId,
         frame: Vec<u8>,
     },
+    /// Nothing to change: answered at once, to show the worker applies
+    /// changes.
+    Ping {
+        done: mpsc::Sender<()>,
+    },
 }
 
 /// Adds and removes one worker's queues of ports while it runs.
@@ -181,6 +186,16 @@ impl<P> PortControl<P> {
         self.send(Change::Send { id, frame })
     }
 
+    /// Asks the worker to answer between two batches, changing nothing:
+    /// the receiver answers once it has, which shows that it still runs
+    /// its loop (a caller asks every worker before a change that needs all
+    /// of them).
+    pub fn ping(&self) -> io::Result<mpsc::Receiver<()>> {
+        let (done, answer) = mpsc::channel();
+        self.send(Change::Ping { done })?;
+        Ok(answer)
+    }
+
     /// Takes port `id` from the worker, which closes its queue; the
     /// receiver answers once it has.
     pub fn remove(&self, id: PortId) -> io::Result<mpsc::Receiver<()>> {
@@ -244,6 +259,9 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                     }
                 }
                 Change::Send { id, frame } => self.send_own(id, &frame),
+                Change::Ping { done } => {
+                    let _ = done.send(());
+                }
                 Change::Remove { id, done } => {
                     if let Some(slot) = self.slots.get_mut(id.index()) {
                         // Dropping the queue closes it: nothing of this

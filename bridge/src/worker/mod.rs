@@ -49,6 +49,9 @@ use slot::PortSlot;
 
 /// The longest a worker sleeps without looking at its stop flag.
 const MAX_SLEEP_MS: i32 = 500;
+/// The longest a worker sleeps in `poll(2)`: its heartbeat
+/// ([`WorkerCounters::beat`]) moves at least this often while it runs.
+pub const MAX_SLEEP: Duration = Duration::from_millis(MAX_SLEEP_MS as u64);
 /// Station moves onto one port within one second beyond which the worker
 /// warns of a flapping station (a loop, or two stations claiming one
 /// address).
@@ -402,6 +405,9 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         let mut fds = Vec::with_capacity(self.slots.len() + 2);
         let mut idle_rounds = 0u32;
         while !stopper.is_stopped() {
+            // Before anything of the round can block: a worker that stops
+            // here for long is seen stuck by the owner.
+            self.totals.beat();
             self.apply_changes();
             let round = Instant::now();
             if self.poll() > 0 {
@@ -488,7 +494,10 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             std::thread::yield_now();
             return;
         }
-        if let Err(error) = wake::poll(fds, timeout) {
+        let slept = wake::poll(fds, timeout);
+        // Awake again: a sleep (at most MAX_SLEEP_MS) is no stall.
+        self.totals.beat();
+        if let Err(error) = slept {
             log::warn!("poll failed: {error}");
             std::thread::sleep(Duration::from_millis(10));
             return;
@@ -1175,5 +1184,7 @@ fn decide_and_refresh<S: Strategy>(
     decide_to(port, frame, vlan, section)
 }
 
+#[cfg(test)]
+mod heartbeat_tests;
 #[cfg(test)]
 mod tests;
