@@ -31,14 +31,22 @@ use crate::mcast::Snooper;
 use crate::ports::{self, Kind, PortSettings, PortSpec};
 use crate::protocol::{self, ApiError, FdbEntry, Request, Response};
 use crate::stp::SpanningTree;
+use crate::watchdog::{self, name_workers, Watchdog};
 use crate::workers::Generation;
 
 /// Captures running at once, per bridge: each makes every worker copy the
 /// port's frames once more, so they are few.
 pub const MAX_CAPTURES: usize = 4;
 
-/// How long a worker may take to apply a port change.
+/// How long the workers together may take to apply a port change.
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the workers together may take to answer a ping, before a
+/// change that needs all of them: an idle worker wakes at once, a busy one
+/// answers after its batch.
+const PING_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the workers may take to stop (a lock switch, the bridge's
+/// stop); one still running then is stuck and left behind.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// What reaches the owner thread.
 pub enum Event {
@@ -151,6 +159,10 @@ pub struct BridgeState {
     counters: Vec<Arc<[PortCounters]>>,
     /// Each worker's own counters.
     workers: Vec<Arc<WorkerCounters>>,
+    /// The workers' heartbeats as last seen: which are stuck.
+    watchdog: Watchdog,
+    /// When the workers were asked to stop for good.
+    stop_asked: Option<Instant>,
     /// When the bridge started.
     started: Instant,
     /// Whether lock statistics are counted.
@@ -173,8 +185,7 @@ pub struct BridgeState {
     /// put back down when they leave the bridge or the bridge stops.
     raised: std::collections::BTreeSet<String>,
     /// Why the bridge must stop, once something left it unable to forward
-    /// (a worker lost while switching strategies, one that stopped
-    /// answering).
+    /// (a worker lost while switching strategies).
     fatal: Option<String>,
     /// Spanning tree, with `--stp`.
     stp: Option<SpanningTree>,
@@ -229,6 +240,11 @@ impl BridgeState {
     /// The state of a bridge whose workers have just started.
     pub fn new(parts: Parts) -> BridgeState {
         let started = parts.started;
+        let watchdog = Watchdog::new(
+            started.totals.iter().map(|totals| totals.heartbeat()),
+            Instant::now(),
+            watchdog::STALL_AFTER,
+        );
         let mut state = BridgeState {
             name: parts.name,
             ports: parts.specs.into_iter().map(Some).collect(),
@@ -242,6 +258,8 @@ impl BridgeState {
             fdb: parts.fdb,
             counters: started.counters,
             workers: started.totals,
+            watchdog,
+            stop_asked: None,
             started: Instant::now(),
             lockstat: parts.lockstat,
             captures: started.captures,
@@ -510,7 +528,65 @@ impl BridgeState {
         }
         self.refresh_stp();
         self.refresh_mcast();
+        self.watch_workers();
         self.check_workers()
+    }
+
+    /// Looks at the workers' heartbeats: a worker whose heartbeat stood
+    /// still for longer than [`watchdog::STALL_AFTER`] is logged once as
+    /// stuck, and once more when it runs again.
+    pub fn watch_workers(&mut self) {
+        let beats = self.workers.iter().map(|totals| totals.heartbeat());
+        for change in self.watchdog.observe(beats, Instant::now()) {
+            match change {
+                watchdog::Change::Stuck { worker, silent } => log::warn!(
+                    "worker {worker} is stuck: no heartbeat for {:.1} s; its queues' traffic \
+                     is not forwarded, and port changes and lock set are refused until it runs \
+                     again",
+                    silent.as_secs_f64()
+                ),
+                watchdog::Change::Recovered { worker, silent } => log::warn!(
+                    "worker {worker} runs again, after {:.1} s without a heartbeat",
+                    silent.as_secs_f64()
+                ),
+            }
+        }
+    }
+
+    /// Makes sure that every worker runs its loop before a change that
+    /// needs all of them (`what`): a worker the watchdog found stuck, or
+    /// one that does not answer a ping within [`PING_TIMEOUT`], fails the
+    /// request with nothing changed, and the bridge runs on.
+    fn check_responsive(&mut self, what: &str) -> Result<(), ApiError> {
+        let now = Instant::now();
+        let stuck = self.watchdog.stuck();
+        if !stuck.is_empty() {
+            let silent = stuck
+                .iter()
+                .filter_map(|&worker| self.watchdog.health(worker, now))
+                .map(|health| health.silent.as_secs())
+                .max()
+                .unwrap_or_default();
+            return Err(ApiError(format!(
+                "{what}: {} stuck (no heartbeat for {silent} s or more); nothing changed",
+                name_workers(&stuck)
+            )));
+        }
+        let pings = self
+            .controls
+            .iter()
+            .map(|control| control.ping())
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(|e| format!("{what}: cannot reach the workers: {e}"))?;
+        let silent = await_answers(pings.into_iter().enumerate(), PING_TIMEOUT);
+        if !silent.is_empty() {
+            return Err(ApiError(format!(
+                "{what}: {} did not answer within {} s (stuck?); nothing changed",
+                name_workers(&silent),
+                PING_TIMEOUT.as_secs()
+            )));
+        }
+        Ok(())
     }
 
     /// Applies link news from rtnetlink; after an overrun, looks at every
@@ -564,9 +640,21 @@ impl BridgeState {
         }
     }
 
-    /// Stops the workers for good.
+    /// Asks the workers to stop for good, without waiting: the bridge
+    /// stops its other threads meanwhile.
+    pub fn ask_workers_to_stop(&mut self) {
+        self.generation.ask_to_stop();
+        self.stop_asked.get_or_insert_with(Instant::now);
+    }
+
+    /// Stops the workers for good, waiting at most [`STOP_TIMEOUT`] from
+    /// when they were asked: a worker still running then is stuck, named
+    /// in the error, and left behind (the process's exit ends it).
     pub fn stop_workers(&mut self) -> Result<(), String> {
-        self.generation.stop().map(|_| ())
+        let asked = *self.stop_asked.get_or_insert_with(Instant::now);
+        self.generation
+            .stop_by(asked + STOP_TIMEOUT, STOP_TIMEOUT)
+            .map(|_| ())
     }
 
     /// Puts the links the bridge brought up back down, once their queues
@@ -741,8 +829,11 @@ impl BridgeState {
                 pause_us: 0,
             });
         }
+        self.check_responsive(&format!("lock set {kind}"))?;
         let paused = Instant::now();
-        let sets = match self.generation.stop() {
+        // Every worker answered a moment ago; one that does not stop now
+        // got stuck since, and the others have stopped already.
+        let sets = match self.generation.stop(STOP_TIMEOUT) {
             Ok(sets) => sets,
             Err(error) => return Err(self.fail(format!("lock set {kind}: {error}"))),
         };
@@ -802,15 +893,29 @@ impl BridgeState {
         ApiError(fatal)
     }
 
-    /// Waits for every worker's answer to a port change; a worker that does
-    /// not answer is stuck, and the bridge cannot go on with it.
-    fn await_workers(&mut self, answers: Vec<mpsc::Receiver<()>>) -> Result<(), ApiError> {
-        for (worker, answer) in answers.into_iter().enumerate() {
-            if answer.recv_timeout(CHANGE_TIMEOUT).is_err() {
-                return Err(self.fail(format!("worker {worker} did not apply a port change")));
-            }
+    /// Takes port `port` back from the first `count` workers after an
+    /// addition that failed (`what`), waiting for all but those in
+    /// `silent`: those apply the removal after the addition, once they run
+    /// again.
+    fn take_back(&self, what: &str, port: PortId, count: usize, silent: &[usize]) {
+        let undone = self.controls[..count]
+            .iter()
+            .enumerate()
+            .filter(|(worker, _)| !silent.contains(worker))
+            .filter_map(|(worker, control)| Some((worker, control.remove(port).ok()?)))
+            .collect::<Vec<_>>();
+        for worker in silent {
+            // The answer comes when nobody waits any more.
+            let _ = self.controls[*worker].remove(port);
         }
-        Ok(())
+        let late = await_answers(undone, CHANGE_TIMEOUT);
+        if !late.is_empty() {
+            log::warn!(
+                "{what}: {} did not give the port back within {} s either",
+                name_workers(&late),
+                CHANGE_TIMEOUT.as_secs()
+            );
+        }
     }
 
     /// Adds a port while the bridge runs: opens one queue per worker, hands
@@ -847,6 +952,8 @@ impl BridgeState {
         if id >= MAX_PORTS {
             return Err(ApiError(format!("a bridge has at most {MAX_PORTS} ports")));
         }
+        let what = format!("port add {}", spec.label());
+        self.check_responsive(&what)?;
         let queues = with_port_caps(self.keep_caps, || {
             ports::open_queues(spec, self.controls.len(), self.port_settings)
         })?;
@@ -870,20 +977,33 @@ impl BridgeState {
                 Ok(answer) => answers.push(answer),
                 Err(error) => {
                     // Those that took the port give it back.
-                    let taken = answers.len();
-                    let undone: Vec<_> = self.controls[..taken]
-                        .iter()
-                        .filter_map(|control| control.remove(port).ok())
-                        .collect();
-                    self.await_workers(answers)?;
-                    self.await_workers(undone)?;
+                    self.take_back(&what, port, answers.len(), &[]);
+                    self.fdb.set_port_limit(port, 0);
                     return Err(ApiError(format!(
                         "cannot hand the port to the workers: {error}"
                     )));
                 }
             }
         }
-        self.await_workers(answers)?;
+        let silent = await_answers(answers.into_iter().enumerate(), CHANGE_TIMEOUT);
+        if !silent.is_empty() {
+            // A worker that got stuck since it answered the ping: every
+            // worker gives the port back (a stuck one once it runs again,
+            // its removal queued behind the addition), and the bridge runs
+            // on without it.
+            self.take_back(&what, port, self.controls.len(), &silent);
+            self.fdb.set_port_limit(port, 0);
+            if raised {
+                self.put_down(&spec.name);
+            }
+            let message = format!(
+                "{what}: {} did not take the port within {} s (stuck?); the port was not added",
+                name_workers(&silent),
+                CHANGE_TIMEOUT.as_secs()
+            );
+            log::warn!("{message}");
+            return Err(ApiError(message));
+        }
         if id == self.ports.len() {
             self.ports.push(Some(spec.clone()));
         } else {
@@ -941,13 +1061,19 @@ impl BridgeState {
             ));
         }
         let port = self.port(name)?;
+        let what = format!("port del {name}");
+        self.check_responsive(&what)?;
         let answers = self
             .controls
             .iter()
             .map(|control| control.remove(port))
             .collect::<io::Result<Vec<_>>>()
             .map_err(|e| format!("cannot reach the workers: {e}"))?;
-        self.await_workers(answers)?;
+        // A worker that got stuck since it answered the ping closes its
+        // queue when it runs again (the removal waits in its queue of
+        // changes); the others have closed theirs, so the port leaves the
+        // bridge either way.
+        let silent = await_answers(answers.into_iter().enumerate(), CHANGE_TIMEOUT);
         let spec = self.ports[port.index()].take().expect("a live port");
         self.guards.remove(&port);
         if let Some(mcast) = &mut self.mcast {
@@ -971,6 +1097,16 @@ impl BridgeState {
             spec.label(),
             port.0
         );
+        if !silent.is_empty() {
+            let message = format!(
+                "{what}: {} did not close its queue within {} s (stuck?): the port is out \
+                 of the bridge, and that queue closes when the worker runs again",
+                name_workers(&silent),
+                CHANGE_TIMEOUT.as_secs()
+            );
+            log::warn!("{message}");
+            return Err(ApiError(message));
+        }
         Ok(protocol::PortRemoved {
             removed: spec.label(),
             flushed,
@@ -1032,6 +1168,11 @@ impl BridgeState {
             static_removed: 0,
             needs_restart: restart,
         };
+        let ports_change = new.ports.iter().any(|spec| !live.contains(spec))
+            || live.iter().any(|spec| !new.ports.contains(spec));
+        if ports_change {
+            self.check_responsive("reload")?;
+        }
         // Additions first, so that two ports stay throughout.
         for spec in new
             .ports
@@ -1344,6 +1485,7 @@ impl BridgeState {
             })
             .collect();
         let uptime = self.started.elapsed();
+        let now = Instant::now();
         let mut lockstat = protocol::LockStats {
             enabled: self.lockstat,
             acquisitions: 0,
@@ -1363,11 +1505,16 @@ impl BridgeState {
                 let frames = set.iter().map(|port| port.snapshot().rx_frames).sum();
                 let lifetime = uptime.as_nanos().max(1) as f64;
                 let busy = (own.busy_ns as f64 / lifetime).clamp(0.0, 1.0);
+                let health = self.watchdog.health(id, now);
                 protocol::WorkerStats {
                     id,
                     frames,
                     batches: own.batches,
                     busy_percent: (busy * 1000.0).round() / 10.0,
+                    stuck: health.is_some_and(|h| h.stuck),
+                    heartbeat_age_s: health
+                        .map_or(0.0, |h| (h.silent.as_secs_f64() * 10.0).round() / 10.0),
+                    stalls: health.map_or(0, |h| h.stalls),
                 }
             })
             .collect();
@@ -1397,6 +1544,23 @@ impl BridgeState {
             mcast: self.mcast.as_ref().map(Snooper::stats),
         }
     }
+}
+
+/// Waits for each worker's answer, all within `within` (together, not
+/// each); returns the workers that did not answer in time, in order.
+fn await_answers(
+    answers: impl IntoIterator<Item = (usize, mpsc::Receiver<()>)>,
+    within: Duration,
+) -> Vec<usize> {
+    let deadline = Instant::now() + within;
+    answers
+        .into_iter()
+        .filter(|(_, answer)| {
+            let left = deadline.saturating_duration_since(Instant::now());
+            answer.recv_timeout(left).is_err()
+        })
+        .map(|(worker, _)| worker)
+        .collect()
 }
 
 /// Runs `f` with CAP_NET_ADMIN and CAP_NET_RAW in this thread's effective

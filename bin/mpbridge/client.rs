@@ -260,9 +260,13 @@ pub fn print_stats(stats: &protocol::Stats) {
         );
     }
     for worker in &stats.workers {
+        let stuck = match worker.stuck {
+            true => format!(", STUCK (no heartbeat for {:.1} s)", worker.heartbeat_age_s),
+            false => String::new(),
+        };
         println!(
-            "  worker {}: {} frames in {} batches, {:.1}% busy",
-            worker.id, worker.frames, worker.batches, worker.busy_percent
+            "  worker {}: {} frames in {} batches, {:.1}% busy, stalls {}{stuck}",
+            worker.id, worker.frames, worker.batches, worker.busy_percent, worker.stalls
         );
     }
     let fdb = &stats.fdb;

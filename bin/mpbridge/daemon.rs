@@ -156,6 +156,7 @@ pub fn run<S: Strategy>(
     let inject = match args.inject_fault {
         Some(InjectedFault::WorkerPanic) => Some(workers::Injected::PanicAtStart),
         Some(InjectedFault::WorkerPanicOnStop) => Some(workers::Injected::PanicAtStop),
+        Some(InjectedFault::WorkerStall) => Some(workers::Injected::Stall),
         None => None,
     };
     // Before any worker learns.
@@ -308,6 +309,8 @@ pub fn run<S: Strategy>(
         outcome = own(&mut state, &events, args.config.is_some());
     }
     stopper.stop();
+    // They stop while the other threads do.
+    state.ask_workers_to_stop();
     // Callers waiting on the owner get their answer: the bridge stops.
     drop(events);
     if control_thread.join().is_err() && outcome.is_ok() {
@@ -324,10 +327,13 @@ pub fn run<S: Strategy>(
         }
     }
     // A panic was reported by check_workers (or here, if it came while
-    // stopping); its message went to stderr through the panic hook.
+    // stopping); its message went to stderr through the panic hook. A
+    // worker stuck in a system call does not stop: it is named, left
+    // behind, and the exit (non-zero) ends it.
     if let Err(error) = state.stop_workers() {
-        if outcome.is_ok() {
-            outcome = Err(format!("{error} while stopping"));
+        match outcome {
+            Ok(()) => outcome = Err(format!("{error} while stopping")),
+            Err(_) => log::error!("{error} while stopping"),
         }
     }
     state.restore_links();

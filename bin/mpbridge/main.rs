@@ -17,6 +17,7 @@ mod ports;
 mod protocol;
 mod stp;
 mod system;
+mod watchdog;
 mod workers;
 
 use std::io::{self, Write as _};
@@ -397,6 +398,9 @@ struct RunArgs {
     inject_fault: Option<InjectedFault>,
 }
 
+// The variants' names are the values `--inject-fault` takes
+// (`worker-panic`, `worker-stall`): each names the worker it breaks.
+#[allow(clippy::enum_variant_names)]
 #[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
 enum InjectedFault {
     /// Worker 0 panics as soon as it starts.
@@ -404,6 +408,9 @@ enum InjectedFault {
     /// Worker 0 panics when it is stopped (a lock switch, the bridge's
     /// stop).
     WorkerPanicOnStop,
+    /// Worker 0 blocks in a sleep (for an hour) once started, before its
+    /// first round: a stuck worker.
+    WorkerStall,
 }
 
 #[derive(Clone, Copy, PartialEq, clap::ValueEnum)]

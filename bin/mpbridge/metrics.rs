@@ -454,6 +454,39 @@ fn write_families(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Resul
             .enumerate()
             .map(|(i, w)| (worker_labels(i), Value::Ratio(w.busy_percent / 100.0))),
     )?;
+    family(
+        out,
+        "worker_stuck",
+        Kind::Gauge,
+        "1 if the worker's heartbeat stood still for longer than the watchdog allows (it is blocked and forwards nothing), else 0.",
+        stats
+            .workers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (worker_labels(i), Value::Int(u64::from(w.stuck)))),
+    )?;
+    family(
+        out,
+        "worker_heartbeat_age_seconds",
+        Kind::Gauge,
+        "Seconds since the owner last saw the worker's heartbeat move (under about 1 while it runs).",
+        stats
+            .workers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (worker_labels(i), Value::Ratio(w.heartbeat_age_s))),
+    )?;
+    family(
+        out,
+        "worker_stalls_total",
+        Kind::Counter,
+        "Times the worker became stuck.",
+        stats
+            .workers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (worker_labels(i), Value::Int(w.stalls))),
+    )?;
 
     let fdb = &stats.fdb;
     let fdb_gauges: [(&str, &str, u64); 6] = [
@@ -851,6 +884,9 @@ mod tests {
                 frames: 77,
                 batches: 12,
                 busy_percent: 12.3,
+                stuck: true,
+                heartbeat_age_s: 4.5,
+                stalls: 2,
             }],
             fdb: FdbStats {
                 entries: 9,
@@ -1031,6 +1067,9 @@ mod tests {
             "mpbridge_worker_batches_total",
             "mpbridge_worker_busy_ratio",
             "mpbridge_worker_frames_total",
+            "mpbridge_worker_heartbeat_age_seconds",
+            "mpbridge_worker_stalls_total",
+            "mpbridge_worker_stuck",
         ];
         assert_eq!(names, want);
         let docs = include_str!("../../docs/control.md");
@@ -1078,6 +1117,9 @@ mod tests {
         assert_eq!(get("worker_frames_total", &[("worker", "0")]), 77.0);
         assert_eq!(get("worker_batches_total", &[("worker", "0")]), 12.0);
         assert_eq!(get("worker_busy_ratio", &[("worker", "0")]), 0.123);
+        assert_eq!(get("worker_stuck", &[("worker", "0")]), 1.0);
+        assert_eq!(get("worker_heartbeat_age_seconds", &[("worker", "0")]), 4.5);
+        assert_eq!(get("worker_stalls_total", &[("worker", "0")]), 2.0);
         let fdb = &stats.fdb;
         let table = [
             ("fdb_entries", fdb.entries),
@@ -1136,7 +1178,7 @@ mod tests {
         let text = render(&stats);
         assert!(text.contains(r#"bridge="a\\b\"c\nd""#), "{text}");
         assert!(text.contains(r#"port="raw:\"x\"""#), "{text}");
-        assert_eq!(text.lines().count(), checked(&stats).samples.len() + 2 * 32);
+        assert_eq!(text.lines().count(), checked(&stats).samples.len() + 2 * 35);
         let e = checked(&stats);
         assert_eq!(
             e.value("mpbridge_port_moves_total", &[("port", "raw:\"x\"")]),

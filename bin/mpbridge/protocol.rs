@@ -594,6 +594,17 @@ pub struct WorkerStats {
     /// Per cent of the bridge's uptime it spent receiving and forwarding
     /// frames rather than waiting for them.
     pub busy_percent: f64,
+    /// Its heartbeat stood still for longer than the watchdog allows: it
+    /// is blocked and forwards nothing.
+    #[serde(default)]
+    pub stuck: bool,
+    /// Seconds since the owner last saw its heartbeat move (one decimal;
+    /// the owner looks once a second, so under about 1 while it runs).
+    #[serde(default)]
+    pub heartbeat_age_s: f64,
+    /// Times it became stuck since the bridge started.
+    #[serde(default)]
+    pub stalls: u64,
 }
 
 /// The MAC table's counters.

@@ -6,6 +6,7 @@
 
 use std::sync::{mpsc, Arc};
 use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
 
 use bridge::counters::{PortCounters, WorkerCounters};
 use bridge::port::placement::CpuSet;
@@ -13,6 +14,8 @@ use bridge::port::LinkQueue;
 use bridge::worker::{PortControl, WorkerParts};
 use bridge::{MacTable, Stopper, Worker, WorkerConfig};
 use locks::Strategy;
+
+use crate::watchdog::name_workers;
 
 /// What a worker thread hands back when it stops.
 pub type Returned = (Vec<Option<LinkQueue>>, WorkerParts);
@@ -26,24 +29,63 @@ pub struct Generation {
 }
 
 impl Generation {
-    /// Stops the workers and takes back what each held. Every worker is
-    /// waited for, also after one that panicked, so that none is left
-    /// running unseen; the error names those that panicked (their queues
-    /// are lost with them).
-    pub fn stop(&mut self) -> Result<Vec<Returned>, String> {
+    /// Asks the workers to stop without waiting for them: they stop while
+    /// the caller does other work, and [`stop_by`](Self::stop_by) collects
+    /// them.
+    pub fn ask_to_stop(&self) {
         self.stopper.stop();
+    }
+
+    /// Stops the workers and takes back what each held, waiting at most
+    /// `within` for all of them. Every worker that ends in time is joined,
+    /// also after one that panicked, so that none is left running unseen;
+    /// the error names those that panicked (their queues are lost with
+    /// them) and those still running at the deadline (stuck: they are left
+    /// behind, detached, holding their queues until they end or the
+    /// process does).
+    pub fn stop(&mut self, within: Duration) -> Result<Vec<Returned>, String> {
+        self.stop_by(Instant::now() + within, within)
+    }
+
+    /// [`stop`](Self::stop), waiting until `deadline`, which is `within`
+    /// of the moment the workers were asked to stop (see
+    /// [`ask_to_stop`](Self::ask_to_stop)).
+    pub fn stop_by(
+        &mut self,
+        deadline: Instant,
+        within: Duration,
+    ) -> Result<Vec<Returned>, String> {
+        self.stopper.stop();
+        while self.handles.iter().any(|h| !h.is_finished()) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
         let mut returned = Vec::new();
         let mut panicked = Vec::new();
+        let mut running = Vec::new();
         for (id, handle) in self.handles.drain(..).enumerate() {
+            if !handle.is_finished() {
+                running.push(id);
+                continue;
+            }
             match handle.join() {
                 Ok(parts) => returned.push(parts),
-                Err(_) => panicked.push(id.to_string()),
+                Err(_) => panicked.push(id),
             }
         }
-        match panicked.len() {
-            0 => Ok(returned),
-            1 => Err(format!("worker {} panicked", panicked[0])),
-            _ => Err(format!("workers {} panicked", panicked.join(", "))),
+        let mut faults = Vec::new();
+        if !panicked.is_empty() {
+            faults.push(format!("{} panicked", name_workers(&panicked)));
+        }
+        if !running.is_empty() {
+            faults.push(format!(
+                "{} did not stop within {} s (stuck)",
+                name_workers(&running),
+                within.as_secs_f64()
+            ));
+        }
+        match faults.is_empty() {
+            true => Ok(returned),
+            false => Err(faults.join("; ")),
         }
     }
 }
@@ -72,7 +114,14 @@ pub enum Injected {
     PanicAtStart,
     /// It panics when told to stop.
     PanicAtStop,
+    /// Once started, it blocks in a sleep for `STALL_SLEEP` before it runs
+    /// its loop: a worker stuck in a system call, as the owner sees one.
+    Stall,
 }
+
+/// How long an injected stall lasts: longer than any test waits, so that
+/// only the process's exit ends it.
+const STALL_SLEEP: Duration = Duration::from_secs(3600);
 
 /// Starts one worker over `table` (and `groups`, with multicast snooping)
 /// per set of queues and parts, worker `i`
@@ -122,6 +171,9 @@ pub fn start<S: Strategy>(
                 }
                 let _ = started.send(());
                 drop(started);
+                if inject == Some(Injected::Stall) {
+                    thread::sleep(STALL_SLEEP);
+                }
                 worker.run(&stopper);
                 if inject == Some(Injected::PanicAtStop) {
                     panic!("injected fault at stop");
