@@ -474,6 +474,205 @@ fn a_worker_that_panics_stops_the_daemon_with_an_error() {
     );
 }
 
+/// `GET /metrics` on `127.0.0.1:port` inside `ns`, parsed.
+fn scrape(ns: &Netns, port: u16) -> lab::prometheus::Exposition {
+    use std::io::{Read, Write};
+    let text = ns.run(move || {
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+            .expect("connect to /metrics");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .unwrap();
+        let mut raw = String::new();
+        stream.read_to_string(&mut raw).expect("read /metrics");
+        raw
+    });
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    lab::prometheus::parse(body).unwrap_or_else(|e| panic!("{e}\n{body}"))
+}
+
+/// A worker blocked in a system call (the injected stall: worker 0 sleeps
+/// for an hour before its first round) is noticed by its heartbeat: shown
+/// stuck in `stats` and `/metrics` within a bounded wait and logged once;
+/// the other worker forwards its flows; port add and lock set fail with a
+/// clear error and the bridge runs on; SIGTERM still ends the daemon, non-
+/// zero, naming the worker left behind.
+fn a_stuck_worker_is_reported_and_sigterm_still_ends_the_daemon() {
+    if !privileged("a_stuck_worker_is_reported_and_sigterm_still_ends_the_daemon") {
+        return;
+    }
+    let (socket, ctl) = netns::ctl_socket("mpbstuck");
+    // The bridge's namespace is new: any port is free there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let metrics_arg = format!("--metrics=127.0.0.1:{port}");
+    let mut topology = Topology::new(
+        PortKind::Raw,
+        2,
+        &[
+            &ctl,
+            &metrics_arg,
+            "--workers",
+            "2",
+            "--inject-fault",
+            "worker-stall",
+        ],
+    );
+    let stats = |socket: &std::path::Path| netns::ctl_json(socket, &["stats", "--json"]);
+    let worker = |stats: &serde_json::Value, id: usize| stats["workers"][id].clone();
+
+    // Reported within a bounded wait: the watchdog allows 3 s of silence
+    // and looks once a second.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let stuck = loop {
+        let now = stats(&socket);
+        if worker(&now, 0)["stuck"] == true {
+            break now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "worker 0 not reported stuck within 10 s: {now}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let (w0, w1) = (worker(&stuck, 0), worker(&stuck, 1));
+    assert_eq!(w0["stalls"], 1, "{w0}");
+    assert!(w0["heartbeat_age_s"].as_f64().unwrap() >= 3.0, "{w0}");
+    assert_eq!(w1["stuck"], false, "{w1}");
+    assert_eq!(w1["stalls"], 0, "{w1}");
+    assert!(w1["heartbeat_age_s"].as_f64().unwrap() < 3.0, "{w1}");
+    let metrics = scrape(&topology.bridge, port);
+    let value = |name: &str, id: &str| {
+        metrics
+            .value(name, &[("worker", id)])
+            .unwrap_or_else(|| panic!("no {name} for worker {id}"))
+    };
+    assert_eq!(value("mpbridge_worker_stuck", "0"), 1.0);
+    assert_eq!(value("mpbridge_worker_stuck", "1"), 0.0);
+    assert_eq!(value("mpbridge_worker_stalls_total", "0"), 1.0);
+    assert_eq!(value("mpbridge_worker_stalls_total", "1"), 0.0);
+    assert!(value("mpbridge_worker_heartbeat_age_seconds", "0") >= 3.0);
+
+    // The other worker forwards the flows the fanout hands it. Neighbours
+    // are set by hand: an ARP request hashed to the stuck worker would
+    // never be answered.
+    let macs: Vec<String> = topology
+        .hosts
+        .iter()
+        .map(|host| {
+            link_mac(host, "eth0")
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(":")
+        })
+        .collect();
+    for (i, host) in topology.hosts.iter().enumerate() {
+        let other = 1 - i;
+        let addr = Topology::addr(other).to_string();
+        host.ip(&[
+            "neigh",
+            "replace",
+            &addr,
+            "lladdr",
+            &macs[other],
+            "dev",
+            "eth0",
+            "nud",
+            "permanent",
+        ]);
+    }
+    let before = worker(&stats(&socket), 1)["frames"].as_u64().unwrap();
+    let receiver = {
+        let to = Topology::addr(1);
+        topology.hosts[1].spawn(move || {
+            let socket = std::net::UdpSocket::bind((to, 5131)).unwrap();
+            socket
+                .set_read_timeout(Some(Duration::from_secs(2)))
+                .unwrap();
+            let mut got = 0usize;
+            let mut buf = [0u8; 64];
+            while socket.recv(&mut buf).is_ok() {
+                got += 1;
+            }
+            got
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    // 64 flows (source ports): each worker gets about half of them.
+    let (from, to) = (Topology::addr(0), Topology::addr(1));
+    topology.hosts[0].run(move || {
+        for source in 0..64u16 {
+            let socket = std::net::UdpSocket::bind((from, 41000 + source)).unwrap();
+            socket.send_to(b"flow", (to, 5131)).unwrap();
+        }
+    });
+    let got = receiver.join().expect("the receiver ran");
+    let after = worker(&stats(&socket), 1)["frames"].as_u64().unwrap();
+    eprintln!(
+        "{got} of 64 flows crossed; worker 1 took {} frames",
+        after - before
+    );
+    assert!(got >= 1, "no flow crossed the bridge with one worker left");
+    assert!(after > before, "worker 1 forwarded nothing");
+    assert_eq!(worker(&stats(&socket), 0)["frames"], 0);
+
+    // Changes that need every worker fail at once, naming it, and the
+    // bridge runs on unchanged.
+    topology
+        .bridge
+        .ip(&["link", "add", "q0", "type", "veth", "peer", "name", "q1"]);
+    for args in [&["port", "add", "raw:q0"][..], &["lock", "set", "rcu"][..]] {
+        let asked = Instant::now();
+        let (code, _, err) = netns::ctl(&socket, args);
+        assert_ne!(code, 0, "{args:?} succeeded with a stuck worker");
+        assert!(err.contains("worker 0 stuck"), "{args:?}: {err}");
+        assert!(err.contains("nothing changed"), "{args:?}: {err}");
+        assert!(
+            asked.elapsed() < Duration::from_secs(5),
+            "{args:?} waited for the stuck worker"
+        );
+    }
+    let now = stats(&socket);
+    assert_eq!(now["ports"].as_array().unwrap().len(), 2, "{now}");
+    assert_eq!(now["lock"], stuck["lock"], "{now}");
+
+    // SIGTERM ends the daemon although worker 0 never stops: a bound on
+    // behaviour (the daemon gives workers 3 s), not on speed.
+    let asked = Instant::now();
+    let (status, log) = topology
+        .daemon
+        .take()
+        .unwrap()
+        .stop(Duration::from_secs(10));
+    let status = status.unwrap_or_else(|| panic!("still running 10 s after SIGTERM: {log:?}"));
+    eprintln!("exited {:?} after SIGTERM", asked.elapsed());
+    assert!(
+        !status.success(),
+        "a worker left behind is a failure: {log:?}"
+    );
+    assert_eq!(
+        lines_with(&log, "worker 0 is stuck"),
+        1,
+        "stall not logged once: {log:?}"
+    );
+    assert_eq!(lines_with(&log, "worker 0 runs again"), 0, "{log:?}");
+    assert_eq!(
+        lines_with(&log, "worker 0 did not stop within"),
+        1,
+        "{log:?}"
+    );
+    assert_eq!(lines_with(&log, "final counters"), 1, "{log:?}");
+}
+
 fn sighup_is_ignored() {
     if !privileged("sighup_is_ignored") {
         return;
@@ -735,6 +934,7 @@ lab::test_main! {
         taps_other_programs_made_open_or_say_why_not,
         a_tap_left_with_another_header_size_forwards_whole_frames,
         a_worker_that_panics_stops_the_daemon_with_an_error,
+        a_stuck_worker_is_reported_and_sigterm_still_ends_the_daemon,
         sighup_is_ignored,
         a_closed_stderr_is_no_crash,
         the_running_daemon_holds_no_effective_capability,

@@ -143,12 +143,18 @@ fn stats_json(socket: &Path) -> serde_json::Value {
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
 
-/// Every series but those that move on an idle bridge (the uptime and the
-/// workers' busy share), by name and labels.
+/// Every series but those that move on an idle bridge (the uptime, the
+/// workers' busy share and the age of their heartbeats), by name and
+/// labels.
 fn steady(e: &Exposition) -> BTreeMap<(String, Vec<(String, String)>), f64> {
+    let moving = [
+        "mpbridge_uptime_seconds",
+        "mpbridge_worker_busy_ratio",
+        "mpbridge_worker_heartbeat_age_seconds",
+    ];
     e.samples
         .iter()
-        .filter(|s| s.name != "mpbridge_uptime_seconds" && s.name != "mpbridge_worker_busy_ratio")
+        .filter(|s| !moving.contains(&s.name.as_str()))
         .map(|s| {
             let labels = s.labels.clone().into_iter().collect();
             ((s.name.clone(), labels), s.value)
@@ -252,6 +258,13 @@ fn scrape_equals_stats_on_an_idle_bridge() {
         assert_eq!(get("worker_batches_total", &at), int(&w["batches"]));
         let busy = get("worker_busy_ratio", &at);
         assert!((0.0..=1.0).contains(&busy), "{busy}");
+        // A running worker: not stuck, never was, its heartbeat fresh.
+        assert_eq!(w["stuck"], false, "{w}");
+        assert_eq!(get("worker_stuck", &at), 0.0);
+        assert_eq!(get("worker_stalls_total", &at), int(&w["stalls"]));
+        assert_eq!(int(&w["stalls"]), 0.0);
+        let age = get("worker_heartbeat_age_seconds", &at);
+        assert!((0.0..3.0).contains(&age), "heartbeat age {age}");
     }
 
     let fdb = &stats["fdb"];
