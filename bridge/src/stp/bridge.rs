@@ -53,6 +53,13 @@ pub(crate) struct Bridge {
     pub topology_changes: u64,
     /// Whether tcWhile ran on some port when last looked at.
     pub topology_change: bool,
+    /// Topology change events: changes detected by a port, and TCs and
+    /// TCNs received on one, that were to be propagated (setTcPropTree).
+    pub tc_events: u64,
+    /// Flushes the machines asked for (fdbFlush), before coalescing.
+    pub flush_requests: u64,
+    /// Flushes queued for the caller: at most one per port per tick.
+    pub flushes: u64,
 }
 
 impl Bridge {
@@ -80,6 +87,9 @@ impl Bridge {
             actions: Vec::new(),
             topology_changes: 0,
             topology_change: false,
+            tc_events: 0,
+            flush_requests: 0,
+            flushes: 0,
         };
         selection::begin(&mut bridge);
         bridge.run();
@@ -157,8 +167,19 @@ impl Bridge {
         self.run();
     }
 
-    /// One second passed: the Port Timers machine of every port (17.22).
+    /// One second passed: the flushes held back in the last second are
+    /// queued (one per port, which counts as the port's flush of the new
+    /// second), then the Port Timers machine of every port runs (17.22).
     pub fn tick(&mut self) {
+        for i in 0..self.ports.len() {
+            let p = &mut self.ports[i];
+            if p.flush_pending {
+                p.flush_pending = false;
+                self.queue_flush(i);
+            } else {
+                p.flushed_in_tick = false;
+            }
+        }
         for p in &mut self.ports {
             timers::tick(p);
         }
@@ -233,11 +254,30 @@ impl Bridge {
         }
     }
 
-    /// fdbFlush (17.19): queues the removal of what port `i` learned; the
-    /// flush is complete as far as the machines are concerned.
+    /// fdbFlush (17.19): the removal of what port `i` learned; the flush
+    /// is complete as far as the machines are concerned. Flushes are
+    /// coalesced: the first of a tick is queued at once, any further one
+    /// in the same tick is held back and queued once, at the next tick, so
+    /// that a flood of TCs or TCNs costs each port at most one flush of
+    /// the table a second rather than one per BPDU.
     pub fn flush(&mut self, i: usize) {
+        self.flush_requests += 1;
         let p = &mut self.ports[i];
         p.fdb_flush = false;
+        p.counters.flush_requests += 1;
+        if p.flushed_in_tick {
+            p.flush_pending = true;
+        } else {
+            self.queue_flush(i);
+        }
+    }
+
+    /// Queues port `i`'s flush for the caller.
+    fn queue_flush(&mut self, i: usize) {
+        self.flushes += 1;
+        let p = &mut self.ports[i];
+        p.flushed_in_tick = true;
+        p.counters.flushes += 1;
         self.actions.push(Action::Flush { port: p.id });
     }
 }

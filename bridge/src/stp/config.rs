@@ -117,6 +117,14 @@ pub struct PortConfig {
     /// operPointToPointMAC (6.4.3): the link has exactly one other bridge
     /// on it, so proposals and agreements may skip the forward delays.
     pub point_to_point: bool,
+    /// restrictedRole (802.1Q-2018 13.27.64): the port is never selected
+    /// as root port, even when it has the best root path priority vector;
+    /// it becomes an alternate port instead. Linux's `root_block`.
+    pub restricted_role: bool,
+    /// restrictedTcn (802.1Q-2018 13.27.65): topology changes the port
+    /// receives or detects are not propagated to the other ports, so
+    /// nothing is flushed because of them.
+    pub restricted_tcn: bool,
 }
 
 impl Default for PortConfig {
@@ -127,6 +135,8 @@ impl Default for PortConfig {
             admin_edge: false,
             auto_edge: true,
             point_to_point: true,
+            restricted_role: false,
+            restricted_tcn: false,
         }
     }
 }

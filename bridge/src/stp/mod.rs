@@ -124,7 +124,9 @@ pub enum Action {
         state: PortState,
     },
     /// Remove the addresses learned on `port` (fdbFlush, 17.19): the
-    /// stations behind it may have moved.
+    /// stations behind it may have moved. At most one per port per tick:
+    /// requests beyond the first in a tick are coalesced into one given
+    /// out at the next [`Stp::tick`].
     Flush {
         /// The port.
         port: PortId,
@@ -148,6 +150,15 @@ pub struct BridgeStatus {
     /// Whether a topology change is being signalled (tcWhile runs on some
     /// port).
     pub topology_change: bool,
+    /// Topology change events: a change a port detected, or a TC or TCN
+    /// it received while taking part, each one (a port with
+    /// restricted_tcn counts them but does not pass them on).
+    pub tc_events: u64,
+    /// Flushes of a port's learned addresses the machines asked for.
+    pub flush_requests: u64,
+    /// [`Action::Flush`]es given out: at most one per port per tick, the
+    /// requests beyond that coalesced into one at the next tick.
+    pub flushes: u64,
 }
 
 /// One port's view of the tree.
@@ -182,6 +193,10 @@ pub struct PortStatus {
     /// Frames given to [`Stp::receive`] that were not valid BPDUs
     /// (9.3.4), or that were this port's own BPDU looped back.
     pub bad_bpdus: u64,
+    /// Flushes of the port the machines asked for.
+    pub flush_requests: u64,
+    /// [`Action::Flush`]es of the port given out (at most one a tick).
+    pub flushes: u64,
 }
 
 /// One bridge's RSTP instance.
@@ -232,15 +247,18 @@ impl Stp {
         }
     }
 
-    /// Changes a port's parameters. A new priority or path cost makes the
-    /// bridge choose roles again; a new AdminEdge sets operEdge to it.
+    /// Changes a port's parameters. A new priority, path cost or
+    /// restricted_role makes the bridge choose roles again; a new AdminEdge sets operEdge to it.
     pub fn set_port_config(&mut self, port: PortId, config: PortConfig) {
         let Some(i) = self.bridge.index(port) else {
             return;
         };
         let p = &mut self.bridge.ports[i];
         let old = std::mem::replace(&mut p.config, config);
-        if old.priority != config.priority || old.path_cost != config.path_cost {
+        if old.priority != config.priority
+            || old.path_cost != config.path_cost
+            || old.restricted_role != config.restricted_role
+        {
             p.port_id = port_identifier(config.priority, Port::number(port));
             p.reselect = true;
             p.selected = false;
@@ -310,6 +328,9 @@ impl Stp {
             root_cost: b.root_priority.root_path_cost,
             topology_changes: b.topology_changes,
             topology_change: b.topology_change,
+            tc_events: b.tc_events,
+            flush_requests: b.flush_requests,
+            flushes: b.flushes,
         }
     }
 
@@ -330,6 +351,8 @@ impl Stp {
             rx_tcns: p.counters.rx_tcns,
             tx_tcns: p.counters.tx_tcns,
             bad_bpdus: p.counters.bad_bpdus,
+            flush_requests: p.counters.flush_requests,
+            flushes: p.counters.flushes,
         })
     }
 

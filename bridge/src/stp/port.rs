@@ -45,6 +45,8 @@ pub(crate) struct Counters {
     pub rx_tcns: u64,
     pub tx_tcns: u64,
     pub bad_bpdus: u64,
+    pub flush_requests: u64,
+    pub flushes: u64,
 }
 
 /// A bridge port as the state machines see it. Field names follow the
@@ -125,6 +127,10 @@ pub(crate) struct Port {
 
     /// The state last reported in an [`super::Action::State`].
     pub reported: PortState,
+    /// A flush was queued since the last tick: another waits for the next.
+    pub flushed_in_tick: bool,
+    /// A flush was asked for after this tick's: queued at the next tick.
+    pub flush_pending: bool,
     pub counters: Counters,
 }
 
@@ -197,6 +203,8 @@ impl Port {
             pst: PstState::Discarding,
             tcm: TcmState::Inactive,
             reported: PortState::Discarding,
+            flushed_in_tick: false,
+            flush_pending: false,
             counters: Counters::default(),
         }
     }

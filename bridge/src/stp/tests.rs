@@ -903,3 +903,208 @@ fn root_loss_elects_a_new_root_at_once() {
     }
     assert!(sim.blocking().is_empty());
 }
+
+/// A port configuration with restricted_role or restricted_tcn.
+fn restricted(role: bool, tcn: bool) -> PortConfig {
+    PortConfig {
+        restricted_role: role,
+        restricted_tcn: tcn,
+        ..PortConfig::default()
+    }
+}
+
+/// Ring 0 (root) - 1 - 2 - 0: bridge 1's root port is its port facing
+/// the root, 1.0, unless that port has restricted_role; then it is 1.1,
+/// the way through bridge 2, and 1.0 is an alternate port.
+#[test]
+fn restricted_role_keeps_a_port_from_becoming_root_port() {
+    for restrict in [false, true] {
+        let mut sim = Sim::new();
+        sim.bridges(3);
+        sim.port((1, 0), restricted(restrict, false));
+        sim.link((0, 0), (1, 0));
+        sim.link((1, 1), (2, 0));
+        sim.link((2, 1), (0, 1));
+        sim.all_up();
+        sim.run(10);
+        assert!(sim.converged(), "restricted_role={restrict}");
+        let b = sim.nodes[1].stp.bridge_status();
+        assert_eq!(b.root_id, sim.nodes[0].stp.bridge_status().bridge_id);
+        if restrict {
+            assert_eq!(b.root_port, Some(PortId(1)));
+            assert_eq!(sim.role((1, 0)), Role::Alternate);
+            assert_eq!(sim.state((1, 0)), PortState::Discarding);
+            assert_eq!(sim.role((1, 1)), Role::Root);
+            assert_eq!(sim.blocking(), [(1, 0)]);
+        } else {
+            assert_eq!(b.root_port, Some(PortId(0)));
+            assert_eq!(sim.role((1, 0)), Role::Root);
+            assert_ne!(sim.blocking(), [(1, 0)]);
+        }
+    }
+}
+
+/// A bridge of the best priority appears behind a port with
+/// restricted_role (a VM that sends BPDUs claiming to be root): the tree
+/// keeps its root, and the port blocks as an alternate port.
+#[test]
+fn restricted_role_keeps_a_better_bridge_from_taking_over() {
+    let mut sim = Sim::new();
+    let ring = ring3(&mut sim);
+    for seg in ring {
+        sim.up(seg);
+    }
+    sim.run(10);
+    assert!(sim.converged());
+    let root = sim.nodes[0].stp.bridge_status().bridge_id;
+    let blocked = sim.blocking();
+    let hostile = sim.bridge(with_priority(StpConfig::default(), 0));
+    sim.port((1, 2), restricted(true, false));
+    let link = sim.link((1, 2), (hostile, 0));
+    sim.up(link);
+    sim.run(10);
+    for (n, node) in sim.nodes.iter().take(3).enumerate() {
+        assert_eq!(node.stp.bridge_status().root_id, root, "bridge {n}");
+    }
+    assert_eq!(sim.role((1, 2)), Role::Alternate);
+    assert_eq!(sim.state((1, 2)), PortState::Discarding);
+    // The hostile bridge hears nothing from a blocked port and calls
+    // itself root; the rest of the tree is as it was.
+    let mut now = sim.blocking();
+    now.retain(|&end| end != (1, 2));
+    assert_eq!(now, blocked);
+    // Without the restriction, it would be everyone's root.
+    sim.nodes[1]
+        .stp
+        .set_port_config(PortId(2), PortConfig::default());
+    sim.settle();
+    sim.run(10);
+    let hostile_id = sim.nodes[hostile].stp.bridge_status().bridge_id;
+    for (n, node) in sim.nodes.iter().take(3).enumerate() {
+        assert_eq!(node.stp.bridge_status().root_id, hostile_id, "bridge {n}");
+    }
+    assert_eq!(sim.role((1, 2)), Role::Root);
+}
+
+/// The last BPDU `end` sent, with the TC flag set, as a frame from it.
+fn tc_flagged(sim: &Sim, end: (usize, u16)) -> Vec<u8> {
+    let (_, mut bpdu) = sim.sent(end, 0).last().cloned().expect("a BPDU sent");
+    bpdu.flags |= flags::TC;
+    bpdu.to_frame(MacAddr([2, 0, 0, end.0 as u8, 0, end.1 as u8]))
+}
+
+/// Bridge 1 between root 0 (1.0) and bridges 2 (1.1) and 3 (1.2), all
+/// converged; bridge 1's port 1.2 configured as `config`.
+fn star(config: PortConfig) -> Sim {
+    let mut sim = Sim::new();
+    sim.bridges(4);
+    sim.port((1, 2), config);
+    sim.link((0, 0), (1, 0));
+    sim.link((1, 1), (2, 0));
+    sim.link((1, 2), (3, 0));
+    sim.all_up();
+    sim.run(10);
+    assert!(sim.converged());
+    assert_eq!(sim.role((1, 2)), Role::Designated);
+    sim
+}
+
+/// A TC from bridge 3 on bridge 1's port 1.2 flushes bridge 1's other
+/// ports and travels on, unless 1.2 has restricted_tcn: then nothing is
+/// flushed and no TC leaves by the other ports; the event is counted.
+#[test]
+fn restricted_tcn_keeps_a_change_to_its_port() {
+    for restrict in [false, true] {
+        let mut sim = star(restricted(false, restrict));
+        sim.run(10);
+        let t = sim.now;
+        let events = sim.nodes[1].stp.bridge_status().tc_events;
+        let frame = tc_flagged(&sim, (3, 0));
+        sim.nodes[1].stp.receive(PortId(2), &frame);
+        sim.settle();
+        sim.run(1);
+        let b = sim.nodes[1].stp.bridge_status();
+        assert_eq!(b.tc_events, events + 1, "restricted_tcn={restrict}");
+        let flushed = sim.flushes(t);
+        let tc_out = |sim: &Sim, end| {
+            sim.sent(end, t)
+                .iter()
+                .any(|(_, b)| b.flags & flags::TC != 0)
+        };
+        if restrict {
+            assert!(flushed.is_empty(), "{flushed:?}");
+            assert!(!tc_out(&sim, (1, 0)) && !tc_out(&sim, (1, 1)));
+        } else {
+            assert!(flushed.contains(&(1, 0)), "{flushed:?}");
+            assert!(flushed.contains(&(1, 1)), "{flushed:?}");
+            assert!(tc_out(&sim, (1, 0)) && tc_out(&sim, (1, 1)));
+        }
+        // Neither way does the tree move.
+        assert!(sim.converged());
+        assert_eq!(sim.role((1, 2)), Role::Designated);
+    }
+}
+
+/// A port with restricted_tcn still flushes for changes elsewhere.
+#[test]
+fn restricted_tcn_port_flushes_for_other_ports_changes() {
+    let mut sim = star(restricted(false, true));
+    sim.run(10);
+    let t = sim.now;
+    let frame = tc_flagged(&sim, (2, 0));
+    sim.nodes[1].stp.receive(PortId(1), &frame);
+    sim.settle();
+    let flushed = sim.flushes(t);
+    assert!(flushed.contains(&(1, 2)), "{flushed:?}");
+    assert!(flushed.contains(&(1, 0)), "{flushed:?}");
+}
+
+/// A hundred TC-flagged BPDUs and TCNs within one second: each asks for a
+/// flush of the other ports, but each port is flushed once at once and
+/// once more at the next tick; a quiet tick flushes nothing, and the next
+/// change after it flushes at once again.
+#[test]
+fn a_flood_of_tcs_costs_one_flush_per_port_per_tick() {
+    let mut sim = star(PortConfig::default());
+    sim.run(10);
+    let t = sim.now;
+    let before = sim.nodes[1].stp.bridge_status();
+    let tc = tc_flagged(&sim, (3, 0));
+    let tcn = Bpdu::tcn().to_frame(MacAddr([2, 0, 0, 3, 0, 0]));
+    for n in 0..100 {
+        let frame = if n % 2 == 0 { &tc } else { &tcn };
+        sim.nodes[1].stp.receive(PortId(2), frame);
+        sim.settle();
+    }
+    let count = |flushed: &[(usize, u16)], end| flushed.iter().filter(|&&e| e == end).count();
+    let flushed = sim.flushes(t);
+    assert_eq!(count(&flushed, (1, 0)), 1, "{flushed:?}");
+    assert_eq!(count(&flushed, (1, 1)), 1, "{flushed:?}");
+    assert_eq!(count(&flushed, (1, 2)), 0, "{flushed:?}");
+    let b = sim.nodes[1].stp.bridge_status();
+    assert_eq!(b.tc_events - before.tc_events, 100);
+    assert!(b.flush_requests - before.flush_requests >= 200, "{b:?}");
+    assert_eq!(b.flushes - before.flushes, 2, "{b:?}");
+    // The held-back flushes come at the next tick, once per port.
+    sim.tick();
+    let flushed = sim.flushes(t + 1);
+    assert_eq!(count(&flushed, (1, 0)), 1, "{flushed:?}");
+    assert_eq!(count(&flushed, (1, 1)), 1, "{flushed:?}");
+    // A change within that tick waits for the next one.
+    sim.nodes[1].stp.receive(PortId(2), &tcn);
+    sim.settle();
+    assert!(sim.flushes(t + 1).len() == 2, "{:?}", sim.flushes(t + 1));
+    sim.tick();
+    assert_eq!(sim.flushes(t + 2).len(), 2, "{:?}", sim.flushes(t + 2));
+    // Nothing held back: a quiet tick flushes nothing...
+    sim.tick();
+    assert!(sim.flushes(t + 3).is_empty(), "{:?}", sim.flushes(t + 3));
+    // ...and the next change flushes at once.
+    sim.nodes[1].stp.receive(PortId(2), &tc);
+    sim.settle();
+    assert_eq!(sim.flushes(t + 3).len(), 2, "{:?}", sim.flushes(t + 3));
+    let s = sim.status((1, 0));
+    assert!(s.flush_requests > s.flushes, "{s:?}");
+    // The tree did not move.
+    assert!(sim.converged());
+}

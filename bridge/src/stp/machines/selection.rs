@@ -86,10 +86,15 @@ fn updt_roles_tree(b: &mut Bridge) {
     // priority vectors (the port priority vector, plus the port's path
     // cost, with the port's identifier as the last tie-breaker) of the
     // ports with received information that did not come from this bridge.
+    // A port with restrictedRole is left out (802.1Q-2018 13.29.36 b):
+    // it never becomes root port, and what it heard then makes it an
+    // alternate port below (its information is better than what this
+    // bridge would send there), or designated if it is not.
     let mut best = b.bridge_priority;
     let mut root_index = None;
     for (i, p) in b.ports.iter().enumerate() {
         if p.info_is != InfoIs::Received
+            || p.config.restricted_role
             || p.port_priority.designated_bridge.address() == own_address
         {
             continue;

@@ -5,6 +5,9 @@
 //! learned (tcProp, PROPAGATING) and signals the change onward for tcWhile.
 //! A port leaving the active topology flushes too (INACTIVE).
 //!
+//! A port with restrictedTcn (802.1Q-2018 13.27.65) keeps what it hears
+//! and detects to itself: no tcProp for the others, so no flush.
+//!
 //! On a port that speaks 802.1D, tcWhile lasts Max Age + Forward Delay,
 //! the root port sends TCNs until acknowledged (ACKNOWLEDGED), and a
 //! designated port that hears a TCN acknowledges it (tcAck).
@@ -152,8 +155,14 @@ fn new_tc_while(b: &mut Bridge, i: usize) {
     }
 }
 
-/// 17.21.18 setTcPropTree(): tcProp = TRUE for every port but this one.
+/// 17.21.18 setTcPropTree(): tcProp = TRUE for every port but this one,
+/// unless this one has restrictedTcn (802.1Q-2018 13.29.29): then the
+/// change stays on this port and no other port flushes for it.
 fn set_tc_prop_tree(b: &mut Bridge, i: usize) {
+    b.tc_events += 1;
+    if b.ports[i].config.restricted_tcn {
+        return;
+    }
     for (j, p) in b.ports.iter_mut().enumerate() {
         if j != i {
             p.tc_prop = true;
