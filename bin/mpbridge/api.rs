@@ -194,6 +194,10 @@ pub struct BridgeState {
     /// Per port with `guard=on`: whether a BPDU disabled it, and how often
     /// one did.
     guards: BTreeMap<PortId, (bool, u64)>,
+    /// Every live port's link as `port_links` last found it: asked of the
+    /// kernel (getifaddrs(3) per port) at most once a tick and after a
+    /// link, port or guard change, never per BPDU or IGMP message.
+    links_known: Option<Vec<(PortId, bool)>>,
 }
 
 /// What the bridge starts with.
@@ -272,6 +276,7 @@ impl BridgeState {
             link_events: parts.link_events,
             fatal: None,
             guards: BTreeMap::new(),
+            links_known: None,
             stp: parts.stp,
             mcast: parts.mcast,
         };
@@ -308,8 +313,25 @@ impl BridgeState {
         }
     }
 
-    /// Per live port, whether its link is up and no guard disabled it.
-    fn port_links(&self) -> Vec<(PortId, bool)> {
+    /// Per live port, whether its link is up and no guard disabled it:
+    /// as last found, where nothing changed since (see `links_known`).
+    fn port_links(&mut self) -> Vec<(PortId, bool)> {
+        if let Some(links) = &self.links_known {
+            return links.clone();
+        }
+        let links = self.look_at_links();
+        self.links_known = Some(links.clone());
+        links
+    }
+
+    /// Forgets the links found: the next `port_links` looks again.
+    fn links_changed(&mut self) {
+        self.links_known = None;
+    }
+
+    /// Per live port, whether its link is up and no guard disabled it,
+    /// asked of the kernel.
+    fn look_at_links(&self) -> Vec<(PortId, bool)> {
         let states = self.port_states();
         self.live_ports()
             .into_iter()
@@ -433,6 +455,7 @@ impl BridgeState {
             return;
         }
         *guard = (true, guard.1 + 1);
+        self.links_changed();
         for control in &self.controls {
             let _ = control.set_disabled(port, true);
         }
@@ -458,6 +481,7 @@ impl BridgeState {
             _ => false,
         };
         if was_disabled {
+            self.links_changed();
             for control in &self.controls {
                 control
                     .set_disabled(port, false)
@@ -515,6 +539,7 @@ impl BridgeState {
     /// The once-a-second work: ageing, the link monitor, the workers'
     /// health. An error names why the bridge must stop.
     pub fn tick(&mut self) -> Result<(), String> {
+        self.links_changed();
         let aged = self.fdb.age(self.fdb.now());
         if aged > 0 {
             log::debug!("aged out {aged} stations");
@@ -592,6 +617,7 @@ impl BridgeState {
     /// Applies link news from rtnetlink; after an overrun, looks at every
     /// watched link again.
     pub fn links(&mut self, news: bridge::monitor::Received) {
+        self.links_changed();
         let events = match news {
             bridge::monitor::Received::Updates(updates) => self.monitor.apply(&updates, &*self.fdb),
             bridge::monitor::Received::Overrun => {
@@ -1033,6 +1059,7 @@ impl BridgeState {
         if let Some(mcast) = &mut self.mcast {
             mcast.add(port, spec);
         }
+        self.links_changed();
         self.refresh_stp();
         self.refresh_mcast();
         log::info!("{}: added as port {id}", spec.label());
@@ -1076,6 +1103,7 @@ impl BridgeState {
         let silent = await_answers(answers.into_iter().enumerate(), CHANGE_TIMEOUT);
         let spec = self.ports[port.index()].take().expect("a live port");
         self.guards.remove(&port);
+        self.links_changed();
         if let Some(mcast) = &mut self.mcast {
             mcast.remove(port);
         }
@@ -1415,6 +1443,7 @@ impl BridgeState {
                 guard_trips: None,
                 rstp: None,
                 bpdus: None,
+                flushes: None,
             });
             stp.guard_tripped = Some(tripped);
             stp.guard_trips = Some(trips);

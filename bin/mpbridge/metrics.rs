@@ -259,6 +259,27 @@ fn write_stp(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Result {
         Kind::Counter,
         "Topology changes detected or heard of.",
         [(vec![("bridge", bridge)], Value::Int(stp.topology_changes))],
+    )?;
+    family(
+        out,
+        "stp_tc_events_total",
+        Kind::Counter,
+        "Topology change events: changes detected, TCs and TCNs received.",
+        [(vec![("bridge", bridge)], Value::Int(stp.tc_events))],
+    )?;
+    family(
+        out,
+        "stp_flush_requests_total",
+        Kind::Counter,
+        "Flushes of a port's learned stations that topology changes asked for.",
+        [(vec![("bridge", bridge)], Value::Int(stp.flush_requests))],
+    )?;
+    family(
+        out,
+        "stp_flushes_total",
+        Kind::Counter,
+        "Flushes of a port's learned stations done, at most one per port a second.",
+        [(vec![("bridge", bridge)], Value::Int(stp.flushes))],
     )
 }
 
@@ -952,6 +973,9 @@ mod tests {
             root_cost: 2000,
             topology_changes: 3,
             topology_change: false,
+            tc_events: 40,
+            flush_requests: 80,
+            flushes: 6,
         });
         stats.ports[0].stp = Some(crate::protocol::PortStp {
             role: Some("root".to_owned()),
@@ -966,6 +990,7 @@ mod tests {
                 tx_tcns: 2,
                 bad_bpdus: 0,
             }),
+            flushes: None,
         });
         stats.ports[1].stp = Some(crate::protocol::PortStp {
             role: None,
@@ -974,6 +999,7 @@ mod tests {
             guard_trips: Some(1),
             rstp: None,
             bpdus: None,
+            flushes: None,
         });
         let e = checked(&stats);
         let get = |name: &str, labels: &[(&str, &str)]| {
@@ -1005,6 +1031,9 @@ mod tests {
         assert_eq!(get("stp_info", &bridge), 1.0);
         assert_eq!(get("stp_root_cost", &[("bridge", "br0")]), 2000.0);
         assert_eq!(get("stp_topology_changes_total", &[("bridge", "br0")]), 3.0);
+        assert_eq!(get("stp_tc_events_total", &[("bridge", "br0")]), 40.0);
+        assert_eq!(get("stp_flush_requests_total", &[("bridge", "br0")]), 80.0);
+        assert_eq!(get("stp_flushes_total", &[("bridge", "br0")]), 6.0);
         // Without spanning tree or guards, none of the families shows.
         let plain = render(&sample_stats());
         for family in [

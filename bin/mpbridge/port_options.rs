@@ -1,5 +1,6 @@
 //! A port's spanning tree, guard and storm options (`,cost=N`,
-//! `,priority=N`, `,edge=on`, `,guard=on`, `,bpdu_filter=on`,
+//! `,priority=N`, `,edge=on`, `,guard=on`, `,restricted_role=on`,
+//! `,restricted_tcn=on`, `,bpdu_filter=on`,
 //! `,storm=PPS`), its flags, its learning limit (`,max_learned=N`) and
 //! its multicast options (`,mcast_router=0|1|2`, `,mcast_fast_leave=on`),
 //! named as the Linux bridge's `bridge link set` names them where it has
@@ -18,6 +19,12 @@ pub struct PortOptions {
     pub edge: bool,
     /// BPDU guard: a BPDU disables the port.
     pub guard: bool,
+    /// 802.1Q's restrictedRole (Linux's `root_block`): never the root
+    /// port; an alternate port where it would be.
+    pub restricted_role: bool,
+    /// 802.1Q's restrictedTcn: topology changes it hears or detects are
+    /// not passed to the other ports, which do not flush for them.
+    pub restricted_tcn: bool,
     /// BPDUs dropped in and out; the port takes no part in spanning tree.
     pub bpdu_filter: bool,
     /// Floods beyond this many frames a second are dropped.
@@ -45,6 +52,8 @@ impl Default for PortOptions {
             priority: None,
             edge: false,
             guard: false,
+            restricted_role: false,
+            restricted_tcn: false,
             bpdu_filter: false,
             storm: None,
             flags: PortFlags::default(),
@@ -136,6 +145,8 @@ impl PortOptions {
             priority,
             edge: flag(get("edge"), "edge")?,
             guard: flag(get("guard"), "guard")?,
+            restricted_role: flag(get("restricted_role"), "restricted_role")?,
+            restricted_tcn: flag(get("restricted_tcn"), "restricted_tcn")?,
             bpdu_filter: flag(get("bpdu_filter"), "bpdu_filter")?,
             storm,
             flags,
@@ -169,6 +180,8 @@ impl PortOptions {
         for (on, name) in [
             (self.edge, "edge"),
             (self.guard, "guard"),
+            (self.restricted_role, "restricted_role"),
+            (self.restricted_tcn, "restricted_tcn"),
             (self.bpdu_filter, "bpdu_filter"),
         ] {
             if on {
@@ -293,6 +306,17 @@ mod tests {
             limits.describe(),
             ",max_learned=4,mcast_router=2,mcast_fast_leave=on"
         );
+        let restricted =
+            PortOptions::parse(&items("restricted_role=on,restricted_tcn=on"), false).unwrap();
+        assert!(restricted.restricted_role && restricted.restricted_tcn);
+        assert_eq!(
+            restricted.describe(),
+            ",restricted_role=on,restricted_tcn=on"
+        );
+        assert_eq!(
+            PortOptions::parse(&items(&restricted.describe()[1..]), false).unwrap(),
+            restricted
+        );
         let unlimited = PortOptions::parse(&items("max_learned=0"), false).unwrap();
         assert_eq!(unlimited.max_learned, None);
         assert_eq!(flags.flag_map().len(), 7);
@@ -310,6 +334,8 @@ mod tests {
             ("cost=x", "cost=x"),
             ("storm=0", "storm=0"),
             ("guard=yes", "guard=yes: on or off"),
+            ("restricted_role=1", "restricted_role=1: on or off"),
+            ("restricted_tcn=yes", "restricted_tcn=yes: on or off"),
             ("hairpin=1", "hairpin=1: on or off"),
             ("mcast_flood=no", "mcast_flood=no: on or off"),
             ("max_learned=x", "max_learned=x"),

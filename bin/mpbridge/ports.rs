@@ -253,7 +253,7 @@ fn split_options(options: &str, keys: &[&str]) -> Result<Vec<(String, String)>, 
 /// Every port's options: VLANs, spanning tree, guard and storm, the
 /// learning limit, multicast router and fast leave (and
 /// Linux's port flags, `port_options::FLAG_KEYS`).
-const PORT_KEYS: [&str; 12] = [
+const PORT_KEYS: [&str; 14] = [
     "access",
     "trunk",
     "native",
@@ -261,6 +261,8 @@ const PORT_KEYS: [&str; 12] = [
     "priority",
     "edge",
     "guard",
+    "restricted_role",
+    "restricted_tcn",
     "bpdu_filter",
     "storm",
     "max_learned",

@@ -372,6 +372,19 @@ pub struct PortStp {
     /// malformed (with `--stp`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bpdus: Option<BpduCounts>,
+    /// Flushes of the port's learned stations that topology changes
+    /// asked for, and those done (at most one a second), with `--stp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flushes: Option<FlushCounts>,
+}
+
+/// A port's topology change flushes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlushCounts {
+    /// Flushes asked for.
+    pub requested: u64,
+    /// Flushes done.
+    pub done: u64,
 }
 
 /// A port's BPDU counters.
@@ -404,6 +417,18 @@ pub struct BridgeStp {
     pub topology_changes: u64,
     /// Whether a topology change is in progress.
     pub topology_change: bool,
+    /// Topology change events: changes a port detected and TCs and TCNs
+    /// received, each one, including those a `restricted_tcn=on` port
+    /// kept to itself.
+    #[serde(default)]
+    pub tc_events: u64,
+    /// Flushes of a port's learned stations that the events asked for.
+    #[serde(default)]
+    pub flush_requests: u64,
+    /// Flushes done: at most one per port a second, however many
+    /// events asked.
+    #[serde(default)]
+    pub flushes: u64,
 }
 
 /// `reload`'s result.

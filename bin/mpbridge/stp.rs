@@ -14,7 +14,7 @@ use bridge::worker::{Gate, PortControl};
 use bridge::PortId;
 
 use crate::ports::{Kind, PortSpec};
-use crate::protocol::{BpduCounts, BridgeStp, PortStp};
+use crate::protocol::{BpduCounts, BridgeStp, FlushCounts, PortStp};
 
 /// Spanning tree and what it knows of the ports' links.
 pub struct SpanningTree {
@@ -74,6 +74,8 @@ impl SpanningTree {
                 .cost
                 .unwrap_or_else(|| bridge::stp::path_cost(link_speed(spec))),
             admin_edge: spec.options.edge,
+            restricted_role: spec.options.restricted_role,
+            restricted_tcn: spec.options.restricted_tcn,
             ..PortConfig::default()
         };
         self.stp.add_port(port, config, mac);
@@ -161,6 +163,9 @@ impl SpanningTree {
             root_cost: status.root_cost,
             topology_changes: status.topology_changes,
             topology_change: status.topology_change,
+            tc_events: status.tc_events,
+            flush_requests: status.flush_requests,
+            flushes: status.flushes,
         }
     }
 
@@ -186,6 +191,10 @@ impl SpanningTree {
                 rx_tcns: status.rx_tcns,
                 tx_tcns: status.tx_tcns,
                 bad_bpdus: status.bad_bpdus,
+            }),
+            flushes: Some(FlushCounts {
+                requested: status.flush_requests,
+                done: status.flushes,
             }),
         })
     }

@@ -12,6 +12,7 @@ use bridge::fdb::{FdbKey, PortId};
 use bridge::wire::MacAddr;
 use bridge::worker::{
     EventSink, Gate, MoveLimit, PortEvent, PortFlags, PortPolicy, PortSetup, WorkerParts,
+    BPDUS_PER_SECOND,
 };
 use bridge::{FdbConfig, MacTable, Worker, WorkerConfig};
 use common::{frame, station, Rig};
@@ -97,6 +98,44 @@ fn bpdus_go_to_spanning_tree<S: Strategy>() {
     assert_eq!(rig.stats(0).dropped(DropReason::Stp), 1);
     // BPDUs teach the table nothing.
     assert!(rig.fdb.is_empty());
+}
+
+/// The BPDUs handed to spanning tree are limited per port: a flood on
+/// port 0 gets BPDUS_PER_SECOND a second through, and port 1's BPDUs,
+/// within the same second, all get through.
+fn a_bpdu_flood_on_one_port_leaves_the_others_theirs<S: Strategy>() {
+    let (mut rig, events) = rig_with::<S>(gated(&[Gate::OPEN, Gate::OPEN]), stp());
+    let start = std::time::Instant::now();
+    let flood = 10 * BPDUS_PER_SECOND as usize;
+    for n in 0..flood {
+        rig.peers[0].inject(&bpdu(MacAddr([2, 0, 0, 0, (n >> 8) as u8, n as u8])));
+        if n % 32 == 31 {
+            while rig.worker.poll() > 0 {}
+        }
+    }
+    while rig.worker.poll() > 0 {}
+    for _ in 0..3 {
+        rig.send(1, &bpdu(station(B)));
+    }
+    // The limit's window is a second: as many windows may have begun as
+    // seconds passed, plus one.
+    let windows = start.elapsed().as_secs() as usize + 1;
+    let events = events.lock().unwrap();
+    let from = |port: u16| {
+        events
+            .iter()
+            .filter(|e| matches!(e, PortEvent::Bpdu { port: p, .. } if *p == PortId(port)))
+            .count()
+    };
+    assert!(from(0) >= BPDUS_PER_SECOND as usize, "{}", from(0));
+    assert!(
+        from(0) <= windows * BPDUS_PER_SECOND as usize,
+        "{} handed over in {windows} windows",
+        from(0)
+    );
+    assert_eq!(from(1), 3, "port 1's BPDUs during port 0's flood");
+    assert_eq!(rig.stats(0).dropped(DropReason::Stp), flood as u64);
+    assert_eq!(rig.ports_that_sent(), Vec::<usize>::new());
 }
 
 /// A discarding port learns and forwards nothing; a learning port learns
@@ -543,6 +582,7 @@ fn a_port_learns_at_most_its_max_learned<S: Strategy>() {
 
 for_each_strategy!(
     bpdus_go_to_spanning_tree,
+    a_bpdu_flood_on_one_port_leaves_the_others_theirs,
     port_states_gate_learning_and_forwarding,
     a_guard_disables_its_port,
     a_bpdu_filter_drops_bpdus_in_and_out,
