@@ -1825,7 +1825,366 @@ strategy_tests!(move_limit_holds_a_flapping_station:
     move_limit_holds_a_flapping_station_rmlock, move_limit_holds_a_flapping_station_sharded,
     move_limit_holds_a_flapping_station_rcu, move_limit_holds_a_flapping_station_epoch);
 
-// 11. Checked options.
+// 11. Hostile BPDUs: a flood of topology changes, a port kept from root.
+
+/// A TCN BPDU (802.1D-2004 9.3.2) from `src`, padded.
+fn tcn_bpdu(src: [u8; 6]) -> Vec<u8> {
+    let mut frame = STP_GROUP.to_vec();
+    frame.extend_from_slice(&src);
+    frame.extend_from_slice(&7u16.to_be_bytes());
+    frame.extend_from_slice(&[0x42, 0x42, 0x03, 0, 0, 0, 0x80]);
+    frame.resize(60, 0);
+    frame
+}
+
+/// An RST BPDU (802.1D-2004 9.3.3) from `src` with the TC flag and the
+/// Root port role, of a bridge of the worst priority that calls itself
+/// the root: inferior information from a root port, whose TC flag the
+/// receiving designated port takes (setTcFlags in NOT_DESIGNATED).
+fn tc_rst_bpdu(src: [u8; 6]) -> Vec<u8> {
+    let mut frame = config_bpdu(src, 61440);
+    frame[12..14].copy_from_slice(&39u16.to_be_bytes());
+    // After the LLC header and the protocol id: version 2, type 2 (RST),
+    // flags TC and role Root (2 << 2); version 1 length 0 after the
+    // forward delay.
+    frame[19] = 2;
+    frame[20] = 2;
+    frame[21] = 0x01 | 0x08;
+    frame[52] = 0;
+    frame
+}
+
+/// (user + system time of the whole process, of its main thread), in
+/// seconds, from /proc.
+fn cpu_seconds(pid: u32) -> (f64, f64) {
+    // SAFETY: sysconf has no memory preconditions.
+    #[allow(unsafe_code)]
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let read = |path: String| {
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        // After the command's closing parenthesis: state is field 3,
+        // utime field 14, stime field 15 (proc(5)).
+        let (_, rest) = text.rsplit_once(')').expect("a stat line");
+        let fields: Vec<u64> = rest
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .map(|f| f.parse().expect("a number"))
+            .collect();
+        (fields[0] + fields[1]) as f64 / hz
+    };
+    (
+        read(format!("/proc/{pid}/stat")),
+        read(format!("/proc/{pid}/task/{pid}/stat")),
+    )
+}
+
+/// Waits (at most CONVERGE) until no bridge of the triangle signals a
+/// topology change: the Linux bridges' topology_change is 0, mpbridge's
+/// `stp.topology_change` false.
+fn quiet(t: &Triangle) {
+    let deadline = Instant::now() + CONVERGE;
+    loop {
+        t.guard.check();
+        let kernel = [&t.a.ns, &t.b.ns].map(|ns| kernel_attr(ns, "topology_change"));
+        let mp = t.m.mp().stats()["stp"]["topology_change"].clone();
+        if kernel == ["0", "0"] && mp == false {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "topology change still signalled after {CONVERGE:?}: A, B {kernel:?}, M {mp}"
+        );
+        thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn stp_count(stats: &Value, key: &str) -> u64 {
+    stats["stp"][key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no stp.{key}: {}", stats["stp"]))
+}
+
+/// How long the flood lasts: longer than max age, so that a port starved
+/// of its neighbour's BPDUs would age their information out and the tree
+/// would move.
+const FLOOD: Duration = Duration::from_secs(10);
+
+/// A (root, 4096), B and mpbridge M in a triangle, HM on M's port mh
+/// (with `mh_options`). Once the tree is up and no topology change is
+/// signalled any more, HM floods mh with TCNs and TC-flagged RST BPDUs,
+/// far beyond the 64 a second handed to spanning tree: (a) mpbridge
+/// flushes each port at most once a second, however many topology change
+/// events the flood makes; (b) the tree stays as it was, and mb keeps
+/// hearing B's BPDUs; (c) mpbridge's CPU time (all threads, and the owner
+/// thread alone) per BPDU sent stays small. With `restricted_tcn=on` on
+/// mh, nothing is flushed at all.
+fn tc_flood(lock: &str, mh_options: &str) {
+    let restricted = mh_options.contains("restricted_tcn=on");
+    let mut options = STP.to_vec();
+    options.extend(["--lock", lock]);
+    let t = Triangle::new(
+        Middle::Mpbridge {
+            options,
+            port_options: ",cost=100",
+        },
+        4096,
+        32768,
+        true,
+    );
+    let mp = t.m.mp();
+    if !mh_options.is_empty() {
+        ctl_ok(&mp.socket, &["port", "del", "raw:mh"]);
+        ctl_ok(&mp.socket, &["port", "add", &format!("raw:mh{mh_options}")]);
+        let line = port_show_line(&mp.socket, "raw:mh");
+        assert!(line.contains(&mh_options[1..]), "{line}");
+    }
+    let ring = t.ring();
+    let blocked = converge(&ring, &t.guard);
+    assert_eq!(blocked, "M:raw:mb", "{:?}", views(&ring));
+    quiet(&t);
+    let before_views = views(&ring);
+    let a_id = kernel_attr(&t.a.ns, "bridge_id");
+    let pid = mp.daemon.as_ref().expect("running").child.id();
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    assert!(comm.starts_with("mpbridge"), "pid {pid} is {comm:?}");
+    let before = mp.stats();
+    let (cpu_before, owner_before) = cpu_seconds(pid);
+
+    let mut hm = Capture::on(&t.hosts[2], "eth0");
+    let tcn = tcn_bpdu(mac(3));
+    let tc = tc_rst_bpdu(mac(3));
+    let start = Instant::now();
+    let mut sent = 0u64;
+    while start.elapsed() < FLOOD {
+        for _ in 0..25 {
+            hm.send(&tcn);
+            hm.send(&tc);
+            sent += 2;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    // What the flood left in the owner's queue is handled within a tick.
+    thread::sleep(Duration::from_millis(1500));
+    let elapsed = start.elapsed();
+    let (cpu_after, owner_after) = cpu_seconds(pid);
+    let after = mp.stats();
+    t.guard.check();
+
+    let delta = |key: &str| stp_count(&after, key) - stp_count(&before, key);
+    let (events, requests, flushes) = (
+        delta("tc_events"),
+        delta("flush_requests"),
+        delta("flushes"),
+    );
+    let cpu = cpu_after - cpu_before;
+    let owner = owner_after - owner_before;
+    eprintln!(
+        "{sent} BPDUs in {elapsed:?}: {events} topology change events, {requests} flushes \
+         asked for, {flushes} done; CPU {cpu:.3} s ({:.1} us a BPDU), owner thread {owner:.3} s \
+         ({:.1} us a BPDU)",
+        cpu * 1e6 / sent as f64,
+        owner * 1e6 / sent as f64
+    );
+    // The flood got through to spanning tree, up to the rate limit.
+    let handed = bpdus(&port_stats(&after, "raw:mh")["stp"], "rx_tcns")
+        - bpdus(&port_stats(&before, "raw:mh")["stp"], "rx_tcns");
+    assert!(handed >= 64, "{handed} TCNs reached spanning tree: {after}");
+    assert!(
+        handed < sent / 2,
+        "{handed} of {} TCNs reached spanning tree: no rate limit",
+        sent / 2
+    );
+    assert!(events >= 64, "{events} topology change events");
+    // (a) At most one flush per port per tick: ticks are a second apart,
+    // and as many may fall in the time as whole seconds passed, plus one.
+    let ports = 3;
+    let ticks = elapsed.as_secs() + 2;
+    if restricted {
+        assert_eq!(requests, 0, "flushes asked for: {}", after["stp"]);
+        assert_eq!(flushes, 0, "{}", after["stp"]);
+    } else {
+        assert!(requests >= 64, "{requests} flushes asked for");
+        assert!(
+            flushes <= ports * ticks,
+            "{flushes} flushes in {elapsed:?} for {requests} requests"
+        );
+    }
+    for port in ["raw:ma", "raw:mb", "raw:mh"] {
+        let done = |stats: &Value| port_stats(stats, port)["stp"]["flushes"]["done"].as_u64();
+        let done = done(&after).expect("flushes.done") - done(&before).expect("flushes.done");
+        assert!(done <= ticks, "{port}: {done} flushes in {elapsed:?}");
+    }
+    // (b) The tree as it was; B's BPDUs kept reaching mb.
+    assert_eq!(views(&ring), before_views);
+    assert_eq!(converge(&ring, &t.guard), blocked, "the tree moved");
+    assert_eq!(after["stp"]["root_port"], "raw:ma", "{}", after["stp"]);
+    assert_eq!(after["stp"]["root_id"], a_id.as_str(), "{}", after["stp"]);
+    let from_b = bpdus(&port_stats(&after, "raw:mb")["stp"], "rx_bpdus")
+        - bpdus(&port_stats(&before, "raw:mb")["stp"], "rx_bpdus");
+    assert!(
+        from_b >= elapsed.as_secs() / 2,
+        "{from_b} of B's BPDUs reached mb in {elapsed:?}"
+    );
+    // (c) CPU per BPDU sent: a generous bound (a debug build, a loaded
+    // machine); a flush of the table or a look at every interface per
+    // BPDU, for every BPDU, would cost far more.
+    assert!(
+        cpu * 1e6 / (sent as f64) < 200.0,
+        "{cpu:.3} s of CPU for {sent} BPDUs"
+    );
+    assert!(
+        owner * 1e6 / (sent as f64) < 50.0,
+        "{owner:.3} s of the owner's CPU for {sent} BPDUs"
+    );
+    // Forwarding still works.
+    let mut st = t.stations();
+    broadcast_once(&mut st, 2, 40);
+}
+
+fn a_tc_flood_costs_one_flush_per_port_per_tick(lock: &str) {
+    if kernel_bridges("a_tc_flood_costs_one_flush_per_port_per_tick") {
+        tc_flood(lock, "");
+    }
+}
+
+strategy_tests!(a_tc_flood_costs_one_flush_per_port_per_tick:
+    a_tc_flood_costs_one_flush_per_port_per_tick_mutex,
+    a_tc_flood_costs_one_flush_per_port_per_tick_rwlock,
+    a_tc_flood_costs_one_flush_per_port_per_tick_rmlock,
+    a_tc_flood_costs_one_flush_per_port_per_tick_sharded,
+    a_tc_flood_costs_one_flush_per_port_per_tick_rcu,
+    a_tc_flood_costs_one_flush_per_port_per_tick_epoch);
+
+/// The same flood on a port with `restricted_tcn=on`: no flush at all.
+fn restricted_tcn_flushes_nothing_for_a_tc_flood() {
+    if kernel_bridges("restricted_tcn_flushes_nothing_for_a_tc_flood") {
+        tc_flood("epoch", ",restricted_tcn=on");
+    }
+}
+
+/// The port number of `port` on br0 in `ns`.
+fn kernel_port_no(ns: &Netns, port: &str) -> u64 {
+    let path = format!("/sys/class/net/br0/brif/{port}/port_no");
+    let output = Command::new("ip")
+        .args(["netns", "exec", &ns.name, "cat", &path])
+        .output()
+        .expect("cannot run ip netns exec");
+    let text = String::from_utf8_lossy(&output.stdout);
+    u64::from_str_radix(text.trim().trim_start_matches("0x"), 16)
+        .unwrap_or_else(|_| panic!("{path}: {text:?}"))
+}
+
+/// M's root port: "raw:ma" for mpbridge, "ma" for a Linux bridge.
+fn m_root_port(t: &Triangle) -> String {
+    match &t.m.mp {
+        Some(mp) => mp.stats()["stp"]["root_port"]
+            .as_str()
+            .unwrap_or("none")
+            .to_owned(),
+        None => {
+            let root: u64 = kernel_attr(&t.m.ns, "root_port")
+                .parse()
+                .expect("root_port");
+            t.m_ports()
+                .iter()
+                .find(|p| kernel_port_no(&t.m.ns, p) == root)
+                .map_or(format!("#{root}"), |p| p.to_string())
+        }
+    }
+}
+
+/// A (4096) is the best bridge and M's port ma faces it: ma is M's root
+/// port. With ma restricted (mpbridge: `restricted_role=on`, given by
+/// `port del` and `port add`; Linux: `root_block on`), M does not take
+/// A's information on ma for its root port: it reaches A through B (mb is
+/// the root port), ma blocks, A stays everyone's root, and hosts on all
+/// three bridges still reach each other.
+fn restricted_role(middle: Middle) {
+    let mpbridge = matches!(middle, Middle::Mpbridge { .. });
+    let t = Triangle::new(middle, 4096, 32768, true);
+    let ring = t.ring();
+    let (ma, mb) = if mpbridge {
+        ("raw:ma", "raw:mb")
+    } else {
+        ("ma", "mb")
+    };
+    converge(&ring, &t.guard);
+    let a_id = kernel_attr(&t.a.ns, "bridge_id");
+    assert_eq!(m_root_port(&t), ma, "{:?}", views(&ring));
+    match &t.m.mp {
+        Some(mp) => {
+            ctl_ok(&mp.socket, &["port", "del", "raw:ma"]);
+            ctl_ok(&mp.socket, &["port", "add", "raw:ma,restricted_role=on"]);
+            let line = port_show_line(&mp.socket, "raw:ma");
+            assert!(line.contains("restricted_role=on"), "{line}");
+        }
+        None => {
+            let status = Command::new("bridge")
+                .args([
+                    "-n",
+                    &t.m.ns.name,
+                    "link",
+                    "set",
+                    "dev",
+                    "ma",
+                    "root_block",
+                    "on",
+                ])
+                .status()
+                .expect("cannot run bridge");
+            assert!(status.success(), "bridge link set root_block on");
+        }
+    }
+    // The old tree may stand a while (Linux looks again at its next
+    // BPDU): wait for the one with ma blocking.
+    let want = t.m.label_of("ma");
+    let deadline = Instant::now() + CONVERGE;
+    while converge(&ring, &t.guard) != want {
+        assert!(
+            Instant::now() < deadline,
+            "{want} not the blocking port within {CONVERGE:?}: {:?}",
+            views(&ring)
+        );
+        thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!(m_root_port(&t), mb, "{:?}", views(&ring));
+    for node in [&t.a, &t.b, &t.m] {
+        assert_eq!(node.root_id(), a_id, "{}'s root", node.label);
+    }
+    if let Some(mp) = &t.m.mp {
+        let stats = mp.stats();
+        let stp = &port_stats(&stats, "raw:ma")["stp"];
+        assert_eq!(stp["role"], "alternate", "{stp}");
+        assert_eq!(stp["state"], "discarding", "{stp}");
+        assert!(bpdus(stp, "rx_bpdus") > 0, "A's BPDUs on raw:ma: {stp}");
+    }
+    let mut st = t.stations();
+    for from in 0..3 {
+        broadcast_once(&mut st, from, 50 + from as u8);
+    }
+}
+
+fn restricted_role_keeps_a_better_root_off_the_root_port() {
+    if kernel_bridges("restricted_role_keeps_a_better_root_off_the_root_port") {
+        restricted_role(Middle::Mpbridge {
+            options: STP.to_vec(),
+            port_options: "",
+        });
+    }
+}
+
+/// The same with a Linux bridge and `root_block on` in mpbridge's place.
+fn root_block_keeps_a_better_root_off_a_linux_root_port() {
+    if kernel_bridges("root_block_keeps_a_better_root_off_a_linux_root_port") {
+        restricted_role(Middle::Linux {
+            stp: true,
+            cost: None,
+        });
+    }
+}
+
+// 12. Checked options.
 
 /// Bad STP values exit non-zero with one line naming the value, before any
 /// port is opened (the ports here do not exist); good ones, at the edges
@@ -1970,6 +2329,15 @@ lab::test_main! {
         move_limit_holds_a_flapping_station_sharded,
         move_limit_holds_a_flapping_station_rcu,
         move_limit_holds_a_flapping_station_epoch,
+        a_tc_flood_costs_one_flush_per_port_per_tick_mutex,
+        a_tc_flood_costs_one_flush_per_port_per_tick_rwlock,
+        a_tc_flood_costs_one_flush_per_port_per_tick_rmlock,
+        a_tc_flood_costs_one_flush_per_port_per_tick_sharded,
+        a_tc_flood_costs_one_flush_per_port_per_tick_rcu,
+        a_tc_flood_costs_one_flush_per_port_per_tick_epoch,
+        restricted_tcn_flushes_nothing_for_a_tc_flood,
+        restricted_role_keeps_a_better_root_off_the_root_port,
+        root_block_keeps_a_better_root_off_a_linux_root_port,
     ],
     plain: [stp_options_are_checked],
 }
