@@ -2203,7 +2203,7 @@ fn stp_options_are_checked() {
         assert!(!stderr.contains("panicked"), "{stderr}");
         stderr
     };
-    let bad: [(&[&str], &str, &[&str]); 13] = [
+    let bad: [(&[&str], &str, &[&str]); 15] = [
         (&["--stp-priority", "4097"], "raw:stpbad0", &["4097"]),
         (&["--stp-priority", "65536"], "raw:stpbad0", &["65536"]),
         (&["--stp-hello", "7"], "raw:stpbad0", &["7"]),
@@ -2222,6 +2222,16 @@ fn stp_options_are_checked() {
         (&[], "raw:stpbad0,cost=0", &["cost", "0"]),
         (&[], "raw:stpbad0,edge=maybe", &["maybe"]),
         (&[], "raw:stpbad0,guard=yes", &["yes"]),
+        (
+            &[],
+            "raw:stpbad0,restricted_role=yes",
+            &["restricted_role", "yes"],
+        ),
+        (
+            &[],
+            "raw:stpbad0,restricted_tcn=1",
+            &["restricted_tcn", "1"],
+        ),
         (&[], "raw:stpbad0,storm=lots", &["lots"]),
     ];
     for (extra, port, needles) in bad {
@@ -2237,7 +2247,7 @@ fn stp_options_are_checked() {
             );
         }
     }
-    let good: [(&[&str], &str); 5] = [
+    let good: [(&[&str], &str); 6] = [
         (&["--stp-priority", "0"], "raw:stpbad0"),
         (
             &[
@@ -2268,6 +2278,7 @@ fn stp_options_are_checked() {
             "raw:stpbad0,priority=240,edge=on,guard=off,bpdu_filter=off",
         ),
         (&["--move-limit", "5"], "raw:stpbad0,storm=1000"),
+        (&[], "raw:stpbad0,restricted_role=on,restricted_tcn=on"),
     ];
     for (extra, port) in good {
         let stderr = run(extra, port);
