@@ -44,6 +44,7 @@ mod tests;
 pub use classify::{classify, Classified, Family, Forward, GroupKey};
 pub use ports::{Iter as PortSetIter, PortSet};
 pub use snooping::{
-    Action, GroupRecord, QuerierStatus, RouterMode, RouterRecord, SnoopConfig, SnoopStats, Snooping,
+    Action, GroupRecord, PortGroups, QuerierStatus, RouterMode, RouterRecord, SnoopConfig,
+    SnoopStats, Snooping,
 };
 pub use table::{GroupMap, GroupReader, GroupSection, GroupTable, Groups};

@@ -241,6 +241,10 @@ pub struct SnoopStats {
     pub mld_tx_queries: u64,
     /// New groups refused at `hash_max`, which turned snooping off.
     pub groups_refused: u64,
+    /// Groups not added on a port at its `mcast_max_groups`, all ports
+    /// together (each port's own count is in [`PortGroups`]).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub max_groups_refused: u64,
     /// Frames handed to [`Snooping::receive`] after snooping was off.
     pub ignored: u64,
 }
@@ -265,10 +269,24 @@ struct PortFamily {
     router_until: Option<Instant>,
 }
 
+/// One port's groups against its limit: Linux's `mcast_n_groups` and
+/// `mcast_max_groups` of the port, and the groups the limit refused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortGroups {
+    /// Groups the port is a member of now, over every VLAN.
+    pub n_groups: u32,
+    /// The most groups it may be a member of; 0: no limit.
+    pub max_groups: u32,
+    /// Reports (or records) whose group the limit kept off the port.
+    pub refused: u64,
+}
+
 #[derive(Debug, Clone)]
 struct Port {
     router: RouterMode,
     fast_leave: bool,
+    /// Its groups against its limit.
+    groups: PortGroups,
     /// Link up and forwarding: Linux's port not disabled (nor blocking).
     up: bool,
     family: [PortFamily; 2],
@@ -384,6 +402,7 @@ impl Snooping {
         let mut new = Port {
             router,
             fast_leave,
+            groups: PortGroups::default(),
             up: true,
             family: Default::default(),
         };
@@ -394,6 +413,22 @@ impl Snooping {
         }
         self.ports.insert(port, new);
         self.publish();
+    }
+
+    /// Sets the most groups `port` may be a member of (Linux's
+    /// `mcast_max_groups`; 0: no limit). As Linux's
+    /// `br_multicast_ngroups_set_max`, a limit below the groups it has
+    /// removes none of them: only new ones are refused until it is under
+    /// the limit again.
+    pub fn set_port_max_groups(&mut self, port: PortId, max: u32) {
+        if let Some(p) = self.ports.get_mut(&port) {
+            p.groups.max_groups = max;
+        }
+    }
+
+    /// `port`'s groups against its limit, if it is a port.
+    pub fn port_groups(&self, port: PortId) -> Option<PortGroups> {
+        self.ports.get(&port).map(|p| p.groups)
     }
 
     /// Removes a port with its memberships and router entries.
@@ -640,9 +675,13 @@ impl Snooping {
     fn remove_member(&mut self, key: GroupKey, port: PortId) {
         self.touch(key);
         if let Some(members) = self.groups.get_mut(&key) {
-            members.remove(&port);
+            let was = members.remove(&port).is_some();
             if members.is_empty() {
                 self.groups.remove(&key);
+            }
+            // br_multicast_port_ngroups_dec, where the port group goes.
+            if let Some(p) = self.ports.get_mut(&port).filter(|_| was) {
+                p.groups.n_groups = p.groups.n_groups.saturating_sub(1);
             }
         }
     }
@@ -899,8 +938,10 @@ impl Snooping {
 
     /// One IGMPv3 or MLDv2 record, read as a version 2 or 1 report
     /// (`br_ip4_multicast_igmp3_report` in compatibility mode): INCLUDE of
-    /// nothing is a leave, any other known record a join. True when
-    /// snooping just turned off and the rest must be ignored.
+    /// nothing is a leave, any other known record a join. True when the
+    /// join failed (snooping just turned off, or the port is at its
+    /// `mcast_max_groups`): as Linux's report loop, which stops at the
+    /// first record whose group cannot be added, the rest are ignored.
     fn record(
         &mut self,
         port: PortId,
@@ -1024,7 +1065,9 @@ impl Snooping {
 
     /// A report for `key` on `port` (Linux's `br_multicast_add_group`): the
     /// port is a member for the membership interval. A new group beyond
-    /// `hash_max` turns snooping off and is an error.
+    /// `hash_max` turns snooping off and is an error; so is a group new to
+    /// a port already in `mcast_max_groups` groups, which is not added
+    /// there and is counted (Linux's `br_multicast_port_ngroups_inc`).
     fn join(&mut self, port: PortId, key: GroupKey, now: Instant) -> Result<(), ()> {
         if is_local(key.group) {
             return Ok(());
@@ -1036,6 +1079,15 @@ impl Snooping {
             return Err(());
         }
         if !members.is_some_and(|m| m.contains_key(&port)) {
+            if let Some(p) = self.ports.get_mut(&port) {
+                let groups = &mut p.groups;
+                if groups.max_groups != 0 && groups.n_groups >= groups.max_groups {
+                    groups.refused += 1;
+                    self.stats.max_groups_refused += 1;
+                    return Err(());
+                }
+                groups.n_groups += 1;
+            }
             self.touch(key);
         }
         let until = after(now, self.config.membership_interval);
@@ -1103,6 +1155,7 @@ impl Snooping {
         }
         for p in self.ports.values_mut() {
             p.family = Default::default();
+            p.groups.n_groups = 0;
         }
         let keys: Vec<GroupKey> = self.groups.keys().copied().collect();
         for key in keys {

@@ -1521,3 +1521,176 @@ fn groups_are_per_vlan() {
     );
     assert_eq!(sim.members("239.1.1.1"), PortSet::EMPTY);
 }
+
+/// `port`'s groups against its limit.
+fn port_groups(sim: &Sim, port: u16) -> PortGroups {
+    sim.s.port_groups(PortId(port)).expect("a port")
+}
+
+#[test]
+fn max_groups_refuses_new_groups_on_that_port_only() {
+    let mut sim = Sim::querier();
+    sim.s.set_port_max_groups(PortId(1), 2);
+    sim.collect();
+    sim.rx(1, &report(10, "239.0.0.1"));
+    sim.rx(1, &report(10, "239.0.0.2"));
+    assert_eq!(
+        port_groups(&sim, 1),
+        PortGroups {
+            n_groups: 2,
+            max_groups: 2,
+            refused: 0
+        }
+    );
+    // A third group is not added on port 1, and is counted.
+    sim.take();
+    sim.rx(1, &report(10, "239.0.0.3"));
+    assert!(sim.members("239.0.0.3").is_empty());
+    assert!(sim
+        .take()
+        .iter()
+        .all(|(_, a)| !matches!(a, Action::Group { .. })));
+    assert_eq!(port_groups(&sim, 1).n_groups, 2);
+    assert_eq!(port_groups(&sim, 1).refused, 1);
+    assert_eq!(sim.s.stats().max_groups_refused, 1);
+    // Snooping stays on (unlike at hash_max).
+    assert!(sim.s.enabled());
+    assert_eq!(sim.s.stats().groups_refused, 0);
+    // Another port is not limited, for that group or any.
+    for group in ["239.0.0.1", "239.0.0.3", "239.0.0.4"] {
+        sim.rx(2, &report(11, group));
+    }
+    assert_eq!(sim.members("239.0.0.3"), set(&[2]));
+    assert_eq!(sim.members("239.0.0.1"), set(&[1, 2]));
+    assert_eq!(port_groups(&sim, 2).n_groups, 3);
+    assert_eq!(port_groups(&sim, 2).max_groups, 0);
+    // Port 1 may still refresh the groups it has, at the limit; a group
+    // others are in is still new to it.
+    sim.rx(1, &report(10, "239.0.0.1"));
+    sim.rx(1, &report(10, "239.0.0.4"));
+    assert_eq!(sim.members("239.0.0.4"), set(&[2]));
+    assert_eq!(port_groups(&sim, 1).refused, 2);
+    assert_eq!(sim.s.stats().max_groups_refused, 2);
+    // MLD counts against the same limit.
+    sim.rx(1, &mld_report(10, "ff05::1:3"));
+    assert!(sim
+        .s
+        .groups(sim.now)
+        .iter()
+        .all(|g| g.port != PortId(1) || g.key.group != IpAddr::V6(v6("ff05::1:3"))));
+    assert_eq!(port_groups(&sim, 1).refused, 3);
+}
+
+#[test]
+fn leaving_and_expiry_make_room_under_max_groups() {
+    let mut sim = Sim::querier();
+    sim.s.set_port_max_groups(PortId(1), 1);
+    sim.at(1.0);
+    sim.rx(1, &report(10, "239.0.0.1"));
+    sim.rx(1, &report(10, "239.0.0.2"));
+    assert!(sim.members("239.0.0.2").is_empty());
+    // A leave with the own querier prunes after the last member time.
+    sim.rx(1, &leave(10, "239.0.0.1"));
+    sim.at(4.0);
+    assert!(sim.members("239.0.0.1").is_empty());
+    assert_eq!(port_groups(&sim, 1).n_groups, 0);
+    sim.rx(1, &report(10, "239.0.0.2"));
+    assert_eq!(sim.members("239.0.0.2"), set(&[1]));
+    assert_eq!(port_groups(&sim, 1).n_groups, 1);
+    // Expiry gives the place back too.
+    sim.at(4.0 + 261.0);
+    assert!(sim.members("239.0.0.2").is_empty());
+    assert_eq!(port_groups(&sim, 1).n_groups, 0);
+    sim.rx(1, &report(10, "239.0.0.3"));
+    assert_eq!(sim.members("239.0.0.3"), set(&[1]));
+    // So does the link going down.
+    sim.s.set_port_up(PortId(1), false, sim.now);
+    sim.collect();
+    assert_eq!(port_groups(&sim, 1).n_groups, 0);
+    assert_eq!(port_groups(&sim, 1).refused, 1);
+}
+
+#[test]
+fn max_groups_stops_an_igmpv3_report_at_the_first_refused_record() {
+    let mut sim = Sim::new(SnoopConfig::default());
+    sim.s.set_port_max_groups(PortId(1), 2);
+    sim.rx(1, &report(10, "239.0.0.9"));
+    sim.rx(
+        1,
+        &v3_report(
+            10,
+            &[
+                (igmp::record::IS_EXCLUDE, "239.0.0.1", 0),
+                (igmp::record::IS_EXCLUDE, "239.0.0.2", 0),
+                // Not read: Linux's report loop stops at the refusal.
+                (igmp::record::TO_INCLUDE, "239.0.0.9", 0),
+                (igmp::record::IS_EXCLUDE, "239.0.0.3", 0),
+            ],
+        ),
+    );
+    let groups: Vec<IpAddr> = sim.s.groups(sim.now).iter().map(|g| g.key.group).collect();
+    assert_eq!(groups, [v4("239.0.0.1"), v4("239.0.0.9")]);
+    assert_eq!(port_groups(&sim, 1).refused, 1);
+    assert_eq!(port_groups(&sim, 1).n_groups, 2);
+    // The leave of 239.0.0.9 was not read: no shortened timer.
+    let nine = sim.s.groups(sim.now)[1];
+    assert!(nine.expires_in > Duration::from_secs(250), "{nine:?}");
+}
+
+#[test]
+fn a_lower_max_groups_keeps_the_groups_a_port_has() {
+    let mut sim = Sim::new(SnoopConfig::default());
+    for group in ["239.0.0.1", "239.0.0.2", "239.0.0.3"] {
+        sim.rx(1, &report(10, group));
+    }
+    sim.s.set_port_max_groups(PortId(1), 2);
+    assert_eq!(sim.s.groups(sim.now).len(), 3);
+    assert_eq!(port_groups(&sim, 1).n_groups, 3);
+    sim.rx(1, &report(10, "239.0.0.4"));
+    assert_eq!(sim.s.groups(sim.now).len(), 3);
+    // Two leave (no querier: the leave shortens to the last member time).
+    sim.rx(1, &leave(10, "239.0.0.1"));
+    sim.rx(1, &leave(10, "239.0.0.2"));
+    sim.at(3.0);
+    assert_eq!(port_groups(&sim, 1).n_groups, 1);
+    sim.rx(1, &report(10, "239.0.0.4"));
+    assert_eq!(sim.members("239.0.0.4"), set(&[1]));
+    // 0 is no limit.
+    sim.s.set_port_max_groups(PortId(1), 0);
+    sim.rx(1, &report(10, "239.0.0.5"));
+    sim.rx(1, &report(10, "239.0.0.6"));
+    assert_eq!(port_groups(&sim, 1).n_groups, 4);
+    assert_eq!(sim.s.port_groups(PortId(9)), None);
+}
+
+#[test]
+fn max_groups_counts_every_vlan_of_the_port() {
+    let mut sim = Sim::new(SnoopConfig::default());
+    sim.s.set_port_max_groups(PortId(1), 1);
+    sim.s.receive(PortId(1), 10, &IGMPV2_REPORT, sim.now);
+    sim.s
+        .receive(PortId(1), 20, &tagged(&IGMPV2_REPORT, 0x8100, 20), sim.now);
+    sim.collect();
+    assert_eq!(
+        sim.table.read(|r| r.members(&key(10, "239.1.1.1"))),
+        Some(set(&[1]))
+    );
+    assert_eq!(sim.table.read(|r| r.members(&key(20, "239.1.1.1"))), None);
+    assert_eq!(port_groups(&sim, 1).refused, 1);
+}
+
+#[test]
+fn hash_max_turning_snooping_off_empties_the_port_counts() {
+    let mut sim = Sim::new(SnoopConfig {
+        hash_max: 2,
+        ..SnoopConfig::default()
+    });
+    sim.s.set_port_max_groups(PortId(1), 5);
+    sim.rx(1, &report(10, "239.0.0.1"));
+    sim.rx(1, &report(10, "239.0.0.2"));
+    assert_eq!(port_groups(&sim, 1).n_groups, 2);
+    sim.rx(2, &report(11, "239.0.0.3"));
+    assert!(!sim.s.enabled());
+    assert_eq!(port_groups(&sim, 1).n_groups, 0);
+    assert_eq!(port_groups(&sim, 1).refused, 0);
+}
