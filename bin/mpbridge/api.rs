@@ -1411,6 +1411,7 @@ impl BridgeState {
             .into_iter()
             .map(|(id, spec)| {
                 let state = states.get(id.index()).copied().unwrap_or_default();
+                let groups = self.mcast.as_ref().and_then(|m| m.port_groups(id));
                 protocol::PortInfo {
                     id: id.index(),
                     name: spec.label(),
@@ -1427,6 +1428,9 @@ impl BridgeState {
                     flags: spec.options.flag_map(),
                     max_learned: spec.options.max_learned,
                     learned: self.fdb.port_learned(id),
+                    mcast_n_groups: groups.map(|g| g.n_groups),
+                    mcast_max_groups: groups.map(|g| g.max_groups),
+                    mcast_max_groups_refused: groups.map(|g| g.refused),
                 }
             })
             .collect()
@@ -1474,6 +1478,7 @@ impl BridgeState {
                 let index = id.index();
                 let stats = totals.get(index).copied().unwrap_or_default();
                 let state = states.get(index).copied().unwrap_or_default();
+                let groups = self.mcast.as_ref().and_then(|m| m.port_groups(id));
                 protocol::PortStats {
                     name: spec.label(),
                     vlans: self
@@ -1509,6 +1514,9 @@ impl BridgeState {
                     flags: spec.options.flag_map(),
                     max_learned: spec.options.max_learned,
                     learned: self.fdb.port_learned(id),
+                    mcast_n_groups: groups.map(|g| g.n_groups),
+                    mcast_max_groups: groups.map(|g| g.max_groups),
+                    mcast_max_groups_refused: groups.map(|g| g.refused),
                     counters: stats,
                 }
             })

@@ -221,6 +221,13 @@ pub fn print_mdb(mdb: &protocol::Mdb) {
             if querier.present { "present" } else { "absent" }
         );
     }
+    // Only the ports with a limit: the rest is as Linux prints it.
+    for port in mdb.ports.iter().filter(|p| p.mcast_max_groups != 0) {
+        println!(
+            "port {} mcast_n_groups {} mcast_max_groups {} refused {}",
+            port.port, port.mcast_n_groups, port.mcast_max_groups, port.mcast_max_groups_refused
+        );
+    }
 }
 
 /// Prints `stats` as text.
@@ -258,6 +265,15 @@ pub fn print_stats(stats: &protocol::Stats) {
             c.tx_errors,
             c.moves
         );
+        if let (Some(n), Some(max), Some(refused)) = (
+            port.mcast_n_groups,
+            port.mcast_max_groups,
+            port.mcast_max_groups_refused,
+        ) {
+            println!(
+                "    mcast_n_groups {n}, mcast_max_groups {max}, refused at the limit {refused}"
+            );
+        }
     }
     for worker in &stats.workers {
         let stuck = match worker.stuck {

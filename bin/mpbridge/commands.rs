@@ -75,8 +75,11 @@ pub fn operate(name: &str, socket: &Path, command: Command) -> Result<(), Failur
                             stp += if tripped { " guard tripped" } else { " guard" };
                         }
                     }
+                    let groups = port
+                        .mcast_n_groups
+                        .map_or(String::new(), |n| format!(" mcast_n_groups {n}"));
                     println!(
-                        "{}: {} link {}{stp} options {}",
+                        "{}: {} link {}{stp}{groups} options {}",
                         port.id, port.name, port.link, port.options
                     );
                 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bridge::mcast::{Action, Family, Groups, RouterMode, SnoopConfig, Snooping};
+use bridge::mcast::{Action, Family, Groups, PortGroups, RouterMode, SnoopConfig, Snooping};
 use bridge::port::LinkQueue;
 use bridge::wire::MacAddr;
 use bridge::worker::PortControl;
@@ -76,6 +76,8 @@ impl Snooper {
             options.mcast_fast_leave,
             Instant::now(),
         );
+        self.snooping
+            .set_port_max_groups(port, options.mcast_max_groups);
         self.snooping.set_port_up(port, false, Instant::now());
         self.up.insert(port, false);
     }
@@ -187,6 +189,12 @@ impl Snooper {
         self.table = table;
     }
 
+    /// `port`'s groups against its `mcast_max_groups`, for `stats` and
+    /// `port show`.
+    pub fn port_groups(&self, port: PortId) -> Option<PortGroups> {
+        self.snooping.port_groups(port)
+    }
+
     /// Its figures, for `stats`.
     pub fn stats(&self) -> protocol::McastStats {
         protocol::McastStats {
@@ -237,6 +245,19 @@ impl Snooper {
                 timer: status.expires_in.map(|t| round(t.as_secs_f64())),
             }
         };
+        let ports = self
+            .up
+            .keys()
+            .filter_map(|&port| {
+                let groups = self.snooping.port_groups(port)?;
+                Some(protocol::MdbPort {
+                    port: label(port),
+                    mcast_n_groups: groups.n_groups,
+                    mcast_max_groups: groups.max_groups,
+                    mcast_max_groups_refused: groups.refused,
+                })
+            })
+            .collect();
         protocol::Mdb {
             enabled: self.snooping.enabled(),
             groups,
@@ -245,6 +266,7 @@ impl Snooper {
                 ipv4: querier(Family::V4),
                 ipv6: querier(Family::V6),
             },
+            ports,
         }
     }
 }

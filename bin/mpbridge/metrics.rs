@@ -311,12 +311,54 @@ fn write_mcast(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Result {
         "mcast_messages_total",
         Kind::Counter,
         "IGMP and MLD messages taken by snooping, by type and version (igmp_v2_reports, \
-         mld_leaves, ...), queries sent (igmp_tx_queries, mld_tx_queries), parse errors, and \
-         groups refused at --mcast-hash-max.",
+         mld_leaves, ...), queries sent (igmp_tx_queries, mld_tx_queries), parse errors, \
+         groups refused at --mcast-hash-max (groups_refused) and at ports' mcast_max_groups \
+         (max_groups_refused).",
         counts.iter().map(|(name, n)| {
             (
                 vec![("bridge", bridge), ("message", name.as_str())],
                 Value::Int(*n),
+            )
+        }),
+    )?;
+    let with_groups = || stats.ports.iter().filter(|p| p.mcast_n_groups.is_some());
+    fn at<'a>(bridge: &'a str, port: &'a PortStats) -> Labels<'a> {
+        vec![("bridge", bridge), ("port", port.name.as_str())]
+    }
+    let port_labels = |port| at(bridge, port);
+    family(
+        out,
+        "port_mcast_groups",
+        Kind::Gauge,
+        "Multicast groups the port is a member of, over every VLAN (Linux's mcast_n_groups).",
+        with_groups().map(|p| {
+            (
+                port_labels(p),
+                Value::Int(u64::from(p.mcast_n_groups.unwrap_or(0))),
+            )
+        }),
+    )?;
+    family(
+        out,
+        "port_mcast_max_groups",
+        Kind::Gauge,
+        "The most multicast groups the port may be a member of (mcast_max_groups; 0: no limit).",
+        with_groups().map(|p| {
+            (
+                port_labels(p),
+                Value::Int(u64::from(p.mcast_max_groups.unwrap_or(0))),
+            )
+        }),
+    )?;
+    family(
+        out,
+        "port_mcast_max_groups_refused_total",
+        Kind::Counter,
+        "Groups a report asked for that the port's mcast_max_groups kept off it.",
+        with_groups().map(|p| {
+            (
+                port_labels(p),
+                Value::Int(p.mcast_max_groups_refused.unwrap_or(0)),
             )
         }),
     )
@@ -872,6 +914,9 @@ mod tests {
             flags: Default::default(),
             max_learned: None,
             learned: 0,
+            mcast_n_groups: None,
+            mcast_max_groups: None,
+            mcast_max_groups_refused: None,
             name: name.to_owned(),
             link: link.to_owned(),
             state: state.to_owned(),
@@ -961,6 +1006,23 @@ mod tests {
         assert_eq!(message("igmp_v2_reports"), Some(7.0));
         assert_eq!(message("mld_tx_queries"), Some(2.0));
         assert_eq!(message("igmp_leaves"), Some(0.0));
+        assert_eq!(message("max_groups_refused"), Some(0.0));
+        // Per port, where snooping gave the figures.
+        assert!(!text.contains("mpbridge_port_mcast_groups{"));
+        stats.ports[0].mcast_n_groups = Some(2);
+        stats.ports[0].mcast_max_groups = Some(2);
+        stats.ports[0].mcast_max_groups_refused = Some(5);
+        let text = render(&stats);
+        let e = lab::prometheus::parse(&text).unwrap();
+        let port = [("bridge", "br0"), ("port", stats.ports[0].name.as_str())];
+        assert_eq!(e.value("mpbridge_port_mcast_groups", &port), Some(2.0));
+        assert_eq!(e.value("mpbridge_port_mcast_max_groups", &port), Some(2.0));
+        assert_eq!(
+            e.value("mpbridge_port_mcast_max_groups_refused_total", &port),
+            Some(5.0)
+        );
+        let other = [("bridge", "br0"), ("port", stats.ports[1].name.as_str())];
+        assert_eq!(e.value("mpbridge_port_mcast_groups", &other), None);
     }
 
     #[test]

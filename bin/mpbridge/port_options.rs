@@ -2,7 +2,8 @@
 //! `,priority=N`, `,edge=on`, `,guard=on`, `,restricted_role=on`,
 //! `,restricted_tcn=on`, `,bpdu_filter=on`,
 //! `,storm=PPS`), its flags, its learning limit (`,max_learned=N`) and
-//! its multicast options (`,mcast_router=0|1|2`, `,mcast_fast_leave=on`),
+//! its multicast options (`,mcast_router=0|1|2`, `,mcast_fast_leave=on`,
+//! `,mcast_max_groups=N`),
 //! named as the Linux bridge's `bridge link set` names them where it has
 //! them.
 
@@ -40,6 +41,9 @@ pub struct PortOptions {
     /// Linux's `mcast_fast_leave`: a leave removes the port from its group
     /// at once.
     pub mcast_fast_leave: bool,
+    /// Linux's `mcast_max_groups`: the most multicast groups the port may
+    /// be a member of; 0 (the default) is no limit.
+    pub mcast_max_groups: u32,
 }
 
 /// The multicast router mode a port has unless told.
@@ -60,6 +64,7 @@ impl Default for PortOptions {
             max_learned: None,
             mcast_router: MCAST_ROUTER_DEFAULT,
             mcast_fast_leave: false,
+            mcast_max_groups: 0,
         }
     }
 }
@@ -124,6 +129,15 @@ impl PortOptions {
                 ))
             }
         };
+        let mcast_max_groups = match get("mcast_max_groups") {
+            None => 0,
+            Some(text) => text.parse::<u32>().map_err(|_| {
+                format!(
+                    "mcast_max_groups={text}: groups from 0 (no limit) to {}",
+                    u32::MAX
+                )
+            })?,
+        };
         let on_by_default = |key: &str| match get(key) {
             None => Ok(true),
             value => flag(value, key),
@@ -153,6 +167,7 @@ impl PortOptions {
             max_learned,
             mcast_router,
             mcast_fast_leave: flag(get("mcast_fast_leave"), "mcast_fast_leave")?,
+            mcast_max_groups,
         };
         Ok(options)
     }
@@ -199,6 +214,9 @@ impl PortOptions {
         }
         if self.mcast_fast_leave {
             text += ",mcast_fast_leave=on";
+        }
+        if self.mcast_max_groups != 0 {
+            text += &format!(",mcast_max_groups={}", self.mcast_max_groups);
         }
         let f = &self.flags;
         for (on, name) in [
@@ -296,15 +314,16 @@ mod tests {
         );
         assert!(!flags.flag_map()["learning"]);
         let limits = PortOptions::parse(
-            &items("max_learned=4,mcast_router=2,mcast_fast_leave=on"),
+            &items("max_learned=4,mcast_router=2,mcast_fast_leave=on,mcast_max_groups=16"),
             false,
         )
         .unwrap();
         assert_eq!(limits.max_learned, Some(4));
         assert_eq!((limits.mcast_router, limits.mcast_fast_leave), (2, true));
+        assert_eq!(limits.mcast_max_groups, 16);
         assert_eq!(
             limits.describe(),
-            ",max_learned=4,mcast_router=2,mcast_fast_leave=on"
+            ",max_learned=4,mcast_router=2,mcast_fast_leave=on,mcast_max_groups=16"
         );
         let restricted =
             PortOptions::parse(&items("restricted_role=on,restricted_tcn=on"), false).unwrap();
@@ -317,6 +336,9 @@ mod tests {
             PortOptions::parse(&items(&restricted.describe()[1..]), false).unwrap(),
             restricted
         );
+        let unlimited = PortOptions::parse(&items("mcast_max_groups=0"), false).unwrap();
+        assert_eq!(unlimited.mcast_max_groups, 0);
+        assert_eq!(unlimited.describe(), "");
         let unlimited = PortOptions::parse(&items("max_learned=0"), false).unwrap();
         assert_eq!(unlimited.max_learned, None);
         assert_eq!(flags.flag_map().len(), 7);
@@ -342,6 +364,10 @@ mod tests {
             ("max_learned=-1", "max_learned=-1"),
             ("mcast_router=3", "mcast_router=3"),
             ("mcast_fast_leave=1", "mcast_fast_leave=1: on or off"),
+            ("mcast_max_groups=-1", "mcast_max_groups=-1"),
+            ("mcast_max_groups=x", "mcast_max_groups=x"),
+            ("mcast_max_groups=4294967296", "mcast_max_groups=4294967296"),
+            ("mcast_max_groups=", "mcast_max_groups="),
         ] {
             let error = PortOptions::parse(&items(text), false).unwrap_err();
             assert!(error.contains(needle), "{text}: {error}");

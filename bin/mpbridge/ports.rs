@@ -251,9 +251,9 @@ fn split_options(options: &str, keys: &[&str]) -> Result<Vec<(String, String)>, 
 }
 
 /// Every port's options: VLANs, spanning tree, guard and storm, the
-/// learning limit, multicast router and fast leave (and
+/// learning limit, multicast router, fast leave and group limit (and
 /// Linux's port flags, `port_options::FLAG_KEYS`).
-const PORT_KEYS: [&str; 14] = [
+const PORT_KEYS: [&str; 15] = [
     "access",
     "trunk",
     "native",
@@ -268,6 +268,7 @@ const PORT_KEYS: [&str; 14] = [
     "max_learned",
     "mcast_router",
     "mcast_fast_leave",
+    "mcast_max_groups",
 ];
 /// A VXLAN port's own, besides.
 const VXLAN_KEYS: [&str; 5] = ["vni", "local", "port", "remote", "learning"];

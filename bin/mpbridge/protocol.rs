@@ -216,6 +216,23 @@ pub struct Mdb {
     pub routers: Vec<MdbRouter>,
     /// The querier of each family.
     pub querier: MdbQueriers,
+    /// Each port's groups against its `mcast_max_groups`.
+    #[serde(default)]
+    pub ports: Vec<MdbPort>,
+}
+
+/// A port's groups against its limit, as Linux's `ip -d link show` gives
+/// a bridge port's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MdbPort {
+    /// The port, as `stats` names it.
+    pub port: String,
+    /// Groups it is a member of now, over every VLAN.
+    pub mcast_n_groups: u32,
+    /// The most it may be a member of (0: no limit).
+    pub mcast_max_groups: u32,
+    /// Groups the limit kept off it.
+    pub mcast_max_groups_refused: u64,
 }
 
 /// A port's membership of a group.
@@ -346,6 +363,17 @@ pub struct PortInfo {
     /// Stations learned on it now.
     #[serde(default)]
     pub learned: usize,
+    /// Multicast groups it is a member of now, over every VLAN (Linux's
+    /// `mcast_n_groups`), with `--mcast-snooping`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcast_n_groups: Option<u32>,
+    /// Its `mcast_max_groups` (0: no limit), with `--mcast-snooping`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcast_max_groups: Option<u32>,
+    /// Groups its reports asked for that `mcast_max_groups` kept off it,
+    /// with `--mcast-snooping`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcast_max_groups_refused: Option<u64>,
 }
 
 /// A port's spanning tree role and state, its guard and its BPDU counts.
@@ -597,6 +625,17 @@ pub struct PortStats {
     /// Stations learned on it now.
     #[serde(default)]
     pub learned: usize,
+    /// Multicast groups it is a member of now, over every VLAN (Linux's
+    /// `mcast_n_groups`), with `--mcast-snooping`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcast_n_groups: Option<u32>,
+    /// Its `mcast_max_groups` (0: no limit), with `--mcast-snooping`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcast_max_groups: Option<u32>,
+    /// Groups its reports asked for that `mcast_max_groups` kept off it,
+    /// with `--mcast-snooping`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcast_max_groups_refused: Option<u64>,
     /// A vhost-user port's own counters: frontends that connected
     /// (`connects`) and went (`disconnects`), messages that broke the
     /// protocol (`bad_messages`), memory tables and rings refused
@@ -820,6 +859,9 @@ mod tests {
             flags: Default::default(),
             max_learned: None,
             learned: 0,
+            mcast_n_groups: None,
+            mcast_max_groups: None,
+            mcast_max_groups_refused: None,
         };
         let json = serde_json::to_value(&port).unwrap();
         assert_eq!(json["rx_frames"], 3, "{json}");
