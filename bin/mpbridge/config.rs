@@ -372,7 +372,8 @@ mod tests {
         let config = load_text(
             "stp = true\nstp_priority = 4096\nstp_hello = 1\nstp_forward_delay = 4\n\
              stp_max_age = 6\nmove_limit = 20\nmove_hold = 5\n\
-             ports = [\"raw:eth1,cost=2000,priority=64\", \"tap:vm0,edge=on,guard=on,storm=500\"]\n",
+             ports = [\"raw:eth1,cost=2000,priority=64,mcast_max_groups=8\", \
+             \"tap:vm0,edge=on,guard=on,storm=500\"]\n",
         )
         .unwrap();
         assert_eq!(
@@ -390,7 +391,7 @@ mod tests {
         assert_eq!(
             described,
             [
-                "raw:eth1,cost=2000,priority=64",
+                "raw:eth1,cost=2000,priority=64,mcast_max_groups=8",
                 "tap:vm0,edge=on,guard=on,storm=500"
             ]
         );

@@ -1,6 +1,6 @@
 //! IGMP and MLD snooping from outside (`--mcast-snooping`,
-//! `--mcast-querier`, the `mcast_router=` and `mcast_fast_leave=` port
-//! options, `mdb show`): the same scenarios through mpbridge and through
+//! `--mcast-querier`, the `mcast_router=`, `mcast_fast_leave=` and
+//! `mcast_max_groups=` port options, `mdb show`): the same scenarios through mpbridge and through
 //! the Linux bridge with `mcast_snooping 1` (net/bridge/br_multicast.c),
 //! the reference, with the same short timers. Real sockets join and leave
 //! groups (so the hosts' own IGMP and MLD speak to the bridge), raw
@@ -20,6 +20,14 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use bridge::port::{Queue, RawQueue, RxBatch, VNET_HDR_LEN};
+use netlink_packet_core::{
+    NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_REQUEST,
+};
+use netlink_packet_route::link::{
+    InfoBridgePort, InfoPortData, InfoPortKind, LinkAttribute, LinkInfo, LinkMessage,
+};
+use netlink_packet_route::RouteNetlinkMessage;
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket};
 use netns::{
     bridge_here, ctl, ctl_json, link_mac, port_stats, privileged, Netns, PortKind, TempDir,
     Topology,
@@ -242,6 +250,7 @@ fn checksum(data: &[u8]) -> u16 {
 /// The IGMP message types and IGMPv3 record types used here.
 const MEMBERSHIP_QUERY: u8 = 0x11;
 const V2_REPORT: u8 = 0x16;
+const V2_LEAVE: u8 = 0x17;
 const V3_REPORT: u8 = 0x22;
 const CHANGE_TO_INCLUDE: u8 = 3;
 const CHANGE_TO_EXCLUDE: u8 = 4;
@@ -249,6 +258,8 @@ const CHANGE_TO_EXCLUDE: u8 = 4;
 const ALL_SYSTEMS: Ipv4Addr = Ipv4Addr::new(224, 0, 0, 1);
 /// IGMPv3-capable routers, where IGMPv3 reports go.
 const V3_ROUTERS: Ipv4Addr = Ipv4Addr::new(224, 0, 0, 22);
+/// All routers, where IGMPv2 leaves go.
+const ALL_ROUTERS: Ipv4Addr = Ipv4Addr::new(224, 0, 0, 2);
 
 /// An IGMPv1/v2 message (8 bytes) with its checksum.
 fn igmp_message(kind: u8, code: u8, group: Ipv4Addr) -> Vec<u8> {
@@ -376,6 +387,105 @@ fn bridge_tool(ns: &Netns, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// How long rtnetlink may take to answer.
+const NETLINK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Sends `request` to rtnetlink in the calling thread's namespace and
+/// returns the messages of its answer, up to the acknowledgement.
+fn rtnetlink(request: RouteNetlinkMessage) -> Vec<RouteNetlinkMessage> {
+    let mut message = NetlinkMessage::new(NetlinkHeader::default(), NetlinkPayload::from(request));
+    message.header.flags = NLM_F_REQUEST | NLM_F_ACK;
+    message.header.sequence_number = 1;
+    message.finalize();
+    let mut bytes = vec![0; message.buffer_len()];
+    message.serialize(&mut bytes);
+    let mut socket = Socket::new(NETLINK_ROUTE).expect("rtnetlink socket");
+    socket.bind_auto().expect("bind rtnetlink");
+    socket
+        .connect(&netlink_sys::SocketAddr::new(0, 0))
+        .expect("connect rtnetlink");
+    let timeout = nix::sys::time::TimeVal::new(NETLINK_TIMEOUT.as_secs() as i64, 0);
+    nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::ReceiveTimeout, &timeout)
+        .expect("SO_RCVTIMEO");
+    socket.send(&bytes, 0).expect("send to rtnetlink");
+    let mut answer = Vec::new();
+    let mut buffer = Vec::with_capacity(65_536);
+    // Bounded: an answer here is two messages.
+    for _ in 0..16 {
+        buffer.clear();
+        socket.recv(&mut buffer, 0).expect("rtnetlink answers");
+        let mut at = 0;
+        while at < buffer.len() {
+            let header = NetlinkBuffer::new_checked(&buffer[at..]).expect("a netlink message");
+            let len = header.length() as usize;
+            let message = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&buffer[at..at + len])
+                .expect("an rtnetlink message");
+            at += (len + 3) & !3;
+            match message.payload {
+                NetlinkPayload::Error(error) => match error.code {
+                    None => return answer,
+                    Some(code) => panic!("rtnetlink refused: {code}"),
+                },
+                NetlinkPayload::InnerMessage(inner) => answer.push(inner),
+                _ => {}
+            }
+        }
+    }
+    panic!("rtnetlink sent no acknowledgement");
+}
+
+/// A Linux bridge port's `mcast_n_groups` and `mcast_max_groups` (as `ip
+/// -d link show` gives them from iproute2 6.3 on), after setting the
+/// latter to `max` if given (`bridge link set dev PORT mcast_max_groups
+/// N`); both read and written through rtnetlink.
+fn kernel_port_groups(ns: &Netns, port: &str, max: Option<u32>) -> (u32, u32) {
+    let port = port.to_owned();
+    ns.run(move || {
+        let index = nix::net::if_::if_nametoindex(port.as_str()).expect("no such port");
+        if let Some(max) = max {
+            let mut link = LinkMessage::default();
+            link.header.index = index;
+            link.attributes.push(LinkAttribute::LinkInfo(vec![
+                LinkInfo::PortKind(InfoPortKind::Bridge),
+                LinkInfo::PortData(InfoPortData::BridgePort(vec![
+                    InfoBridgePort::MulticastMaxGroups(max),
+                ])),
+            ]));
+            rtnetlink(RouteNetlinkMessage::NewLink(link));
+        }
+        let mut link = LinkMessage::default();
+        link.header.index = index;
+        let answer = rtnetlink(RouteNetlinkMessage::GetLink(link));
+        let (mut n, mut max) = (None, None);
+        for message in answer {
+            let RouteNetlinkMessage::NewLink(link) = message else {
+                continue;
+            };
+            for attribute in link.attributes {
+                let LinkAttribute::LinkInfo(infos) = attribute else {
+                    continue;
+                };
+                for info in infos {
+                    let LinkInfo::PortData(InfoPortData::BridgePort(items)) = info else {
+                        continue;
+                    };
+                    for item in items {
+                        match item {
+                            InfoBridgePort::MulticastNGroups(v) => n = Some(v),
+                            InfoBridgePort::MulticastMaxGroups(v) => max = Some(v),
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+        (
+            n.expect("no mcast_n_groups (a kernel before 6.3?)"),
+            max.expect("no mcast_max_groups"),
+        )
+    })
+}
+
 /// The host behind a port as either bridge names it (`raw:p2`, `p2`);
 /// `None` for the bridge itself (`br0`).
 fn host_of(port: &str) -> Option<usize> {
@@ -426,14 +536,26 @@ impl Lab {
                 .sysctl("net/ipv6/conf/br0/disable_ipv6", "0")
                 .unwrap();
         }
+        let mut limits = Vec::new();
         for (i, host) in hosts.iter().enumerate() {
             let port = format!("p{i}");
             host.add_veth(&port, &bridge).expect("veth");
             bridge.ip(&["link", "set", "dev", &port, "master", "br0"]);
             bridge.ip(&["link", "set", "dev", &port, "up"]);
-            if !setup.ports[i].1.is_empty() {
-                let mut args = vec!["link", "set", "dev", &port];
-                args.extend_from_slice(setup.ports[i].1);
+            // iproute2 before 6.3 has no mcast_max_groups: that one goes
+            // through rtnetlink once br0 is up (set before, on 6.18, the
+            // own querier never became present), the others through
+            // `bridge link set`.
+            let mut args = vec!["link", "set", "dev", &port];
+            for pair in setup.ports[i].1.chunks(2) {
+                match pair {
+                    ["mcast_max_groups", n] => {
+                        limits.push((port.clone(), n.parse::<u32>().expect("a number")))
+                    }
+                    _ => args.extend_from_slice(pair),
+                }
+            }
+            if args.len() > 4 {
                 bridge_tool(&bridge, &args);
             }
             let addr = format!("198.18.0.{}/24", i + 1);
@@ -441,6 +563,9 @@ impl Lab {
             host.ip(&["link", "set", "dev", "eth0", "up"]);
         }
         bridge.ip(&["link", "set", "dev", "br0", "up"]);
+        for (port, n) in limits {
+            kernel_port_groups(&bridge, &port, Some(n));
+        }
         Lab::finish(Under::Kernel { bridge, hosts }, setup)
     }
 
@@ -591,6 +716,35 @@ impl Lab {
         port["drops"][reason]
             .as_u64()
             .unwrap_or_else(|| panic!("no drops.{reason} in {port}"))
+    }
+
+    /// Host `i`'s port's `mcast_n_groups` and `mcast_max_groups`, from
+    /// either bridge.
+    fn port_groups(&self, i: usize) -> (u32, u32) {
+        match &self.under {
+            Under::Mpbridge { ctl, .. } => {
+                let stats = ctl_json(ctl, &["stats", "--json"]);
+                let port = port_stats(&stats, &format!("raw:p{i}"));
+                let get = |key: &str| {
+                    port[key]
+                        .as_u64()
+                        .unwrap_or_else(|| panic!("no {key} in {port}")) as u32
+                };
+                (get("mcast_n_groups"), get("mcast_max_groups"))
+            }
+            Under::Kernel { bridge, .. } => kernel_port_groups(bridge, &format!("p{i}"), None),
+        }
+    }
+
+    /// Host `i`'s port's groups refused at its limit (mpbridge only; the
+    /// Linux bridge counts none).
+    fn max_groups_refused(&self, i: usize) -> Option<u64> {
+        let Under::Mpbridge { ctl, .. } = &self.under else {
+            return None;
+        };
+        let stats = ctl_json(ctl, &["stats", "--json"]);
+        let port = port_stats(&stats, &format!("raw:p{i}"));
+        Some(port["mcast_max_groups_refused"].as_u64().expect("refused"))
     }
 
     /// Whatever the wires hold now is dropped, so that a ring never fills.
@@ -1000,6 +1154,134 @@ fn router_options(lab: &mut Lab) {
     assert_eq!(lab.routers(), [(B, "permanent".to_owned())]);
 }
 
+/// The groups of the `mcast_max_groups` scenario.
+const LIMITED: [Ipv4Addr; 5] = [
+    Ipv4Addr::new(239, 4, 4, 1),
+    Ipv4Addr::new(239, 4, 4, 2),
+    Ipv4Addr::new(239, 4, 4, 3),
+    Ipv4Addr::new(239, 4, 4, 4),
+    Ipv4Addr::new(239, 4, 4, 5),
+];
+
+/// (h) A's port has `mcast_max_groups 2`, B's is a router port, D's has
+/// no limit; the bridge is the querier. A's reports for two groups go to
+/// the router port and make A a member; its report for a third adds
+/// nothing (the Linux bridge also drops that report: `br_multicast_rcv`
+/// returns the error; mpbridge forwards it), while D joins the same
+/// groups unhindered. A refresh of a group A has still passes; a leave
+/// makes room again.
+fn max_groups(lab: &mut Lab) {
+    let [g1, g2, g3, g4, g5] = LIMITED;
+    lab.await_routers(&[(B, "permanent")]);
+    lab.await_general_query(A, false);
+    lab.await_querier(false, &[B]);
+    assert_eq!(lab.port_groups(A), (0, 2), "A's port before any report");
+    assert_eq!(lab.port_groups(D), (0, 0), "D's port before any report");
+    let report = |g| igmp_message(V2_REPORT, 0, g);
+    for g in [g1, g2] {
+        assert_eq!(
+            lab.igmp_reached(A, g, &report(g)),
+            [B],
+            "A's report for {g}"
+        );
+        lab.await_members(g, &[A], APPEAR);
+    }
+    assert_eq!(lab.port_groups(A), (2, 2));
+
+    // The third group: not added on A's port. The Linux bridge drops the
+    // report; mpbridge's workers forward a report before the control
+    // plane reads it, so it reaches the router port (docs/design.md).
+    let refused_reaches = |lab: &Lab, routers: Vec<usize>| match lab.is_mpbridge() {
+        true => routers,
+        false => Vec::new(),
+    };
+    let want = refused_reaches(lab, vec![B]);
+    assert_eq!(
+        lab.igmp_reached(A, g3, &report(g3)),
+        want,
+        "A's report for {g3}, beyond its limit"
+    );
+    // D's reports come after A's: once D is listed, A's was taken too.
+    for g in [g1, g3, g4] {
+        assert_eq!(
+            lab.igmp_reached(D, g, &report(g)),
+            [B],
+            "D's report for {g}"
+        );
+    }
+    lab.await_members(g4, &[D], APPEAR);
+    assert_eq!(lab.members(g3), [D], "members of {g3}");
+    assert_eq!(lab.members(g1), [A, D], "members of {g1}");
+    assert_eq!(lab.port_groups(A), (2, 2));
+    assert_eq!(lab.port_groups(D), (3, 0));
+    if let Some(refused) = lab.max_groups_refused(A) {
+        assert_eq!(refused, 1, "A's refusals");
+        assert_eq!(lab.max_groups_refused(D), Some(0), "D's refusals");
+    }
+    // Forwarding follows the members: A gets g1 and g2, not g3.
+    assert_eq!(lab.reached(C, g1).0, [A, B, D], "to {g1}");
+    assert_eq!(lab.reached(C, g2).0, [A, B], "to {g2}");
+    assert_eq!(lab.reached(C, g3).0, [B, D], "to {g3}");
+
+    // A group A has is refreshed at the limit; an IGMPv3 join of a new
+    // one is refused like the v2 report (and dropped).
+    assert_eq!(lab.igmp_reached(A, g1, &report(g1)), [B], "A's refresh");
+    let v3_join = igmpv3_report(CHANGE_TO_EXCLUDE, g4);
+    // IGMPv3 reports flood (to 224.0.0.22), where Linux drops this one.
+    let want = refused_reaches(lab, vec![B, C, D]);
+    assert_eq!(
+        lab.igmp_reached(A, V3_ROUTERS, &v3_join),
+        want,
+        "A's IGMPv3 report for {g4}, beyond its limit"
+    );
+    assert_eq!(lab.igmp_reached(D, g5, &report(g5)), [B]);
+    lab.await_members(g5, &[D], APPEAR);
+    assert_eq!(lab.members(g4), [D], "members of {g4}");
+    assert_eq!(lab.port_groups(A), (2, 2));
+    if let Some(refused) = lab.max_groups_refused(A) {
+        assert_eq!(refused, 2, "A's refusals");
+    }
+    if let Under::Mpbridge { ctl: socket, .. } = &lab.under {
+        let shown = ctl_json(socket, &["port", "show", "-j"]);
+        assert!(
+            shown[0]["options"]
+                .as_str()
+                .is_some_and(|o| o.contains("mcast_max_groups=2")),
+            "{shown}"
+        );
+        assert_eq!(shown[0]["mcast_n_groups"], 2, "{shown}");
+        assert_eq!(shown[0]["mcast_max_groups_refused"], 2, "{shown}");
+        let mdb = ctl_json(socket, &["mdb", "show", "-j"]);
+        let ports = mdb["ports"].as_array().expect("ports");
+        assert!(
+            ports.iter().any(|p| p["port"] == "raw:p0"
+                && p["mcast_n_groups"] == 2
+                && p["mcast_max_groups"] == 2),
+            "{mdb}"
+        );
+        let (code, text, err) = ctl(socket, &["mdb", "show"]);
+        assert_eq!(code, 0, "mdb show: {err}");
+        assert!(
+            text.contains("port raw:p0 mcast_n_groups 2 mcast_max_groups 2 refused 2"),
+            "{text}"
+        );
+    }
+
+    // A leaves g1: once pruned, A's port has room for g3.
+    let leave = igmp_message(V2_LEAVE, 0, g1);
+    lab.igmp_reached(A, ALL_ROUTERS, &leave);
+    lab.await_members(g1, &[D], LAST_MEMBER + SLACK);
+    assert_eq!(lab.port_groups(A), (1, 2));
+    assert_eq!(
+        lab.igmp_reached(A, g3, &report(g3)),
+        [B],
+        "A's report for {g3}"
+    );
+    lab.await_members(g3, &[A, D], APPEAR);
+    assert_eq!(lab.port_groups(A), (2, 2));
+    assert_eq!(lab.reached(C, g3).0, [A, B, D], "to {g3} once A joined");
+}
+
 /// One scenario: its setup and its check.
 struct Scenario {
     name: &'static str,
@@ -1007,7 +1289,7 @@ struct Scenario {
     check: fn(&mut Lab),
 }
 
-const SCENARIOS: [Scenario; 6] = [
+const SCENARIOS: [Scenario; 7] = [
     Scenario {
         name: "own querier",
         setup: Setup {
@@ -1071,6 +1353,20 @@ const SCENARIOS: [Scenario; 6] = [
             ],
         },
         check: router_options,
+    },
+    Scenario {
+        name: "max groups",
+        setup: Setup {
+            querier: true,
+            ipv6: false,
+            ports: [
+                ("mcast_max_groups=2", &["mcast_max_groups", "2"]),
+                ("mcast_router=2", &["mcast_router", "2"]),
+                ("", &[]),
+                ("", &[]),
+            ],
+        },
+        check: max_groups,
     },
 ];
 
@@ -1144,13 +1440,13 @@ fn assert_refused(refused: (bool, String), what: &str, value: &str) {
 /// (f) Good values of every new option are taken (the bridge starts, and
 /// shows them); bad ones (zero, negative, not a number, a response
 /// interval not under the query interval, a querier without snooping,
-/// unknown router or fast-leave settings) give one line naming the value
-/// and a non-zero exit.
+/// unknown router, fast-leave or group limit settings) give one line
+/// naming the value and a non-zero exit.
 fn bad_values_are_refused() {
     let dir = TempDir::new("mcast-opt");
     let ports = [
         format!(
-            "vhost:{},mcast_router=2,mcast_fast_leave=on",
+            "vhost:{},mcast_router=2,mcast_fast_leave=on,mcast_max_groups=16",
             dir.path("g0.sock").display()
         ),
         format!("vhost:{},mcast_router=0", dir.path("g1.sock").display()),
@@ -1165,9 +1461,14 @@ fn bad_values_are_refused() {
     let shown = ctl_json(&socket, &["port", "show", "-j"]);
     let options = shown[0]["options"].as_str().expect("options");
     assert!(
-        options.contains("mcast_router=2") && options.contains("mcast_fast_leave=on"),
+        options.contains("mcast_router=2")
+            && options.contains("mcast_fast_leave=on")
+            && options.contains("mcast_max_groups=16"),
         "{shown}"
     );
+    assert_eq!(shown[0]["mcast_max_groups"], 16, "{shown}");
+    assert_eq!(shown[0]["mcast_n_groups"], 0, "{shown}");
+    assert_eq!(shown[1]["mcast_max_groups"], 0, "{shown}");
     assert!(
         shown[1]["options"]
             .as_str()
@@ -1202,6 +1503,7 @@ fn bad_values_are_refused() {
     for (key, values) in [
         ("mcast_router", &["3", "-1", "x"][..]),
         ("mcast_fast_leave", &["maybe", "onn"][..]),
+        ("mcast_max_groups", &["-1", "x", "4294967296", "1.5"][..]),
     ] {
         for value in values {
             let option = format!(",{key}={value}");
