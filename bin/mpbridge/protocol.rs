@@ -641,7 +641,8 @@ pub struct PortStats {
     /// protocol (`bad_messages`), memory tables and rings refused
     /// (`bad_memory`, `bad_rings`), chains that broke the rules
     /// (`bad_chains`), frames for the driver dropped for want of room
-    /// (`no_room`), calls cut short by the work budget (`over_budget`).
+    /// (`no_room`), calls cut short by the work budget (`over_budget`),
+    /// connections closed for memory that shrank (`memory_faults`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vhost: Option<std::collections::BTreeMap<String, u64>>,
 }

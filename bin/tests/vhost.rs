@@ -539,6 +539,50 @@ fn port_del_removes_only_the_socket_it_bound() {
     assert!(!s0.exists() && !s1.exists(), "its own sockets go on stop");
 }
 
+/// A frontend that shrinks the memfd behind its memory (unsealed, as
+/// DPDK's without hugepages) loses its connection, not the bridge its
+/// life: the worker that touches it takes a SIGBUS, survives it, drops the
+/// batch, and the port goes down until a frontend comes with new memory;
+/// the other ports forward throughout.
+fn a_frontend_that_shrinks_its_memory_loses_its_port() {
+    let dir = TempDir::new("vhost");
+    let (s0, s1, s2) = (dir.path("e.sock"), dir.path("a.sock"), dir.path("b.sock"));
+    let (p0, p1, p2) = (port(&s0), port(&s1), port(&s2));
+    let (daemon, ctl) = bridge_here(&dir, &[p0.clone(), p1.clone(), p2.clone()], &[]);
+    let evil = Frontend::connect(&s0, 1, FEATURES).unwrap();
+    let mut a = Frontend::connect(&s1, 1, FEATURES).unwrap();
+    let mut b = Frontend::connect(&s2, 1, FEATURES).unwrap();
+    for p in [&p0, &p1, &p2] {
+        wait_link(&ctl, p, "up");
+    }
+    a.post_room(0, 64);
+    b.post_room(0, 64);
+    evil.shrink_memory();
+    // A kick touches no memory here; the worker then reads the ring.
+    evil.kick(1);
+    wait_link(&ctl, &p0, "down");
+    assert_eq!(vhost_counter(&ctl, &p0, "memory_faults"), 1);
+    // The others forward; the daemon lives.
+    let hello = test_frame(BROADCAST, mac(1), 1, 100);
+    assert!(a.send(0, &hello));
+    same(&frames(&mut b), std::slice::from_ref(&hello));
+    drop(evil);
+    // The next frontend, with memory of its own, brings the port back.
+    let mut again = Frontend::connect(&s0, 1, FEATURES).unwrap();
+    wait_link(&ctl, &p0, "up");
+    again.post_room(0, 64);
+    let frame = test_frame(BROADCAST, mac(2), 2, 200);
+    assert!(b.send(0, &frame));
+    same(&frames(&mut again), std::slice::from_ref(&frame));
+    let (status, log) = daemon.stop(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+    let told = log
+        .iter()
+        .filter(|l| l.contains("shrank under its mapping"))
+        .count();
+    assert!(told >= 1, "{log:?}");
+}
+
 /// A frontend that goes away takes the link down, flushes its stations
 /// and costs nothing while gone; the next one brings it up again.
 fn a_disconnect_is_link_down_and_a_reconnect_brings_it_back() {
@@ -954,6 +998,7 @@ lab::test_main! {
         a_hostile_ring_cannot_hold_a_worker,
         memory_over_the_limit_or_off_tmpfs_is_refused,
         port_del_removes_only_the_socket_it_bound,
+        a_frontend_that_shrinks_its_memory_loses_its_port,
         a_disconnect_is_link_down_and_a_reconnect_brings_it_back,
         client_mode_connects_and_reconnects,
         queue_pairs_follow_the_workers,

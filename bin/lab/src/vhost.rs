@@ -446,6 +446,13 @@ impl Frontend {
         Ok(layout)
     }
 
+    /// Shrinks the memfd behind the shared memory to nothing, as a hostile
+    /// frontend whose memory is not sealed may: every access to it, here
+    /// or in the device, raises SIGBUS from now on.
+    pub fn shrink_memory(&self) {
+        self._file.set_len(0).expect("memfd truncate");
+    }
+
     /// Sends the memory table again (as QEMU does when memory is added).
     pub fn resend_memory(&mut self) -> Result<(), String> {
         let region = VhostUserMemoryRegionInfo {

@@ -331,6 +331,7 @@ impl Session {
             return true;
         }
         VhostCounters::bump(&counters.connects);
+        self.device.clear_abort();
         log::info!("{name}: frontend connected");
         let fd = stream.as_raw_fd();
         if let (Ok(mut current), Ok(clone)) = (self.current.lock(), stream.try_clone()) {
@@ -349,6 +350,11 @@ impl Session {
                 events: libc::POLLIN,
                 revents: 0,
             },
+            libc::pollfd {
+                fd: self.device.abort_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         let keep_going = loop {
             for entry in &mut fds {
@@ -359,6 +365,13 @@ impl Session {
             }
             if fds[0].revents != 0 {
                 break false;
+            }
+            if fds[2].revents != 0 {
+                log::warn!(
+                    "{name}: the frontend's memory shrank under its mapping (SIGBUS, survived); \
+                     closing it"
+                );
+                break true;
             }
             if fds[1].revents == 0 {
                 continue;

@@ -138,6 +138,9 @@ pub struct VhostCounters {
     /// Calls that stopped at the work budget (chains or descriptors) with
     /// work left, either way: a busy or hostile driver.
     pub over_budget: AtomicU64,
+    /// Connections closed because the frontend's memory shrank under its
+    /// mapping (a SIGBUS, survived).
+    pub memory_faults: AtomicU64,
 }
 
 impl VhostCounters {
@@ -158,6 +161,7 @@ impl VhostCounters {
             ("bad_chains", get(&self.bad_chains)),
             ("no_room", get(&self.no_room)),
             ("over_budget", get(&self.over_budget)),
+            ("memory_faults", get(&self.memory_faults)),
         ]
     }
 }
@@ -184,6 +188,11 @@ pub struct Device {
     pub counters: VhostCounters,
     /// The most memory a memory table may hold, in bytes.
     max_memory: u64,
+    /// Signalled when the frontend's memory shrank under its mapping: the
+    /// control thread then closes the connection.
+    abort: OwnedFd,
+    /// Whether `abort` was signalled for the current connection.
+    aborting: AtomicBool,
 }
 
 impl Device {
@@ -209,7 +218,30 @@ impl Device {
             link_events: link_events.into_boxed_slice(),
             counters: VhostCounters::default(),
             max_memory,
+            abort: wake::eventfd()?,
+            aborting: AtomicBool::new(false),
         })
+    }
+
+    /// The frontend's memory shrank under its mapping (it reads as zeros
+    /// since): has the control thread close the connection, once.
+    pub fn memory_lost(&self) {
+        // AcqRel: one caller of many signals, and counts, once.
+        if !self.aborting.swap(true, Ordering::AcqRel) {
+            VhostCounters::bump(&self.counters.memory_faults);
+            let _ = wake::eventfd_signal(&self.abort);
+        }
+    }
+
+    /// What the control thread polls to hear of [`memory_lost`](Self::memory_lost).
+    pub fn abort_fd(&self) -> RawFd {
+        self.abort.as_raw_fd()
+    }
+
+    /// A new connection: forgets the last one's abort.
+    pub fn clear_abort(&self) {
+        wake::eventfd_drain(&self.abort);
+        self.aborting.store(false, Ordering::Release);
     }
 
     /// The most memory a memory table may hold, in bytes.

@@ -14,6 +14,8 @@ use std::fs::File;
 use std::io;
 
 use vm_memory::mmap::MmapRegion;
+
+use super::sigbus::{watch, WatchError, Watched};
 use vm_memory::FileOffset;
 
 /// One region of the memory table, as the frontend described it.
@@ -41,6 +43,9 @@ struct Region {
 #[derive(Debug)]
 pub struct GuestMemory {
     regions: Vec<Region>,
+    /// The mappings of the frontend's files, watched for SIGBUS; declared
+    /// before `_maps` so that they are unwatched before they are unmapped.
+    watched: Vec<Watched>,
     /// Keeps the mappings alive; unmapped on drop.
     _maps: Vec<MmapRegion>,
 }
@@ -72,6 +77,9 @@ pub enum MemoryError {
     /// Mapping failed.
     #[error("memory region {0}: mmap failed: {1}")]
     Map(usize, io::Error),
+    /// The mapping could not be watched for SIGBUS.
+    #[error("memory region {0}: {1}")]
+    Watch(usize, WatchError),
     /// A region's file is on a file system other than tmpfs (memfd,
     /// /dev/shm) or hugetlbfs: one whose pages another program could make
     /// fail or stall on access (FUSE, NFS, a disk).
@@ -111,6 +119,7 @@ impl GuestMemory {
     pub fn map(specs: &[RegionSpec], files: Vec<File>) -> Result<GuestMemory, MemoryError> {
         let mut regions = Vec::with_capacity(specs.len());
         let mut maps = Vec::with_capacity(specs.len());
+        let mut watched = Vec::with_capacity(specs.len());
         for (index, (spec, file)) in specs.iter().zip(files).enumerate() {
             let end = spec
                 .mmap_offset
@@ -134,12 +143,14 @@ impl GuestMemory {
             }
             let map = MmapRegion::from_file(FileOffset::new(file, 0), end)
                 .map_err(|e| MemoryError::Map(index, io::Error::other(e.to_string())))?;
+            // The file may shrink under the mapping from now on.
+            watched.push(watch(map.as_ptr(), end).map_err(|e| MemoryError::Watch(index, e))?);
             // SAFETY: `mmap_offset < end`, the mapping's length.
             let host = unsafe { map.as_ptr().add(spec.mmap_offset as usize) };
             regions.push(Region { spec: *spec, host });
             maps.push(map);
         }
-        GuestMemory::checked(regions, maps)
+        GuestMemory::checked(regions, watched, maps)
     }
 
     /// Anonymous memory of `size` bytes as one region at guest-physical
@@ -154,12 +165,13 @@ impl GuestMemory {
             mmap_offset: 0,
         };
         let host = map.as_ptr();
-        GuestMemory::checked(vec![Region { spec, host }], vec![map])
+        GuestMemory::checked(vec![Region { spec, host }], Vec::new(), vec![map])
             .map_err(|e| io::Error::other(e.to_string()))
     }
 
     fn checked(
         mut regions: Vec<Region>,
+        watched: Vec<Watched>,
         maps: Vec<MmapRegion>,
     ) -> Result<GuestMemory, MemoryError> {
         regions.sort_by_key(|r| r.spec.guest_phys_addr);
@@ -171,8 +183,17 @@ impl GuestMemory {
         }
         Ok(GuestMemory {
             regions,
+            watched,
             _maps: maps,
         })
+    }
+
+    /// Whether a region's file shrank under its mapping (a SIGBUS was
+    /// taken there): the memory reads as zeros since, and the frontend is
+    /// to be dropped.
+    #[inline]
+    pub fn faulted(&self) -> bool {
+        self.watched.iter().any(Watched::faulted)
     }
 
     /// How many regions.

@@ -8,6 +8,8 @@
 //! - `device.rs`: what the control thread and the workers share.
 //! - `eventfd.rs`: the frontend's kick and call descriptors, never waited on.
 //! - `memory.rs`: the frontend's memory table, mapped.
+//! - `sigbus.rs`: a frontend whose memory shrinks under its mapping loses
+//!   its connection, not the bridge its life.
 //! - `ring.rs`: the split virtqueue, from the device's side.
 //!
 //! Worker `k` serves queue pair `k`: it takes frames from the pair's
@@ -22,6 +24,7 @@ mod eventfd;
 pub mod memory;
 mod protocol;
 pub mod ring;
+mod sigbus;
 
 use std::io;
 use std::os::fd::RawFd;
@@ -344,6 +347,18 @@ impl Queue for VhostQueue {
         if used && run.ring.publish() {
             run.notify();
         }
+        if run.ring.memory().faulted() {
+            // What was read came from zero pages: nothing of it is a frame.
+            batch.clear();
+            self.device.memory_lost();
+            return Err(PortError::Recv {
+                port: self.name.clone(),
+                source: io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "the frontend's memory shrank under its mapping",
+                ),
+            });
+        }
         Ok(report)
     }
 
@@ -416,6 +431,9 @@ impl Queue for VhostQueue {
         }
         if run.ring.publish() {
             run.notify();
+        }
+        if run.ring.memory().faulted() {
+            self.device.memory_lost();
         }
         report
     }
