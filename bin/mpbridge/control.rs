@@ -43,18 +43,30 @@ pub struct Access {
     pub full: Option<Gid>,
     /// Members may send read-only requests: show, stats (`--ctl-ro-group`).
     pub read_only: Option<Gid>,
+    /// Where a client other than root may put a vhost-user port's socket
+    /// (`--vhost-dir`): it binds and removes files there.
+    pub vhost_dir: PathBuf,
 }
 
 /// What one client may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Grant {
+    /// Root: everything.
     Full,
+    /// Another user with every request: vhost-user sockets only in the
+    /// vhost socket directory.
+    Group,
     ReadOnly,
 }
 
 impl Access {
-    /// Looks up `--ctl-group` and `--ctl-ro-group`.
-    pub fn new(full: Option<&str>, read_only: Option<&str>) -> Result<Access, String> {
+    /// Looks up `--ctl-group` and `--ctl-ro-group`; `vhost_dir` is
+    /// `--vhost-dir`.
+    pub fn new(
+        full: Option<&str>,
+        read_only: Option<&str>,
+        vhost_dir: &Path,
+    ) -> Result<Access, String> {
         let gid = |name: &str| -> Result<Gid, String> {
             Ok(nix::unistd::Group::from_name(name)
                 .map_err(|e| format!("cannot look up group {name}: {e}"))?
@@ -64,7 +76,49 @@ impl Access {
         Ok(Access {
             full: full.map(gid).transpose()?,
             read_only: read_only.map(gid).transpose()?,
+            vhost_dir: vhost_dir.to_owned(),
         })
+    }
+
+    /// Makes the vhost socket directory (mode 0755: the programs that
+    /// connect to the sockets there may run as other users), when a group
+    /// may control the bridge and it is missing.
+    pub fn make_vhost_dir(&self) -> Result<(), String> {
+        if self.full.is_none() || self.vhost_dir.exists() {
+            return Ok(());
+        }
+        std::fs::create_dir_all(&self.vhost_dir)
+            .and_then(|_| {
+                std::fs::set_permissions(&self.vhost_dir, std::fs::Permissions::from_mode(0o755))
+            })
+            .map_err(|e| format!("cannot make {}: {e}", self.vhost_dir.display()))
+    }
+
+    /// Whether a client with `grant` may add `port`: a client other than
+    /// root only puts a vhost-user socket directly in the vhost socket
+    /// directory, which it names without `..`.
+    fn may_add(&self, grant: Grant, port: &str) -> Result<(), String> {
+        let Some(path) = port.strip_prefix("vhost:") else {
+            return Ok(());
+        };
+        if grant != Grant::Group {
+            return Ok(());
+        }
+        let path = Path::new(path.split(',').next().unwrap_or_default());
+        let plain = path.components().all(|c| {
+            matches!(
+                c,
+                std::path::Component::RootDir | std::path::Component::Normal(_)
+            )
+        });
+        if plain && path.is_absolute() && path.parent() == Some(self.vhost_dir.as_path()) {
+            return Ok(());
+        }
+        Err(format!(
+            "permission denied: a control group member puts vhost-user sockets in {} only \
+             (--vhost-dir)",
+            self.vhost_dir.display()
+        ))
     }
 
     /// What the peer of `stream` may do: root and members of the full
@@ -79,13 +133,13 @@ impl Access {
         let groups = peer_groups(creds.pid(), creds.gid());
         let member = |gid: Option<Gid>| gid.is_some_and(|gid| groups.contains(&gid.as_raw()));
         if member(self.full) {
-            Some(Grant::Full)
+            Some(Grant::Group)
         } else if member(self.read_only) {
             Some(Grant::ReadOnly)
         } else if self.read_only.is_none() {
             // Without a read-only group the socket's mode decides, as the
             // file system already did when it let the peer connect.
-            Some(Grant::Full)
+            Some(Grant::Group)
         } else {
             None
         }
@@ -287,7 +341,7 @@ pub fn serve(socket: ControlSocket, access: Access, caller: Caller, stopper: Arc
                 read_some(client, &mut buffer);
             }
             // Requests left waiting while its replies backed up.
-            answer_lines(client, &caller);
+            answer_lines(client, &caller, &access);
         }
         for index in (0..clients.len()).rev() {
             if clients[index].capture.is_some() {
@@ -466,7 +520,7 @@ fn read_some(client: &mut Client, buffer: &mut [u8]) {
 /// Answers the client's whole request lines while its replies fit in
 /// [`MAX_PENDING_REPLIES`]; the rest wait, unread beyond, until it takes
 /// what was written.
-fn answer_lines(client: &mut Client, caller: &Caller) {
+fn answer_lines(client: &mut Client, caller: &Caller, access: &Access) {
     while client.output.len() < MAX_PENDING_REPLIES {
         let Some(end) = client.input.iter().position(|&b| b == b'\n') else {
             break;
@@ -477,7 +531,7 @@ fn answer_lines(client: &mut Client, caller: &Caller) {
         }
         let line: Vec<u8> = client.input.drain(..=end).collect();
         let line = &line[..line.len() - 1];
-        match parse(line, client.grant) {
+        match parse(line, client.grant, access) {
             Err(reply) => client.reply(&reply),
             Ok(request @ Request::Capture { .. }) => match caller.capture(request) {
                 Ok(grant) => {
@@ -510,7 +564,7 @@ fn too_long(client: &mut Client) {
 }
 
 /// A request line, checked: its version, and what the client may ask.
-fn parse(line: &[u8], grant: Grant) -> Result<Request, ReplyLine> {
+fn parse(line: &[u8], grant: Grant, access: &Access) -> Result<Request, ReplyLine> {
     let request: RequestLine = serde_json::from_slice(line)
         .map_err(|error| ReplyLine::error(format!("bad request: {error}")))?;
     if request.version != VERSION {
@@ -524,6 +578,9 @@ fn parse(line: &[u8], grant: Grant) -> Result<Request, ReplyLine> {
             "permission denied: the read-only control group may show and read stats only",
         ));
     }
+    if let Request::PortAdd { port } = &request.request {
+        access.may_add(grant, port).map_err(ReplyLine::error)?;
+    }
     Ok(request.request)
 }
 
@@ -532,16 +589,48 @@ mod tests {
     use super::*;
 
     #[test]
+    fn group_members_put_vhost_sockets_in_the_vhost_dir_only() {
+        let access = Access {
+            vhost_dir: PathBuf::from("/run/mpbridge/vhost"),
+            ..Access::default()
+        };
+        let ok = |grant, port: &str| access.may_add(grant, port).is_ok();
+        assert!(ok(Grant::Group, "vhost:/run/mpbridge/vhost/vm0.sock"));
+        assert!(ok(
+            Grant::Group,
+            "vhost:/run/mpbridge/vhost/vm0.sock,client"
+        ));
+        assert!(ok(Grant::Group, "tap:vm0"));
+        // The same file.
+        assert!(ok(Grant::Group, "vhost:/run/mpbridge/vhost/./vm0.sock"));
+        assert!(ok(Grant::Full, "vhost:/etc/passwd"));
+        for bad in [
+            "vhost:/etc/passwd",
+            "vhost:/run/mpbridge/vhost/../x.sock",
+            "vhost:/run/mpbridge/vhost/sub/x.sock",
+            "vhost:run/mpbridge/vhost/x.sock",
+            "vhost:/run/mpbridge/vhost",
+        ] {
+            let error = access.may_add(Grant::Group, bad).unwrap_err();
+            assert!(error.contains("--vhost-dir"), "{bad}: {error}");
+        }
+    }
+
+    #[test]
     fn a_bad_fdb_value_is_a_bad_request_naming_the_rule() {
         let line = br#"{"version":1,"command":"fdb-add","mac":"02:00:00:00:00:01","port":"raw:p0","vlan":5000}"#;
-        let reply = parse(line, Grant::Full).unwrap_err();
+        let access = Access::default();
+        let reply = parse(line, Grant::Full, &access).unwrap_err();
         let error = reply.error.unwrap();
         assert!(
             error.starts_with("bad request: invalid vlan '5000' (0 to 4094)"),
             "{error}"
         );
         let line = br#"{"version":1,"command":"fdb-del","mac":"01:00:5e:00:00:01"}"#;
-        let error = parse(line, Grant::ReadOnly).unwrap_err().error.unwrap();
+        let error = parse(line, Grant::ReadOnly, &access)
+            .unwrap_err()
+            .error
+            .unwrap();
         assert!(
             error.starts_with(
                 "bad request: '01:00:5e:00:00:01' is not a station's (unicast) address"

@@ -43,7 +43,12 @@ pub fn run<S: Strategy>(
     let fdb = Arc::new(MacTable::<S>::new(config));
     // First, so that a second bridge of the same name touches no port.
     control::ControlSocket::check_free(socket)?;
-    let access = control::Access::new(args.ctl_group.as_deref(), args.ctl_ro_group.as_deref())?;
+    let access = control::Access::new(
+        args.ctl_group.as_deref(),
+        args.ctl_ro_group.as_deref(),
+        &args.vhost_dir,
+    )?;
+    access.make_vhost_dir()?;
     // Before any port is opened (an address in use touches none) and before
     // privileges are dropped (a port below 1024 needs them).
     let metrics = args.metrics.map(metrics::MetricsServer::bind).transpose()?;

@@ -379,6 +379,10 @@ struct RunArgs {
     /// show, stats.
     #[arg(long, value_name = "GROUP")]
     ctl_ro_group: Option<String>,
+    /// Where a control client other than root may put vhost-user sockets
+    /// (`port add vhost:DIR/NAME`); made, mode 0755, with --ctl-group.
+    #[arg(long, value_name = "DIR", default_value = "/run/mpbridge/vhost")]
+    vhost_dir: std::path::PathBuf,
     /// Serve the counters for Prometheus at http://ADDR:PORT/metrics
     /// (PORT alone: 127.0.0.1:PORT; [ADDR6]:PORT for IPv6).
     #[arg(long, value_name = "ADDR:PORT", value_parser = metrics::parse_listen)]

@@ -8,7 +8,7 @@ use bridge::port::tap::TapError;
 use std::net::{IpAddr, SocketAddr};
 
 use bridge::port::raw::RingKind;
-use bridge::port::vhost::{self, Mode as VhostMode, VhostConfig};
+use bridge::port::vhost::{self, Mode as VhostMode, SocketAccess, VhostConfig};
 use bridge::port::vxlan::VxlanConfig;
 use bridge::port::{LinkQueue, RawQueue, TapQueue, VxlanQueue};
 use bridge::vlan::{self, PortVlans, VlanSet};
@@ -116,6 +116,14 @@ impl PortSpec {
                 })
                 .transpose()
                 .map_err(in_spec)?;
+            let access = socket_access(&items).map_err(in_spec)?;
+            if client && access != SocketAccess::default() {
+                return Err(in_spec(
+                    "socket_owner, socket_group and socket_mode are for a socket the bridge \
+                     serves, not with client"
+                        .to_owned(),
+                ));
+            }
             parsed.vhost = Some(VhostConfig {
                 mode: if client {
                     VhostMode::Client
@@ -123,6 +131,7 @@ impl PortSpec {
                     VhostMode::Server
                 },
                 max_memory: max_memory.unwrap_or(vhost::DEFAULT_MAX_MEMORY),
+                access,
             });
         }
         Ok(parsed)
@@ -201,6 +210,15 @@ impl PortSpec {
             if config.max_memory != vhost::DEFAULT_MAX_MEMORY {
                 text += &format!(",max_memory={}", describe_size(config.max_memory));
             }
+            if let Some(owner) = config.access.owner {
+                text += &format!(",socket_owner={owner}");
+            }
+            if let Some(group) = config.access.group {
+                text += &format!(",socket_group={group}");
+            }
+            if let Some(mode) = config.access.mode {
+                text += &format!(",socket_mode={mode:04o}");
+            }
         }
         if let Some(vlans) = &self.vlans {
             text += &format!(",{vlans}");
@@ -274,7 +292,39 @@ const PORT_KEYS: [&str; 15] = [
 const VXLAN_KEYS: [&str; 5] = ["vni", "local", "port", "remote", "learning"];
 
 /// A vhost-user port's own keys (`client` is a flag without a value).
-const VHOST_KEYS: [&str; 1] = ["max_memory"];
+const VHOST_KEYS: [&str; 4] = ["max_memory", "socket_owner", "socket_group", "socket_mode"];
+
+/// A server socket's `socket_owner=USER`, `socket_group=GROUP` (names or
+/// numbers) and `socket_mode=MODE` (octal, at most 0777).
+fn socket_access(items: &[(String, String)]) -> Result<SocketAccess, String> {
+    let owner = option(items, "socket_owner")
+        .map(|text| match text.parse::<u32>() {
+            Ok(uid) => Ok(uid),
+            Err(_) => match nix::unistd::User::from_name(text) {
+                Ok(Some(user)) => Ok(user.uid.as_raw()),
+                _ => Err(format!("socket_owner={text}: no such user")),
+            },
+        })
+        .transpose()?;
+    let group = option(items, "socket_group")
+        .map(|text| match text.parse::<u32>() {
+            Ok(gid) => Ok(gid),
+            Err(_) => match nix::unistd::Group::from_name(text) {
+                Ok(Some(group)) => Ok(group.gid.as_raw()),
+                _ => Err(format!("socket_group={text}: no such group")),
+            },
+        })
+        .transpose()?;
+    let mode = option(items, "socket_mode")
+        .map(|text| {
+            u32::from_str_radix(text, 8)
+                .ok()
+                .filter(|&mode| mode <= 0o777)
+                .ok_or_else(|| format!("socket_mode={text}: octal permission bits, 0 to 0777"))
+        })
+        .transpose()?;
+    Ok(SocketAccess { owner, group, mode })
+}
 
 /// A size in bytes: digits, then optionally K, M, G or T (powers of 1024);
 /// more than zero.
@@ -613,6 +663,29 @@ mod tests {
         for bad in ["0", "-1", "G", "12X", "99999999999T", ""] {
             let error = PortSpec::parse(&format!("vhost:v.sock,max_memory={bad}")).unwrap_err();
             assert!(error.contains("max_memory="), "{bad}: {error}");
+        }
+        let shared =
+            PortSpec::parse("vhost:v.sock,socket_owner=0,socket_group=root,socket_mode=660")
+                .unwrap();
+        let access = shared.vhost.unwrap().access;
+        assert_eq!(
+            (access.owner, access.group, access.mode),
+            (Some(0), Some(0), Some(0o660))
+        );
+        assert_eq!(
+            shared.describe(),
+            "vhost:v.sock,socket_owner=0,socket_group=0,socket_mode=0660"
+        );
+        assert_eq!(PortSpec::parse(&shared.describe()).unwrap(), shared);
+        for (bad, expected) in [
+            ("socket_mode=800", "socket_mode=800: octal"),
+            ("socket_mode=1777", "socket_mode=1777: octal"),
+            ("socket_owner=no-such-user-here", "no such user"),
+            ("socket_group=no-such-group-here", "no such group"),
+            ("client,socket_mode=600", "not with client"),
+        ] {
+            let error = PortSpec::parse(&format!("vhost:v.sock,{bad}")).unwrap_err();
+            assert!(error.contains(expected), "{bad}: {error}");
         }
         let error = PortSpec::parse("tap:t0,max_memory=1G").unwrap_err();
         assert!(error.contains("unknown option 'max_memory'"), "{error}");

@@ -373,6 +373,94 @@ fn the_control_group_owns_the_socket() {
     let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }
 
+/// A control group member adds vhost-user sockets only in the vhost
+/// socket directory (`--vhost-dir`, made for it); a server socket takes
+/// the owner, group and mode its port names, at start, and its mode later.
+fn group_members_put_vhost_sockets_in_the_vhost_dir() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let bridge = Netns::new();
+    let top = std::env::temp_dir().join(netns::unique("mpbvhostdir"));
+    std::fs::create_dir_all(&top).unwrap();
+    std::fs::set_permissions(&top, std::fs::Permissions::from_mode(0o755)).unwrap();
+    struct Gone(std::path::PathBuf);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _gone = Gone(top.clone());
+    let socket = top.join("run").join("br.sock");
+    let vhost_dir = top.join("vhost");
+    let at_start = vhost_dir.join("start.sock");
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let dir_arg = format!("--vhost-dir={}", vhost_dir.display());
+    let start_port = format!(
+        "vhost:{},socket_owner=65534,socket_group=nogroup,socket_mode=0600",
+        at_start.display()
+    );
+    let daemon = Daemon::start(
+        &bridge,
+        &[
+            "run",
+            "--port",
+            "tap:h0",
+            "--port",
+            &start_port,
+            &ctl_arg,
+            &dir_arg,
+            "--ctl-group",
+            "nogroup",
+        ],
+    );
+    let meta = std::fs::metadata(&vhost_dir).unwrap();
+    assert_eq!(
+        meta.mode() & 0o777,
+        0o755,
+        "the vhost socket directory is made"
+    );
+    let meta = std::fs::metadata(&at_start).unwrap();
+    assert_eq!(
+        (meta.uid(), meta.gid(), meta.mode() & 0o777),
+        (65534, 65534, 0o600),
+        "owner, group and mode of a socket given at start"
+    );
+    // Outside the directory: refused, nothing made.
+    let outside = top.join("outside.sock");
+    let add = |path: &str| client_as(&socket, "65534", &["port", "add", path]);
+    let refused = add(&format!("vhost:{}", outside.display()));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_ne!(refused.status.code(), Some(0), "{err}");
+    assert!(err.contains("--vhost-dir"), "{err}");
+    assert!(!outside.exists());
+    let sneaky = add(&format!("vhost:{}/../outside.sock", vhost_dir.display()));
+    assert_ne!(sneaky.status.code(), Some(0));
+    assert!(!outside.exists());
+    // Inside: added, with its mode.
+    let inside = vhost_dir.join("vm0.sock");
+    let added = add(&format!("vhost:{},socket_mode=0666", inside.display()));
+    let err = String::from_utf8_lossy(&added.stderr);
+    assert!(added.status.success(), "{err}");
+    assert_eq!(std::fs::metadata(&inside).unwrap().mode() & 0o777, 0o666);
+    // An owner after start needs CAP_CHOWN, which the bridge dropped: one
+    // line saying so, and no socket left behind.
+    let later = vhost_dir.join("vm1.sock");
+    let (code, _, err) = ctl(
+        &socket,
+        &[
+            "port",
+            "add",
+            &format!("vhost:{},socket_owner=65534", later.display()),
+        ],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("CAP_CHOWN") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    assert!(!later.exists(), "no socket left behind");
+    drop(daemon);
+}
+
 fn client_errors_are_one_line_with_the_right_exit_code() {
     let socket = socket_path("client");
     let cases: [(&[&str], i32, &str); 6] = [
@@ -1231,6 +1319,7 @@ lab::test_main! {
         a_stalled_capture_loses_capture_frames_not_forwarded_ones,
         the_config_file_sets_up_and_reload_applies_changes,
         the_control_group_owns_the_socket,
+        group_members_put_vhost_sockets_in_the_vhost_dir,
         the_lock_strategy_switches_while_tcp_flows,
         a_client_that_pipelines_without_reading_holds_little_memory,
         silent_clients_in_every_slot_make_room_for_a_new_one,

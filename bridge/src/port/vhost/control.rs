@@ -32,6 +32,18 @@ const MESSAGE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often a client retries a frontend that is absent.
 const RETRY_MS: i32 = 1000;
 
+/// A server socket's owner, group and permissions, set once it is bound
+/// (so that a frontend running as another user may connect).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SocketAccess {
+    /// Its owner's uid.
+    pub owner: Option<u32>,
+    /// Its group's gid.
+    pub group: Option<u32>,
+    /// Its permission bits (0 to 0777).
+    pub mode: Option<u32>,
+}
+
 /// Which side of the socket the port is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -62,6 +74,18 @@ pub enum SocketError {
     /// Another program serves on the socket.
     #[error("{0} is in use: a program is listening on it")]
     InUse(PathBuf),
+    /// The socket's owner, group or mode could not be set.
+    #[error("{path}: cannot set its {what}: {source}{hint}")]
+    Access {
+        /// The socket's path.
+        path: PathBuf,
+        /// Owner and group, or mode.
+        what: &'static str,
+        /// What the system said.
+        source: io::Error,
+        /// What to do about it.
+        hint: &'static str,
+    },
     /// A system call failed.
     #[error("{path}: {source}")]
     Io {
@@ -104,6 +128,47 @@ fn look(dir: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<Option<(bool, (u64,
 }
 
 impl Bound {
+    /// Gives the socket file its owner, group and mode; the name must
+    /// still be the socket bound, and a symlink put there is not followed.
+    fn set_access(&self, access: SocketAccess, path: &Path) -> Result<(), SocketError> {
+        use nix::fcntl::AtFlags;
+        use nix::unistd::{fchownat, Gid, Uid};
+        let fail = |what, source: io::Error| SocketError::Access {
+            path: path.to_owned(),
+            what,
+            hint: if source.raw_os_error() == Some(libc::EPERM) {
+                " (changing a socket's owner or group takes CAP_CHOWN, which the bridge \
+                 drops once started: give the port at start, or run with --keep-caps)"
+            } else {
+                ""
+            },
+            source,
+        };
+        if access.owner.is_some() || access.group.is_some() {
+            fchownat(
+                &self.dir,
+                self.name.as_os_str(),
+                access.owner.map(Uid::from_raw),
+                access.group.map(Gid::from_raw),
+                AtFlags::AT_SYMLINK_NOFOLLOW,
+            )
+            .map_err(|e| fail("owner and group", e.into()))?;
+        }
+        if let Some(mode) = access.mode {
+            if look(&self.dir, &self.name).ok().flatten() != Some((true, self.inode)) {
+                return Err(fail("mode", io::Error::other("the socket was replaced")));
+            }
+            nix::sys::stat::fchmodat(
+                &self.dir,
+                self.name.as_os_str(),
+                nix::sys::stat::Mode::from_bits_truncate(mode),
+                nix::sys::stat::FchmodatFlags::FollowSymlink,
+            )
+            .map_err(|e| fail("mode", e.into()))?;
+        }
+        Ok(())
+    }
+
     /// Removes the socket file if it is still the one bound.
     fn remove(&self) {
         if let Ok(Some((true, inode))) = look(&self.dir, &self.name) {
@@ -121,7 +186,7 @@ impl Bound {
 /// Binds the server's socket at `path`, by its directory opened once: a
 /// stale socket there (nobody listening) is replaced; anything else there
 /// is refused.
-fn bind(path: &Path) -> Result<(UnixListener, Bound), SocketError> {
+fn bind(path: &Path, access: SocketAccess) -> Result<(UnixListener, Bound), SocketError> {
     use nix::fcntl::{open, OFlag};
     let io = |source| SocketError::Io {
         path: path.to_owned(),
@@ -170,19 +235,28 @@ fn bind(path: &Path) -> Result<(UnixListener, Bound), SocketError> {
         name: name.to_owned(),
         inode,
     };
+    if let Err(error) = bound.set_access(access, path) {
+        bound.remove();
+        return Err(error);
+    }
     Ok((listener, bound))
 }
 
 impl Control {
     /// Starts the control thread of `device` on the socket at `path`.
-    pub fn start(path: &Path, mode: Mode, device: Arc<Device>) -> Result<Control, SocketError> {
+    pub fn start(
+        path: &Path,
+        mode: Mode,
+        access: SocketAccess,
+        device: Arc<Device>,
+    ) -> Result<Control, SocketError> {
         let io = |source| SocketError::Io {
             path: path.to_owned(),
             source,
         };
         let (listener, socket) = match mode {
             Mode::Server => {
-                let (listener, bound) = bind(path)?;
+                let (listener, bound) = bind(path, access)?;
                 (Some(listener), Some(bound))
             }
             Mode::Client => (None, None),

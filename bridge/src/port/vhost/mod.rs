@@ -31,7 +31,7 @@ use std::os::fd::RawFd;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use control::{Mode, SocketError};
+pub use control::{Mode, SocketAccess, SocketError};
 pub use device::{Device, Negotiated, VhostCounters, OFFERED_FEATURES};
 
 use super::{PortError, Queue, RxBatch, RxReport, SendReport, VNET_HDR_LEN};
@@ -86,6 +86,8 @@ pub struct VhostConfig {
     /// The most bytes of memory the frontend's memory table may hold, all
     /// regions together (`max_memory=`); a larger table is refused.
     pub max_memory: u64,
+    /// A server socket's owner, group and mode, where given.
+    pub access: SocketAccess,
 }
 
 impl Default for VhostConfig {
@@ -93,6 +95,7 @@ impl Default for VhostConfig {
         VhostConfig {
             mode: Mode::Server,
             max_memory: DEFAULT_MAX_MEMORY,
+            access: SocketAccess::default(),
         }
     }
 }
@@ -112,7 +115,12 @@ pub fn open(
             }
         })?,
     );
-    let control = Arc::new(Control::start(path, config.mode, Arc::clone(&device))?);
+    let control = Arc::new(Control::start(
+        path,
+        config.mode,
+        config.access,
+        Arc::clone(&device),
+    )?);
     Ok((0..workers.max(1))
         .map(|pair| VhostQueue {
             name: name.clone(),
