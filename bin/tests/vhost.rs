@@ -583,6 +583,94 @@ fn a_frontend_that_shrinks_its_memory_loses_its_port() {
     assert!(told >= 1, "{log:?}");
 }
 
+/// Reads `stream` until the bridge closes it (at most 10 s); whether it
+/// did.
+fn closed_by_the_bridge(stream: &mut UnixStream) -> bool {
+    use std::io::Read;
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 4096];
+    while Instant::now() < deadline {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+/// A frontend that sends half a message and stalls, or sends requests
+/// and reads none of the replies, is closed within a bounded time (the
+/// `vhost` crate itself would wait for it for ever), counted, and the next
+/// frontend is served.
+fn a_stalled_frontend_is_closed_and_the_next_served() {
+    use std::io::Write;
+    let dir = TempDir::new("vhost");
+    let (s0, s1) = (dir.path("a.sock"), dir.path("b.sock"));
+    let (p0, p1) = (port(&s0), port(&s1));
+    let (daemon, ctl) = bridge_here(&dir, &[p0.clone(), p1.clone()], &[]);
+    // Half a header.
+    let mut half = UnixStream::connect(&s0).unwrap();
+    half.write_all(&1u32.to_le_bytes()[..]).unwrap();
+    half.write_all(&[1, 0]).unwrap();
+    assert!(
+        closed_by_the_bridge(&mut half),
+        "half a message held the port"
+    );
+    assert_eq!(vhost_counter(&ctl, &p0, "bad_messages"), 1);
+    // GET_FEATURES (1), version 1, no body, again and again, no reply read.
+    let mut deaf = UnixStream::connect(&s0).unwrap();
+    deaf.set_nonblocking(true).unwrap();
+    let mut request = Vec::new();
+    request.extend_from_slice(&1u32.to_le_bytes());
+    request.extend_from_slice(&1u32.to_le_bytes());
+    request.extend_from_slice(&0u32.to_le_bytes());
+    let requests = request.repeat(256);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut sent = 0usize;
+    while Instant::now() < deadline && sent < 16 << 20 {
+        match deaf.write(&requests) {
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(_) => break,
+        }
+    }
+    deaf.set_nonblocking(false).unwrap();
+    // Its replies waited unread, then it was closed.
+    let before = Instant::now();
+    let deadline = before + Duration::from_secs(10);
+    while vhost_counter(&ctl, &p0, "bad_messages") < 2 {
+        if Instant::now() > deadline {
+            let (_, log) = daemon.stop(Duration::from_secs(10));
+            panic!("unread replies held the port ({sent} bytes of requests sent): {log:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(closed_by_the_bridge(&mut deaf));
+    // The next frontend is served.
+    let mut next = Frontend::connect(&s0, 1, FEATURES).unwrap();
+    wait_link(&ctl, &p0, "up");
+    let mut other = Frontend::connect(&s1, 1, FEATURES).unwrap();
+    wait_link(&ctl, &p1, "up");
+    next.post_room(0, 8);
+    let frame = test_frame(BROADCAST, mac(3), 3, 80);
+    assert!(other.send(0, &frame));
+    same(&frames(&mut next), std::slice::from_ref(&frame));
+    let (status, log) = daemon.stop(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+    assert!(
+        log.iter().any(|l| l.contains("half-sent")) && log.iter().any(|l| l.contains("unread")),
+        "{log:?}"
+    );
+}
+
 /// A frontend that goes away takes the link down, flushes its stations
 /// and costs nothing while gone; the next one brings it up again.
 fn a_disconnect_is_link_down_and_a_reconnect_brings_it_back() {
@@ -999,6 +1087,7 @@ lab::test_main! {
         memory_over_the_limit_or_off_tmpfs_is_refused,
         port_del_removes_only_the_socket_it_bound,
         a_frontend_that_shrinks_its_memory_loses_its_port,
+        a_stalled_frontend_is_closed_and_the_next_served,
         a_disconnect_is_link_down_and_a_reconnect_brings_it_back,
         client_mode_connects_and_reconnects,
         queue_pairs_follow_the_workers,

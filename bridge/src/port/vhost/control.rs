@@ -6,10 +6,9 @@
 //! listen queue until the first has gone, as a restarted VM whose old
 //! connection is still being torn down would.
 //!
-//! The frontend is untrusted: a message it leaves half-sent times out
-//! (the socket has a receive timeout, and each message is read in at most
-//! two reads, header and body), a reply it does not read times out too
-//! (a send timeout), and any message that breaks the
+//! The frontend is untrusted: a message it leaves half-sent, or replies
+//! it does not read, close the connection after a second (the message is
+//! read only once it is whole, and only while a reply fits), and any message that breaks the
 //! protocol ends the connection, which stops the rings and takes the link
 //! down; the next frontend starts afresh.
 
@@ -450,6 +449,11 @@ impl Session {
             if fds[1].revents == 0 {
                 continue;
             }
+            if let Err(error) = whole_message(fd) {
+                VhostCounters::bump(&counters.bad_messages);
+                log::warn!("{name}: {error}; closing the frontend");
+                break true;
+            }
             match early_enable(fd, &handler) {
                 Ok(true) => continue,
                 Ok(false) => {}
@@ -490,6 +494,66 @@ impl Session {
         }
         VhostCounters::bump(&counters.disconnects);
         keep_going
+    }
+}
+
+/// A message's header: request, flags, body size.
+const HEADER_LEN: usize = 12;
+/// The largest body the `vhost` crate takes (its MAX_MSG_SIZE).
+const MAX_BODY: usize = 0x1000;
+
+/// How often a message that has begun is looked at again (it polls
+/// readable all the while, so poll(2) cannot wait for the rest).
+const PEEK_INTERVAL: Duration = Duration::from_millis(5);
+
+/// Waits (at most [`MESSAGE_TIMEOUT`]) until a whole message is in the
+/// socket and the reply can be sent without waiting. The `vhost` crate
+/// reads a message, and writes its reply, until done, retrying each
+/// timed-out read or write: a frontend that sent half a message, or reads
+/// no replies, would hold this thread for ever.
+fn whole_message(fd: RawFd) -> io::Result<()> {
+    use nix::sys::socket::{recv, MsgFlags};
+    let deadline = std::time::Instant::now() + MESSAGE_TIMEOUT;
+    let mut message = vec![0u8; HEADER_LEN + MAX_BODY];
+    let mut want = HEADER_LEN;
+    let mut sized = false;
+    let timed_out = |what: &str| io::Error::new(io::ErrorKind::TimedOut, what.to_owned());
+    loop {
+        let peeked = match recv(
+            fd,
+            &mut message[..want],
+            MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
+        ) {
+            // The frontend went: the crate reads what there is and ends.
+            Ok(0) | Err(_) => return Ok(()),
+            Ok(n) => n,
+        };
+        if peeked >= HEADER_LEN && !sized {
+            let size = u32::from_le_bytes(message[8..12].try_into().expect("4 bytes"));
+            // A body the crate refuses anyway is its to refuse.
+            want = HEADER_LEN + (size as usize).min(MAX_BODY);
+            sized = true;
+            continue;
+        }
+        if peeked >= want {
+            break;
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(timed_out("a message left half-sent for a second"));
+        }
+        std::thread::sleep(PEEK_INTERVAL);
+    }
+    // Room for the reply: a unix socket polls writable while at least a
+    // quarter of its send buffer is free, far more than any reply.
+    let mut fds = [libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    }];
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    match wake::poll(&mut fds, left.as_millis() as i32)? {
+        0 => Err(timed_out("replies left unread for a second")),
+        _ => Ok(()),
     }
 }
 
