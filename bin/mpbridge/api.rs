@@ -48,12 +48,16 @@ const PING_TIMEOUT: Duration = Duration::from_secs(2);
 /// stop); one still running then is stuck and left behind.
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// Where the owner's answer goes: called once, on the owner thread, so it
+/// must not wait (a channel's `send`, a wake-up).
+pub type Reply<T> = Box<dyn FnOnce(Result<T, ApiError>) + Send>;
+
 /// What reaches the owner thread.
 pub enum Event {
     /// A request, and where its reply goes.
-    Call(Request, mpsc::SyncSender<Result<Response, ApiError>>),
+    Call(Request, Reply<Response>),
     /// A capture request: the reply is what the capture thread follows.
-    Capture(Request, mpsc::SyncSender<Result<CaptureGrant, ApiError>>),
+    Capture(Request, Reply<CaptureGrant>),
     /// A signal (SIGHUP, SIGINT, SIGTERM).
     Signal(libc::c_int),
     /// What rtnetlink said of interfaces.
@@ -89,9 +93,10 @@ pub struct Caller {
     events: mpsc::Sender<Event>,
 }
 
-/// How long a caller waits for the owner: longer than any request takes
-/// (a port change waits at most [`CHANGE_TIMEOUT`] per worker round).
-const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the control socket waits for the owner's answer: longer than
+/// any request takes (a port change waits at most [`CHANGE_TIMEOUT`] per
+/// worker round).
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Caller {
     /// A caller over `events`.
@@ -99,26 +104,26 @@ impl Caller {
         Caller { events }
     }
 
-    /// Sends `request` to the owner and waits for its answer.
-    pub fn call(&self, request: Request) -> Result<Response, ApiError> {
-        let (reply, answer) = mpsc::sync_channel(1);
-        self.events
-            .send(Event::Call(request, reply))
-            .map_err(|_| ApiError::from("the bridge is stopping"))?;
-        answer
-            .recv_timeout(CALL_TIMEOUT)
-            .map_err(|_| ApiError::from("the bridge did not answer in time"))?
+    /// Sends `request` to the owner without waiting: `reply` gets the
+    /// answer, on the owner's thread.
+    pub fn call_then(&self, request: Request, reply: Reply<Response>) -> Result<(), ApiError> {
+        self.send(Event::Call(request, reply))
     }
 
-    /// Asks the owner for a capture.
-    pub fn capture(&self, request: Request) -> Result<CaptureGrant, ApiError> {
-        let (reply, answer) = mpsc::sync_channel(1);
+    /// Asks the owner for a capture without waiting: `reply` gets the
+    /// grant or the refusal, on the owner's thread.
+    pub fn capture_then(
+        &self,
+        request: Request,
+        reply: Reply<CaptureGrant>,
+    ) -> Result<(), ApiError> {
+        self.send(Event::Capture(request, reply))
+    }
+
+    fn send(&self, event: Event) -> Result<(), ApiError> {
         self.events
-            .send(Event::Capture(request, reply))
-            .map_err(|_| ApiError::from("the bridge is stopping"))?;
-        answer
-            .recv_timeout(CALL_TIMEOUT)
-            .map_err(|_| ApiError::from("the bridge did not answer in time"))?
+            .send(event)
+            .map_err(|_| ApiError::from("the bridge is stopping"))
     }
 
     /// Hands a signal to the owner; false once the owner is gone.
@@ -131,6 +136,152 @@ impl Caller {
         self.events.send(Event::Links(news)).is_ok()
     }
 }
+
+/// What the owner publishes for the threads that must answer without
+/// waiting on it (`/metrics`; the control socket's reads while the owner
+/// is busy with a slow request): the figures of `stats`, `port show` and
+/// `mdb show` as of the owner's last look (each tick, once a second, and
+/// after each request and signal it handled), and a view of the MAC table
+/// itself, which readers read live. Only the owner writes it.
+#[derive(Default)]
+pub struct Board {
+    published: arc_swap::ArcSwapOption<Published>,
+    /// Set while the owner handles a request or a signal.
+    busy: std::sync::atomic::AtomicBool,
+}
+
+/// One publication of the owner's (see [`Board`]).
+pub struct Published {
+    /// `stats` then.
+    pub stats: protocol::Stats,
+    /// `port show` then.
+    pub ports: Vec<protocol::PortInfo>,
+    /// `mdb show` then.
+    pub mdb: Result<protocol::Mdb, ApiError>,
+    /// The MAC table and the port names: `fdb show`, read live.
+    pub fdb: FdbView,
+}
+
+impl Board {
+    /// The latest publication; `None` before the first.
+    pub fn latest(&self) -> Option<Arc<Published>> {
+        self.published.load_full()
+    }
+
+    /// Replaces the publication.
+    pub fn publish(&self, published: Published) {
+        self.published.store(Some(Arc::new(published)));
+    }
+
+    /// Says whether the owner is busy with a request or a signal.
+    pub fn set_busy(&self, busy: bool) {
+        // Relaxed: a hint for the control thread, which only chooses
+        // between asking the owner and reading the publication by it.
+        self.busy.store(busy, Ordering::Relaxed);
+    }
+
+    /// Whether the owner is busy with a request or a signal now.
+    pub fn busy(&self) -> bool {
+        self.busy.load(Ordering::Relaxed)
+    }
+}
+
+/// The MAC table with what names its ports: what `fdb show` needs, for a
+/// thread other than the owner to answer it.
+pub struct FdbView {
+    fdb: Arc<dyn Table>,
+    ports: Vec<Option<PortSpec>>,
+    vxlans: BTreeMap<String, Arc<VxlanShared>>,
+}
+
+impl FdbView {
+    /// `fdb show`: every entry, or those on port `port` and VLAN `vlan`.
+    pub fn show(
+        &self,
+        port: Option<&str>,
+        vlan: Option<FdbVlan>,
+    ) -> Result<Vec<FdbEntry>, ApiError> {
+        let port = port.map(|p| find_port(&self.ports, p)).transpose()?;
+        let now = self.fdb.now();
+        Ok(self
+            .fdb
+            .records()
+            .into_iter()
+            .filter(|r| {
+                port.is_none_or(|p| r.port == p) && vlan.is_none_or(|v| r.key.vlan == v.get())
+            })
+            .map(|r| {
+                let label = port_label(&self.ports, r.port);
+                let dst = self
+                    .vxlans
+                    .get(&label)
+                    .and_then(|shared| shared.vteps.addr(r.vtep?));
+                FdbEntry {
+                    mac: r.key.mac.to_string(),
+                    vlan: r.key.vlan,
+                    state: match (r.is_local, r.is_static) {
+                        (true, _) => "local",
+                        (false, true) => "static",
+                        (false, false) => "learned",
+                    }
+                    .to_owned(),
+                    age_s: r.idle_secs(now),
+                    dst: dst.map(|ip| ip.to_string()),
+                    port: label,
+                }
+            })
+            .collect())
+    }
+}
+
+/// The ports of `ports` (by id, `None` where removed) that are there.
+fn live_ports_of(ports: &[Option<PortSpec>]) -> Vec<(PortId, PortSpec)> {
+    ports
+        .iter()
+        .enumerate()
+        .filter_map(|(id, spec)| Some((PortId(id as u16), spec.clone()?)))
+        .collect()
+}
+
+/// Port `id` as `--port` gives it, or `#id` for one since removed.
+fn port_label(ports: &[Option<PortSpec>], id: PortId) -> String {
+    match ports.get(id.index()) {
+        Some(Some(spec)) => spec.label(),
+        _ => format!("#{}", id.0),
+    }
+}
+
+/// The port named `name`: its `--port` form or its interface name.
+fn find_port(ports: &[Option<PortSpec>], name: &str) -> Result<PortId, ApiError> {
+    let live = live_ports_of(ports);
+    let by_label = live.iter().find(|(_, spec)| spec.label() == name);
+    let by_interface = || {
+        let mut matches = live.iter().filter(|(_, spec)| spec.name == name);
+        match (matches.next(), matches.next()) {
+            (Some(found), None) => Some(found),
+            _ => None,
+        }
+    };
+    by_label
+        .or_else(by_interface)
+        .map(|(id, _)| *id)
+        .ok_or_else(|| {
+            let labels: Vec<String> = live.iter().map(|(_, spec)| spec.label()).collect();
+            ApiError(format!("no port '{name}' (ports: {})", labels.join(", ")))
+        })
+}
+
+/// What a prepared lock switch does once the old workers have stopped:
+/// takes their queues and parts, the old table's entries and totals and
+/// the snooper, and starts the new workers over the new table.
+type Switch = Box<
+    dyn FnOnce(
+        Vec<crate::workers::Returned>,
+        &[bridge::fdb::FdbRecord],
+        bridge::fdb::FdbStatsSnapshot,
+        Option<&mut Snooper>,
+    ) -> Result<(crate::workers::Started, Arc<dyn Table>), String>,
+>;
 
 /// A running bridge, as the owner thread sees it.
 pub struct BridgeState {
@@ -184,6 +335,8 @@ pub struct BridgeState {
     /// Raw ports whose interfaces were down until the bridge opened them:
     /// put back down when they leave the bridge or the bridge stops.
     raised: std::collections::BTreeSet<String>,
+    /// `lock set` requests that failed with the bridge left as it was.
+    lock_set_failed: u64,
     /// Why the bridge must stop, once something left it unable to forward
     /// (a worker lost while switching strategies).
     fatal: Option<String>,
@@ -275,6 +428,7 @@ impl BridgeState {
             raised: parts.raised,
             link_events: parts.link_events,
             fatal: None,
+            lock_set_failed: 0,
             guards: BTreeMap::new(),
             links_known: None,
             stp: parts.stp,
@@ -501,8 +655,7 @@ impl BridgeState {
     pub fn handle(&mut self, request: Request) -> Result<Response, ApiError> {
         Ok(match request {
             Request::FdbShow { port, vlan } => {
-                let port = port.map(|p| self.port(&p)).transpose()?;
-                Response::Fdb(self.fdb_entries(port, vlan))
+                Response::Fdb(self.fdb_view().show(port.as_deref(), vlan)?)
             }
             Request::FdbAdd {
                 mac,
@@ -855,7 +1008,59 @@ impl BridgeState {
                 pause_us: 0,
             });
         }
-        self.check_responsive(&format!("lock set {kind}"))?;
+        if let Err(error) = self.check_responsive(&format!("lock set {kind}")) {
+            self.lock_set_failed += 1;
+            return Err(error);
+        }
+        // Everything the new strategy needs from the system (its table's
+        // memory, the eventfds, the threads) is made while the old workers
+        // still forward: a failure here leaves them untouched. What follows
+        // the stop only moves memory around.
+        let snooping = self.mcast.is_some();
+        let limits: Vec<(PortId, u32)> = self
+            .live_ports()
+            .into_iter()
+            .map(|(id, spec)| (id, spec.options.max_learned.unwrap_or(0)))
+            .collect();
+        let count = self.controls.len();
+        let prepared: Result<Switch, String> = locks::with_strategy!(kind, S => {
+            let table = Arc::new(bridge::MacTable::<S>::with_clock(old.config(), old.clock()));
+            let groups = snooping.then(|| Arc::new(bridge::mcast::GroupTable::<S>::new()));
+            crate::workers::prepare::<S>(
+                Arc::clone(&table),
+                groups.clone(),
+                count,
+                self.worker_config,
+                &self.placement,
+                None,
+            )
+            .map(|prepared| {
+                Box::new(move |sets, entries: &[bridge::fdb::FdbRecord], totals, mcast: Option<&mut Snooper>| {
+                    table.import(entries, totals);
+                    for &(port, limit) in &limits {
+                        table.set_port_limit(port, limit);
+                    }
+                    if let (Some(mcast), Some(groups)) = (mcast, &groups) {
+                        mcast.replace_table(Arc::clone(groups) as Arc<dyn bridge::mcast::Groups>);
+                    }
+                    prepared
+                        .start(sets)
+                        .map(|started| (started, table as Arc<dyn Table>))
+                }) as Switch
+            })
+        });
+        let switch = match prepared {
+            Ok(switch) => switch,
+            Err(error) => {
+                self.lock_set_failed += 1;
+                let message = format!(
+                    "lock set {kind}: {error}; nothing changed, the bridge forwards on with {}",
+                    old.kind()
+                );
+                log::warn!("{message}");
+                return Err(ApiError(message));
+            }
+        };
         let paused = Instant::now();
         // Every worker answered a moment ago; one that does not stop now
         // got stuck since, and the others have stopped already.
@@ -865,26 +1070,7 @@ impl BridgeState {
         };
         let entries = old.records();
         let totals = old.stats();
-        let snooping = self.mcast.is_some();
-        let limits: Vec<(PortId, u32)> = self
-            .live_ports()
-            .into_iter()
-            .map(|(id, spec)| (id, spec.options.max_learned.unwrap_or(0)))
-            .collect();
-        let started = locks::with_strategy!(kind, S => {
-            let table = Arc::new(bridge::MacTable::<S>::with_clock(old.config(), old.clock()));
-            table.import(&entries, totals);
-            for &(port, limit) in &limits {
-                table.set_port_limit(port, limit);
-            }
-            let groups = snooping.then(|| Arc::new(bridge::mcast::GroupTable::<S>::new()));
-            if let (Some(mcast), Some(groups)) = (&mut self.mcast, &groups) {
-                mcast.replace_table(Arc::clone(groups) as Arc<dyn bridge::mcast::Groups>);
-            }
-            crate::workers::start::<S>(Arc::clone(&table), groups, sets, self.worker_config, &self.placement, None)
-                .map(|started| (started, table as Arc<dyn Table>))
-        });
-        let (started, table) = match started {
+        let (started, table) = match switch(sets, &entries, totals, self.mcast.as_mut()) {
             Ok(started) => started,
             Err(error) => return Err(self.fail(format!("lock set {kind}: {error}"))),
         };
@@ -1320,66 +1506,36 @@ impl BridgeState {
 
     /// The ports now, by id.
     pub fn live_ports(&self) -> Vec<(PortId, PortSpec)> {
-        self.ports
-            .iter()
-            .enumerate()
-            .filter_map(|(id, spec)| Some((PortId(id as u16), spec.clone()?)))
-            .collect()
+        live_ports_of(&self.ports)
     }
 
     /// Port `id` as `--port` gives it, or `#id` for one since removed.
     pub fn label(&self, id: PortId) -> String {
-        match self.ports.get(id.index()) {
-            Some(Some(spec)) => spec.label(),
-            _ => format!("#{}", id.0),
-        }
+        port_label(&self.ports, id)
     }
 
     /// The port named `name`: its `--port` form or its interface name.
     fn port(&self, name: &str) -> Result<PortId, ApiError> {
-        let live = self.live_ports();
-        let by_label = live.iter().find(|(_, spec)| spec.label() == name);
-        let by_interface = || {
-            let mut matches = live.iter().filter(|(_, spec)| spec.name == name);
-            match (matches.next(), matches.next()) {
-                (Some(found), None) => Some(found),
-                _ => None,
-            }
-        };
-        by_label
-            .or_else(by_interface)
-            .map(|(id, _)| *id)
-            .ok_or_else(|| {
-                let labels: Vec<String> = live.iter().map(|(_, spec)| spec.label()).collect();
-                ApiError(format!("no port '{name}' (ports: {})", labels.join(", ")))
-            })
+        find_port(&self.ports, name)
     }
 
-    fn fdb_entries(&self, port: Option<PortId>, vlan: Option<FdbVlan>) -> Vec<FdbEntry> {
-        let now = self.fdb.now();
-        self.fdb
-            .records()
-            .into_iter()
-            .filter(|r| {
-                port.is_none_or(|p| r.port == p) && vlan.is_none_or(|v| r.key.vlan == v.get())
-            })
-            .map(|r| {
-                let label = self.label(r.port);
-                FdbEntry {
-                    mac: r.key.mac.to_string(),
-                    vlan: r.key.vlan,
-                    state: match (r.is_local, r.is_static) {
-                        (true, _) => "local",
-                        (false, true) => "static",
-                        (false, false) => "learned",
-                    }
-                    .to_owned(),
-                    age_s: r.idle_secs(now),
-                    dst: self.vtep_addr(&label, r.vtep).map(|ip| ip.to_string()),
-                    port: label,
-                }
-            })
-            .collect()
+    /// What `fdb show` reads, for any thread.
+    fn fdb_view(&self) -> FdbView {
+        FdbView {
+            fdb: Arc::clone(&self.fdb),
+            ports: self.ports.clone(),
+            vxlans: self.vxlans.clone(),
+        }
+    }
+
+    /// What the owner publishes (see [`Board`]).
+    pub fn published(&self) -> Published {
+        Published {
+            stats: self.stats(),
+            ports: self.port_list(),
+            mdb: self.mdb_show(),
+            fdb: self.fdb_view(),
+        }
     }
 
     /// The link of a port, as `stats` and `port show` give it.
@@ -1577,6 +1733,7 @@ impl BridgeState {
                 totals,
             },
             lockstat,
+            lock_set_failed: self.lock_set_failed,
             stp: self.stp.as_ref().map(|stp| stp.bridge(|id| self.label(id))),
             mcast: self.mcast.as_ref().map(Snooper::stats),
         }

@@ -13,23 +13,35 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use bridge::Stopper;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::unistd::Gid;
 
-use crate::api::Caller;
-use crate::protocol::{self, ReplyLine, Request, RequestLine, VERSION};
+use crate::api::{Board, Caller, CaptureGrant, CALL_TIMEOUT};
+use crate::protocol::{self, ApiError, ReplyLine, Request, RequestLine, Response, VERSION};
 
 /// The most clients served at once; one more is told so and closed.
 pub const MAX_CLIENTS: usize = 64;
+/// Of those, the most that members of the read-only group take (with
+/// `--ctl-ro-group`): the other 16 are kept for root and `--ctl-group`.
+pub const MAX_READ_ONLY_CLIENTS: usize = 48;
 /// Replies waiting to be written to one client, beyond which its further
 /// requests wait unread (the client pipelines without reading).
 pub const MAX_PENDING_REPLIES: usize = 256 * 1024;
 /// A client that sends nothing for this long is closed.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A request line must be whole this long after its first byte came, or
+/// the client is closed (one that trickles a byte at a time).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Replies must be taken this long after they were ready, or the client
+/// is closed (one that does not read).
+const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a read may wait for the owner's own answer before the reads
+/// that follow are answered from its latest publication instead.
+const READ_PATIENCE: Duration = Duration::from_millis(100);
 /// How often the loop looks at the stop flag.
 const TICK_MS: u16 = 200;
 /// How long the listener rests after `accept` failed for want of file
@@ -57,6 +69,14 @@ enum Grant {
     /// vhost socket directory.
     Group,
     ReadOnly,
+}
+
+impl Grant {
+    /// The kind of client for its places: one that may change the bridge,
+    /// or one that only reads.
+    fn kind(self) -> bool {
+        self == Grant::ReadOnly
+    }
 }
 
 impl Access {
@@ -250,6 +270,16 @@ impl Drop for ControlSocket {
     }
 }
 
+/// A request handed to the owner, not answered yet.
+struct Waiting {
+    /// Matches the answer to it.
+    id: u64,
+    /// When it was sent.
+    since: Instant,
+    /// Whether it changes the bridge (may take the owner seconds).
+    changes: bool,
+}
+
 /// One client: what it sent that is not answered yet, and what is still to
 /// be written to it.
 struct Client {
@@ -259,6 +289,13 @@ struct Client {
     output: Vec<u8>,
     written: usize,
     last_seen: Instant,
+    /// When the request line in `input` began (its first byte came).
+    line_started: Option<Instant>,
+    /// Since when replies have waited to be written.
+    reply_since: Option<Instant>,
+    /// Its request the owner has not answered yet: it is sent nothing
+    /// else meanwhile, so that its replies keep their order.
+    waiting: Option<Waiting>,
     /// Close once the output is written (a line too long, say).
     closing: bool,
     /// A capture it was granted: the client leaves this loop for a thread
@@ -267,9 +304,28 @@ struct Client {
 }
 
 impl Client {
+    fn new(stream: UnixStream, grant: Grant, now: Instant) -> Client {
+        Client {
+            stream,
+            grant,
+            input: Vec::new(),
+            output: Vec::new(),
+            written: 0,
+            last_seen: now,
+            line_started: None,
+            reply_since: None,
+            waiting: None,
+            closing: false,
+            capture: None,
+        }
+    }
+
     fn reply(&mut self, reply: &ReplyLine) {
         // Serialising our own types cannot fail.
         let line = serde_json::to_string(reply).expect("a reply serialises");
+        if self.output.is_empty() {
+            self.reply_since = Some(Instant::now());
+        }
         self.output.extend_from_slice(line.as_bytes());
         self.output.push(b'\n');
     }
@@ -288,10 +344,116 @@ impl Client {
     fn wants_to_read(&self) -> bool {
         !self.closing && !self.wants_to_write() && !self.has_line()
     }
+
+    /// Whether it is silent: nothing asked, nothing to take.
+    fn silent(&self) -> bool {
+        !self.wants_to_write() && !self.has_line() && self.waiting.is_none()
+    }
+
+    /// Why it is to be closed now, if it is: it sent nothing for
+    /// [`IDLE_TIMEOUT`], took longer than [`REQUEST_TIMEOUT`] over a
+    /// request line, or left a reply unread for [`REPLY_TIMEOUT`].
+    fn expired(&self, now: Instant) -> Option<&'static str> {
+        let over = |since: Option<Instant>, limit: Duration| {
+            since.is_some_and(|since| now.duration_since(since) > limit)
+        };
+        if over(self.reply_since, REPLY_TIMEOUT) {
+            Some("reply not taken in time")
+        } else if !self.has_line() && over(self.line_started, REQUEST_TIMEOUT) {
+            Some("request line not finished in time")
+        } else if self.waiting.is_none() && over(Some(self.last_seen), IDLE_TIMEOUT) {
+            Some("idle")
+        } else {
+            None
+        }
+    }
+}
+
+/// What the owner answered to request `id`.
+enum Answer {
+    Call(u64, Result<Response, ApiError>),
+    Capture(u64, Result<CaptureGrant, ApiError>),
+}
+
+/// Where the owner's answers come back to the control thread: a channel,
+/// and a socket pair whose readable end wakes the thread's `poll`.
+struct Answers {
+    sender: mpsc::Sender<Answer>,
+    receiver: mpsc::Receiver<Answer>,
+    wake: Arc<UnixStream>,
+    woken: UnixStream,
+    next_id: u64,
+}
+
+impl Answers {
+    fn new() -> io::Result<Answers> {
+        let (wake, woken) = UnixStream::pair()?;
+        wake.set_nonblocking(true)?;
+        woken.set_nonblocking(true)?;
+        let (sender, receiver) = mpsc::channel();
+        Ok(Answers {
+            sender,
+            receiver,
+            wake: Arc::new(wake),
+            woken,
+            next_id: 0,
+        })
+    }
+
+    /// A new request id, and what hands the owner's answer back.
+    fn reply<T: Send + 'static>(
+        &mut self,
+        wrap: fn(u64, Result<T, ApiError>) -> Answer,
+    ) -> (u64, crate::api::Reply<T>) {
+        self.next_id += 1;
+        let id = self.next_id;
+        let sender = self.sender.clone();
+        let wake = Arc::clone(&self.wake);
+        let reply = Box::new(move |result| {
+            // The control thread may be gone (the bridge stops): fine.
+            let _ = sender.send(wrap(id, result));
+            // A full socket means a wake-up is pending already.
+            let _ = (&*wake).write(&[1]);
+        });
+        (id, reply)
+    }
+
+    /// Empties the wake-up socket.
+    fn drain_wake(&self) {
+        let mut bytes = [0u8; 256];
+        while matches!((&self.woken).read(&mut bytes), Ok(n) if n > 0) {}
+    }
+}
+
+/// How many clients of each kind are served at once: with a read-only
+/// group, [`MAX_READ_ONLY_CLIENTS`] places are for its members and
+/// [`MAX_CLIENTS`] less those for everyone else, so readers cannot take the
+/// places of those who may change the bridge (nor these the readers');
+/// without one, every client may change the bridge and all places are
+/// theirs.
+fn places(access: &Access, grant: Grant) -> usize {
+    match (access.read_only.is_some(), grant) {
+        (false, _) => MAX_CLIENTS,
+        (true, Grant::ReadOnly) => MAX_READ_ONLY_CLIENTS,
+        (true, Grant::Full | Grant::Group) => MAX_CLIENTS - MAX_READ_ONLY_CLIENTS,
+    }
 }
 
 /// Serves the control socket until `stopper` says stop.
-pub fn serve(socket: ControlSocket, access: Access, caller: Caller, stopper: Arc<Stopper>) {
+pub fn serve(
+    socket: ControlSocket,
+    access: Access,
+    caller: Caller,
+    board: Arc<Board>,
+    stopper: Arc<Stopper>,
+) {
+    let mut answers = match Answers::new() {
+        Ok(answers) => answers,
+        Err(error) => {
+            log::error!("control socket: cannot make its wake-up socket: {error}; not serving");
+            return;
+        }
+    };
     let mut clients: Vec<Client> = Vec::new();
     let mut buffer = vec![0u8; 16 * 1024];
     let mut listener_rests_until: Option<Instant> = None;
@@ -299,13 +461,14 @@ pub fn serve(socket: ControlSocket, access: Access, caller: Caller, stopper: Arc
         let now = Instant::now();
         let listening = listener_rests_until.is_none_or(|until| now >= until);
         let (listener_ready, ready) = {
-            let mut fds = Vec::with_capacity(clients.len() + 1);
+            let mut fds = Vec::with_capacity(clients.len() + 2);
             let listen_events = if listening {
                 PollFlags::POLLIN
             } else {
                 PollFlags::empty()
             };
             fds.push(PollFd::new(socket.listener.as_fd(), listen_events));
+            fds.push(PollFd::new(answers.woken.as_fd(), PollFlags::POLLIN));
             for client in &clients {
                 let mut events = PollFlags::empty();
                 if client.wants_to_write() {
@@ -324,10 +487,14 @@ pub fn serve(socket: ControlSocket, access: Access, caller: Caller, stopper: Arc
                 continue;
             }
             let revents = |fd: &PollFd| fd.revents().unwrap_or(PollFlags::empty());
-            let ready: Vec<PollFlags> = fds[1..].iter().map(revents).collect();
+            let ready: Vec<PollFlags> = fds[2..].iter().map(revents).collect();
             (!revents(&fds[0]).is_empty(), ready)
         };
+        answers.drain_wake();
         let now = Instant::now();
+        while let Ok(answer) = answers.receiver.try_recv() {
+            take_answer(&mut clients, answer, now);
+        }
         for (client, events) in clients.iter_mut().zip(ready) {
             if !events.is_empty() {
                 client.last_seen = now;
@@ -338,10 +505,21 @@ pub fn serve(socket: ControlSocket, access: Access, caller: Caller, stopper: Arc
             if events.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR)
                 && client.wants_to_read()
             {
-                read_some(client, &mut buffer);
+                read_some(client, &mut buffer, now);
             }
-            // Requests left waiting while its replies backed up.
-            answer_lines(client, &caller, &access);
+        }
+        // Reads go to the owner, for figures of this moment, unless it is
+        // busy with something slow (a change, a reload, or anything it has
+        // not answered within READ_PATIENCE): then they are answered from
+        // its latest publication, and never wait behind it.
+        let owner_slow = board.busy()
+            || clients.iter().any(|c| {
+                c.waiting
+                    .as_ref()
+                    .is_some_and(|w| w.changes || now.duration_since(w.since) > READ_PATIENCE)
+            });
+        for client in &mut clients {
+            answer_lines(client, &caller, &access, &board, &mut answers, owner_slow);
         }
         for index in (0..clients.len()).rev() {
             if clients[index].capture.is_some() {
@@ -358,8 +536,11 @@ pub fn serve(socket: ControlSocket, access: Access, caller: Caller, stopper: Arc
         }
         clients.retain(|client| {
             let done = client.closing && !client.wants_to_write() && !client.has_line();
-            let idle = now.duration_since(client.last_seen) > IDLE_TIMEOUT;
-            !(done || idle)
+            if let Some(why) = client.expired(now) {
+                log::debug!("control socket: closing a client: {why}");
+                return false;
+            }
+            !done || client.waiting.is_some()
         });
         if listening && listener_ready {
             listener_rests_until = accept_all(&socket, &access, &mut clients, now);
@@ -367,6 +548,32 @@ pub fn serve(socket: ControlSocket, access: Access, caller: Caller, stopper: Arc
             listener_rests_until = listener_rests_until.filter(|until| now < *until);
         }
     }
+}
+
+/// Hands the owner's answer to the client that waits for it, if it is
+/// still there.
+fn take_answer(clients: &mut [Client], answer: Answer, now: Instant) {
+    let id = match &answer {
+        Answer::Call(id, _) | Answer::Capture(id, _) => *id,
+    };
+    let Some(client) = clients
+        .iter_mut()
+        .find(|c| c.waiting.as_ref().is_some_and(|w| w.id == id))
+    else {
+        return;
+    };
+    client.waiting = None;
+    client.last_seen = now;
+    match answer {
+        Answer::Call(_, result) => client.reply(&ReplyLine::of(result)),
+        Answer::Capture(_, Ok(grant)) => {
+            // The stream that follows belongs to the capture thread.
+            client.capture = Some(grant);
+            client.input.clear();
+        }
+        Answer::Capture(_, Err(error)) => client.reply(&ReplyLine::error(error.0)),
+    }
+    write_some(client);
 }
 
 /// Accepts every waiting client; returns until when the listener rests,
@@ -393,23 +600,16 @@ fn accept_all(
                         continue;
                     }
                 };
-                if clients.len() >= MAX_CLIENTS && !evict_idlest(clients, now) {
+                let places = places(access, grant);
+                let taken = clients.iter().filter(|c| c.grant.kind() == grant.kind()).count();
+                if taken >= places && !evict_idlest(clients, grant, now) {
                     refuse(
                         stream,
-                        &format!("too many clients ({MAX_CLIENTS} at once, all busy); try again"),
+                        &format!("too many clients ({places} at once, all busy); try again"),
                     );
                     continue;
                 }
-                clients.push(Client {
-                    stream,
-                    grant,
-                    input: Vec::new(),
-                    output: Vec::new(),
-                    written: 0,
-                    last_seen: now,
-                    closing: false,
-                    capture: None,
-                });
+                clients.push(Client::new(stream, grant, now));
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -435,14 +635,14 @@ fn accept_all(
     }
 }
 
-/// Closes the client that has been silent longest, if one is silent at
-/// all (no request waiting, no reply being written), to make room for a
-/// new one; false if every client is busy.
-fn evict_idlest(clients: &mut Vec<Client>, now: Instant) -> bool {
+/// Closes the client of kind `grant` that has been silent longest, if one
+/// is silent at all (no request waiting, no reply being written), to make
+/// room for a new one of that kind; false if every such client is busy.
+fn evict_idlest(clients: &mut Vec<Client>, grant: Grant, now: Instant) -> bool {
     let idlest = clients
         .iter()
         .enumerate()
-        .filter(|(_, c)| !c.wants_to_write() && !c.has_line() && c.last_seen < now)
+        .filter(|(_, c)| c.grant.kind() == grant.kind() && c.silent() && c.last_seen < now)
         .min_by_key(|(_, c)| c.last_seen)
         .map(|(index, _)| index);
     match idlest {
@@ -473,6 +673,7 @@ fn write_some(client: &mut Client) {
                 client.output.clear();
                 client.written = 0;
                 client.input.clear();
+                client.reply_since = None;
                 return;
             }
             Ok(n) => client.written += n,
@@ -484,15 +685,17 @@ fn write_some(client: &mut Client) {
                 client.output.clear();
                 client.written = 0;
                 client.input.clear();
+                client.reply_since = None;
                 return;
             }
         }
     }
     client.output.clear();
     client.written = 0;
+    client.reply_since = None;
 }
 
-fn read_some(client: &mut Client, buffer: &mut [u8]) {
+fn read_some(client: &mut Client, buffer: &mut [u8], now: Instant) {
     loop {
         match client.stream.read(buffer) {
             Ok(0) => {
@@ -501,6 +704,9 @@ fn read_some(client: &mut Client, buffer: &mut [u8]) {
                 return;
             }
             Ok(n) => {
+                if client.input.is_empty() {
+                    client.line_started = Some(now);
+                }
                 client.input.extend_from_slice(&buffer[..n]);
                 if client.has_line() || client.input.len() > protocol::MAX_LINE {
                     return;
@@ -517,11 +723,34 @@ fn read_some(client: &mut Client, buffer: &mut [u8]) {
     }
 }
 
+/// A read answered from the owner's latest publication, off the owner.
+fn from_board(board: &Board, request: &Request) -> Option<Result<Response, ApiError>> {
+    let published = board.latest()?;
+    Some(match request {
+        Request::Stats => Ok(Response::Stats(Box::new(published.stats.clone()))),
+        Request::PortShow => Ok(Response::Ports(published.ports.clone())),
+        Request::MdbShow => published.mdb.clone().map(Response::Mdb),
+        Request::FdbShow { port, vlan } => published
+            .fdb
+            .show(port.as_deref(), *vlan)
+            .map(Response::Fdb),
+        _ => return None,
+    })
+}
+
 /// Answers the client's whole request lines while its replies fit in
-/// [`MAX_PENDING_REPLIES`]; the rest wait, unread beyond, until it takes
-/// what was written.
-fn answer_lines(client: &mut Client, caller: &Caller, access: &Access) {
-    while client.output.len() < MAX_PENDING_REPLIES {
+/// [`MAX_PENDING_REPLIES`], one at a time: a request for the owner leaves
+/// the rest waiting until it is answered; the rest wait, unread beyond,
+/// until the client takes what was written.
+fn answer_lines(
+    client: &mut Client,
+    caller: &Caller,
+    access: &Access,
+    board: &Board,
+    answers: &mut Answers,
+    owner_slow: bool,
+) {
+    while client.waiting.is_none() && client.output.len() < MAX_PENDING_REPLIES {
         let Some(end) = client.input.iter().position(|&b| b == b'\n') else {
             break;
         };
@@ -530,23 +759,52 @@ fn answer_lines(client: &mut Client, caller: &Caller, access: &Access) {
             return;
         }
         let line: Vec<u8> = client.input.drain(..=end).collect();
+        client.line_started = (!client.input.is_empty()).then(Instant::now);
         let line = &line[..line.len() - 1];
-        match parse(line, client.grant, access) {
-            Err(reply) => client.reply(&reply),
-            Ok(request @ Request::Capture { .. }) => match caller.capture(request) {
-                Ok(grant) => {
-                    // The stream that follows belongs to the capture thread.
-                    client.capture = Some(grant);
-                    client.input.clear();
-                    return;
-                }
-                Err(error) => client.reply(&ReplyLine::error(error.0)),
-            },
-            Ok(request) => client.reply(&ReplyLine::of(caller.call(request))),
+        let request = match parse(line, client.grant, access) {
+            Err(reply) => {
+                client.reply(&reply);
+                continue;
+            }
+            Ok(request) => request,
+        };
+        if owner_slow && !request.changes() {
+            if let Some(answer) = from_board(board, &request) {
+                client.reply(&ReplyLine::of(answer));
+                continue;
+            }
+        }
+        let changes = request.changes();
+        let sent = match request {
+            request @ Request::Capture { .. } => {
+                let (id, reply) = answers.reply(Answer::Capture);
+                caller.capture_then(request, reply).map(|()| id)
+            }
+            request => {
+                let (id, reply) = answers.reply(Answer::Call);
+                caller.call_then(request, reply).map(|()| id)
+            }
+        };
+        match sent {
+            Ok(id) => {
+                client.waiting = Some(Waiting {
+                    id,
+                    since: Instant::now(),
+                    changes,
+                });
+            }
+            Err(error) => client.reply(&ReplyLine::error(error.0)),
         }
     }
     if !client.has_line() && client.input.len() > protocol::MAX_LINE {
         too_long(client);
+    }
+    if let Some(waiting) = &client.waiting {
+        if waiting.since.elapsed() > CALL_TIMEOUT {
+            // Its answer, should it come, finds nobody waiting.
+            client.waiting = None;
+            client.reply(&ReplyLine::error("the bridge did not answer in time"));
+        }
     }
     if client.wants_to_write() {
         write_some(client);

@@ -18,7 +18,6 @@ use nix::sys::signal::SigSet;
 
 use crate::api::{self, BridgeState, Caller, Event};
 use crate::ports::{self, open_ports, Kind, PortSpec};
-use crate::protocol::Request;
 use crate::{control, metrics, say, system, workers, InjectedFault, ModeArg, RunArgs, RxRingArg};
 
 /// Receive buffers hold a whole 64 KiB offloaded segment and its header.
@@ -162,7 +161,7 @@ pub fn run<S: Strategy>(
         Some(InjectedFault::WorkerPanic) => Some(workers::Injected::PanicAtStart),
         Some(InjectedFault::WorkerPanicOnStop) => Some(workers::Injected::PanicAtStop),
         Some(InjectedFault::WorkerStall) => Some(workers::Injected::Stall),
-        None => None,
+        Some(InjectedFault::OwnerSlow) | None => None,
     };
     // Before any worker learns.
     for (index, spec) in specs.iter().enumerate() {
@@ -236,17 +235,25 @@ pub fn run<S: Strategy>(
         state.add_statics(&file.statics)?;
     }
     let caller = Caller::new(events_tx);
+    // Published before any other thread starts, so that none finds it empty.
+    let board = Arc::new(api::Board::default());
+    board.publish(state.published());
     let metrics_thread = match metrics {
         Some(server) => {
-            let caller = caller.clone();
+            let board = Arc::clone(&board);
             let stopper = Arc::clone(&stopper);
             let addr = server.local_addr();
             let thread = thread::Builder::new()
                 .name("metrics".to_owned())
                 .spawn(move || {
-                    let stats = move || match caller.call(Request::Stats) {
-                        Ok(crate::protocol::Response::Stats(stats)) => Some(*stats),
-                        _ => None,
+                    // The owner's latest publication: a scrape never waits
+                    // on the owner.
+                    let stats = {
+                        let stopper = Arc::clone(&stopper);
+                        move || match stopper.is_stopped() {
+                            true => None,
+                            false => board.latest().map(|p| p.stats.clone()),
+                        }
                     };
                     server.serve(stats, || stopper.is_stopped())
                 })
@@ -259,10 +266,11 @@ pub fn run<S: Strategy>(
     let control_thread = {
         let stopper = Arc::clone(&stopper);
         let caller = caller.clone();
+        let board = Arc::clone(&board);
         let path = control.path().display().to_string();
         let thread = thread::Builder::new()
             .name("control".to_owned())
-            .spawn(move || control::serve(control, access, caller, stopper))
+            .spawn(move || control::serve(control, access, caller, board, stopper))
             .map_err(|e| format!("cannot start the control thread: {e}"))?;
         log::info!("control socket {path}");
         thread
@@ -311,7 +319,8 @@ pub fn run<S: Strategy>(
         system::notify_ready();
     }
     if outcome.is_ok() {
-        outcome = own(&mut state, &events, args.config.is_some());
+        let slow = args.inject_fault == Some(InjectedFault::OwnerSlow);
+        outcome = own(&mut state, &events, &board, args.config.is_some(), slow);
     }
     stopper.stop();
     // They stop while the other threads do.
@@ -357,12 +366,17 @@ pub fn run<S: Strategy>(
     outcome
 }
 
+/// How long `--inject-fault owner-slow` makes each changing request take.
+const OWNER_SLOW: Duration = Duration::from_secs(3);
+
 /// The owner's loop: one event at a time, and the tick once a second,
 /// until SIGINT or SIGTERM (Ok) or a fault (its error).
 fn own(
     state: &mut BridgeState,
     events: &mpsc::Receiver<Event>,
+    board: &api::Board,
     reloads: bool,
+    slow: bool,
 ) -> Result<(), String> {
     let mut next_tick = Instant::now() + TICK;
     loop {
@@ -376,13 +390,33 @@ fn own(
             .mcast_deadline()
             .map_or(next_tick, |at| at.min(next_tick));
         let wait = until.saturating_duration_since(now);
-        match events.recv_timeout(wait) {
+        let event = events.recv_timeout(wait);
+        // Requests and signals change what `stats` and the rest say: the
+        // owner publishes again after them (and every tick), not after
+        // link or port events, which may come in floods.
+        let publish = matches!(
+            event,
+            Ok(Event::Call(..) | Event::Capture(..) | Event::Signal(_))
+        );
+        // What may take a while: readers do not queue behind it.
+        let lengthy = matches!(
+            &event,
+            Ok(Event::Call(request, _)) if request.changes()
+        ) || matches!(event, Ok(Event::Signal(libc::SIGHUP)));
+        if lengthy {
+            board.set_busy(true);
+        }
+        match event {
             Ok(Event::Call(request, reply)) => {
+                if slow && request.changes() {
+                    // The test hook `--inject-fault owner-slow`.
+                    thread::sleep(OWNER_SLOW);
+                }
                 // The caller may have given up waiting; nothing to do then.
-                let _ = reply.send(state.handle(request));
+                reply(state.handle(request));
             }
             Ok(Event::Capture(request, reply)) => {
-                let _ = reply.send(state.capture(request));
+                reply(state.capture(request));
             }
             Ok(Event::Links(news)) => state.links(news),
             Ok(Event::Port(event)) => state.port_event(event),
@@ -402,9 +436,14 @@ fn own(
             // Every caller is gone: nothing can stop the bridge but a fault.
             Err(mpsc::RecvTimeoutError::Disconnected) => thread::sleep(wait),
         }
-        if Instant::now() >= next_tick {
+        let tick = Instant::now() >= next_tick;
+        if tick {
             next_tick = Instant::now() + TICK;
             state.tick()?;
+        }
+        if publish || tick {
+            board.publish(state.published());
+            board.set_busy(false);
         }
         state.check_workers()?;
     }

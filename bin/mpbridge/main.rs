@@ -403,7 +403,8 @@ struct RunArgs {
 }
 
 // The variants' names are the values `--inject-fault` takes
-// (`worker-panic`, `worker-stall`): each names the worker it breaks.
+// (`worker-panic`, `worker-stall`, `owner-slow`): each names the thread it
+// breaks.
 #[allow(clippy::enum_variant_names)]
 #[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
 enum InjectedFault {
@@ -415,6 +416,9 @@ enum InjectedFault {
     /// Worker 0 blocks in a sleep (for an hour) once started, before its
     /// first round: a stuck worker.
     WorkerStall,
+    /// The owner sleeps 3 s before each request that changes the bridge:
+    /// a slow request (a port add waiting on its workers), on demand.
+    OwnerSlow,
 }
 
 #[derive(Clone, Copy, PartialEq, clap::ValueEnum)]

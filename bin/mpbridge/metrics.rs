@@ -610,6 +610,14 @@ fn write_families(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Resul
         family(out, name, Kind::Counter, help, one(Value::Int(value)))?;
     }
 
+    family(
+        out,
+        "lock_set_failed_total",
+        Kind::Counter,
+        "lock set requests that failed with the bridge left on its strategy.",
+        one(Value::Int(stats.lock_set_failed)),
+    )?;
+
     let lock = &stats.lockstat;
     family(
         out,
@@ -975,6 +983,7 @@ mod tests {
                 contended: 10,
                 wait_ns: 1_500_000_007,
             },
+            lock_set_failed: 0,
             stp: None,
             mcast: None,
         }
@@ -1140,6 +1149,7 @@ mod tests {
             "mpbridge_info",
             "mpbridge_lock_acquisitions_total",
             "mpbridge_lock_contended_total",
+            "mpbridge_lock_set_failed_total",
             "mpbridge_lock_wait_seconds_total",
             "mpbridge_lockstat_enabled",
             "mpbridge_port_drops_total",
@@ -1269,7 +1279,7 @@ mod tests {
         let text = render(&stats);
         assert!(text.contains(r#"bridge="a\\b\"c\nd""#), "{text}");
         assert!(text.contains(r#"port="raw:\"x\"""#), "{text}");
-        assert_eq!(text.lines().count(), checked(&stats).samples.len() + 2 * 35);
+        assert_eq!(text.lines().count(), checked(&stats).samples.len() + 2 * 36);
         let e = checked(&stats);
         assert_eq!(
             e.value("mpbridge_port_moves_total", &[("port", "raw:\"x\"")]),

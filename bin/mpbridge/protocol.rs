@@ -567,6 +567,10 @@ pub struct Stats {
     /// The lock statistics of the MAC table (lock-based strategies, with
     /// `--lockstat`).
     pub lockstat: LockStats,
+    /// `lock set` requests that failed with nothing changed (a worker
+    /// stuck, or no descriptor, thread or memory for the new strategy).
+    #[serde(default)]
+    pub lock_set_failed: u64,
     /// Spanning tree, with `--stp`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stp: Option<BridgeStp>,

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bridge::counters::{PortCounters, WorkerCounters};
 use bridge::port::placement::CpuSet;
 use bridge::port::LinkQueue;
-use bridge::worker::{PortControl, WorkerParts};
+use bridge::worker::{PortControl, WorkerParts, WorkerWake};
 use bridge::{MacTable, Stopper, Worker, WorkerConfig};
 use locks::Strategy;
 
@@ -135,27 +135,58 @@ pub fn start<S: Strategy>(
     placement: &[Option<CpuSet>],
     inject: Option<Injected>,
 ) -> Result<Started, String> {
+    prepare(table, groups, sets.len(), config, placement, inject)?.start(sets)
+}
+
+/// A worker's thread started before its worker exists, waiting to be
+/// handed it.
+struct Seat<S: Strategy> {
+    wake: Option<WorkerWake>,
+    hand: Option<mpsc::SyncSender<Worker<S, LinkQueue>>>,
+    handle: Option<JoinHandle<Returned>>,
+}
+
+/// Everything a generation of workers needs from the system, made while
+/// the generation before still forwards: the stopper's eventfd, each
+/// worker's wake-up eventfd and each worker's thread (started, waiting for
+/// its worker). What is left is plain memory moves, which cannot fail for
+/// want of a descriptor or a thread: [`start`](Self::start) hands the
+/// stopped workers' queues to the waiting threads. Dropped unused, it
+/// ends its threads and closes its descriptors.
+pub struct Prepared<S: Strategy> {
+    table: Arc<MacTable<S>>,
+    groups: Option<Arc<bridge::mcast::GroupTable<S>>>,
+    config: WorkerConfig,
+    stopper: Arc<Stopper>,
+    seats: Vec<Seat<S>>,
+    started: Option<mpsc::Receiver<()>>,
+}
+
+/// Makes what `count` workers over `table` need (see [`Prepared`]), or
+/// says what could not be made; nothing of it is left behind then.
+pub fn prepare<S: Strategy>(
+    table: Arc<MacTable<S>>,
+    groups: Option<Arc<bridge::mcast::GroupTable<S>>>,
+    count: usize,
+    config: WorkerConfig,
+    placement: &[Option<CpuSet>],
+    inject: Option<Injected>,
+) -> Result<Prepared<S>, String> {
     let stopper = Arc::new(Stopper::new().map_err(|e| format!("cannot create an eventfd: {e}"))?);
     let (started_tx, started) = mpsc::channel::<()>();
-    let mut result = Started {
-        generation: Generation {
-            stopper: Arc::clone(&stopper),
-            handles: Vec::new(),
-        },
-        controls: Vec::new(),
-        counters: Vec::new(),
-        totals: Vec::new(),
-        captures: Vec::new(),
-        started,
+    let mut prepared = Prepared {
+        table,
+        groups,
+        config,
+        stopper: Arc::clone(&stopper),
+        seats: Vec::with_capacity(count),
+        started: Some(started),
     };
-    for (id, (ports, parts)) in sets.into_iter().enumerate() {
-        let mut worker = Worker::resume(Arc::clone(&table), ports, config, parts);
-        worker.set_id(id);
-        worker.set_groups(groups.clone());
-        result.controls.push(worker.control());
-        result.counters.push(worker.counters());
-        result.totals.push(worker.totals());
-        result.captures.push(worker.capture());
+    for id in 0..count {
+        // Dropping `prepared` on an error ends the threads started so far.
+        let wake = WorkerWake::new()
+            .map_err(|e| format!("cannot create an eventfd for worker {id}: {e}"))?;
+        let (hand, take) = mpsc::sync_channel::<Worker<S, LinkQueue>>(1);
         let stopper = Arc::clone(&stopper);
         let started = started_tx.clone();
         let cpus = placement.get(id).cloned().flatten();
@@ -163,6 +194,10 @@ pub fn start<S: Strategy>(
         let handle = thread::Builder::new()
             .name(format!("worker{id}"))
             .spawn(move || {
+                let Ok(mut worker) = take.recv() else {
+                    // Not needed after all: the switch it was made for failed.
+                    return (Vec::new(), WorkerParts::default());
+                };
                 if inject == Some(Injected::PanicAtStart) {
                     panic!("injected fault");
                 }
@@ -181,7 +216,73 @@ pub fn start<S: Strategy>(
                 worker.into_parts()
             })
             .map_err(|e| format!("cannot start worker {id}: {e}"))?;
-        result.generation.handles.push(handle);
+        prepared.seats.push(Seat {
+            wake: Some(wake),
+            hand: Some(hand),
+            handle: Some(handle),
+        });
     }
-    Ok(result)
+    Ok(prepared)
+}
+
+impl<S: Strategy> Prepared<S> {
+    /// Hands each waiting thread its worker, over the queues and parts of
+    /// one stopped worker each (as many sets as were prepared).
+    pub fn start(mut self, sets: Vec<Returned>) -> Result<Started, String> {
+        if sets.len() != self.seats.len() {
+            return Err(format!(
+                "{} workers prepared for {} sets of queues",
+                self.seats.len(),
+                sets.len()
+            ));
+        }
+        let mut result = Started {
+            generation: Generation {
+                stopper: Arc::clone(&self.stopper),
+                handles: Vec::new(),
+            },
+            controls: Vec::new(),
+            counters: Vec::new(),
+            totals: Vec::new(),
+            captures: Vec::new(),
+            started: self.started.take().expect("taken once"),
+        };
+        for (id, ((ports, parts), seat)) in sets.into_iter().zip(&mut self.seats).enumerate() {
+            let wake = seat.wake.take().expect("taken once");
+            let mut worker =
+                Worker::resume_with(Arc::clone(&self.table), ports, self.config, parts, wake);
+            worker.set_id(id);
+            worker.set_groups(self.groups.clone());
+            result.controls.push(worker.control());
+            result.counters.push(worker.counters());
+            result.totals.push(worker.totals());
+            result.captures.push(worker.capture());
+            let hand = seat.hand.take().expect("taken once");
+            // The thread waits in `recv` until it gets its worker or this
+            // sender goes: it cannot have ended.
+            hand.send(worker)
+                .map_err(|_| format!("worker {id}'s thread ended before it got its queues"))?;
+            result
+                .generation
+                .handles
+                .push(seat.handle.take().expect("taken once"));
+        }
+        Ok(result)
+    }
+}
+
+impl<S: Strategy> Drop for Prepared<S> {
+    fn drop(&mut self) {
+        // Threads not handed a worker end once their sender goes.
+        for seat in &mut self.seats {
+            seat.hand = None;
+        }
+        for seat in &mut self.seats {
+            if let Some(handle) = seat.handle.take() {
+                if seat.wake.is_some() {
+                    let _ = handle.join();
+                }
+            }
+        }
+    }
 }

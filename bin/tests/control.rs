@@ -1304,6 +1304,278 @@ fn reloads_and_port_changes_at_once_keep_the_bridge_whole() {
     assert!(status.is_some_and(|s| s.success()), "{log:?}");
 }
 
+/// Threads of process `pid`.
+fn threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .count()
+}
+
+/// Waits (at most `within`) until the daemon's descriptors and threads are
+/// back to `fds_before` and `threads_before`, and says so if they are not.
+fn back_to(pid: u32, fds_before: usize, threads_before: usize, within: Duration) {
+    let deadline = Instant::now() + within;
+    while (fds(pid), threads(pid)) != (fds_before, threads_before) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(fds(pid), fds_before, "descriptors not closed");
+    assert_eq!(threads(pid), threads_before, "threads left");
+}
+
+/// A process of user 65534 and group `gid` that holds `n` connections to
+/// `socket`, each having sent `lines` and reading nothing; killed (by its
+/// id) when dropped.
+struct Holder(std::process::Child);
+
+impl Holder {
+    fn start(socket: &Path, gid: &str, n: usize, lines: &str) -> Holder {
+        let script = r#"
+import socket, sys
+path, n, lines = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode()
+held = []
+for _ in range(n):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    s.setblocking(False)
+    try:
+        s.send(lines)
+    except OSError:
+        pass
+    held.append(s)
+print("ready", flush=True)
+sys.stdin.read()
+"#;
+        let mut child = Command::new("setpriv")
+            .args(["--reuid=65534", &format!("--regid={gid}"), "--clear-groups"])
+            .args(["/usr/bin/python3", "-c", script])
+            .arg(socket)
+            .arg(n.to_string())
+            .arg(lines)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut ready = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut ready)
+            .unwrap();
+        let holder = Holder(child);
+        assert_eq!(ready.trim(), "ready", "the holder did not connect");
+        holder
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn read_only_clients_cannot_take_the_admin_places() {
+    let socket = socket_path("roplaces");
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg, "--ctl-ro-group", "nogroup"]);
+    let pid = topology.daemon.as_ref().unwrap().child.id();
+    // Replies of about 45 KiB each, so that unread ones back up.
+    add_statics(&socket, "raw:p1", 500);
+    let stats = r#"{"version":1,"command":"stats"}"#.to_owned() + "\n";
+    request(&socket, &stats);
+    std::thread::sleep(Duration::from_millis(500));
+    let (fds_before, threads_before) = (fds(pid), threads(pid));
+    // More read-only clients than there are places, each busy: it asked
+    // for more than its socket holds and reads nothing.
+    let show = r#"{"version":1,"command":"fdb-show"}"#.to_owned() + "\n";
+    let holder = Holder::start(&socket, "65534", 70, &show.repeat(20));
+    std::thread::sleep(Duration::from_secs(1));
+    // Root still gets a place, at once, every time.
+    for _ in 0..3 {
+        let started = Instant::now();
+        let reply = request(&socket, &stats);
+        assert!(reply.contains(r#""ok":true"#), "{reply}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    // Another reader finds the readers' places taken, all busy.
+    let refused = client_as(&socket, "65534", &["stats"]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{err}");
+    assert!(err.contains("too many clients (48 at once"), "{err}");
+    drop(holder);
+    back_to(pid, fds_before, threads_before, Duration::from_secs(15));
+}
+
+fn a_client_that_trickles_or_reads_slowly_is_closed() {
+    let socket = socket_path("trickle");
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg]);
+    let pid = topology.daemon.as_ref().unwrap().child.id();
+    add_statics(&socket, "raw:p1", 500);
+    let stats = r#"{"version":1,"command":"stats"}"#.to_owned() + "\n";
+    request(&socket, &stats);
+    std::thread::sleep(Duration::from_millis(500));
+    let (fds_before, threads_before) = (fds(pid), threads(pid));
+    // One sends its request a byte a second, never finishing it; the other
+    // asks for 20 large replies and takes 5 bytes a second of them.
+    let mut trickler = UnixStream::connect(&socket).unwrap();
+    trickler.write_all(br#"{"version":1,"#).unwrap();
+    let mut sipper = UnixStream::connect(&socket).unwrap();
+    let show = r#"{"version":1,"command":"fdb-show"}"#.to_owned() + "\n";
+    sipper.write_all(show.repeat(20).as_bytes()).unwrap();
+    sipper
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let started = Instant::now();
+    let mut closed = None;
+    while started.elapsed() < Duration::from_secs(16) {
+        std::thread::sleep(Duration::from_secs(1));
+        let _ = trickler.write(b" ");
+        for _ in 0..5 {
+            let _ = sipper.read(&mut [0u8; 1]);
+        }
+        // Everyone else is served meanwhile, at once.
+        let asked = Instant::now();
+        let reply = request(&socket, &stats);
+        assert!(reply.contains(r#""ok":true"#), "{reply}");
+        assert!(
+            asked.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            asked.elapsed()
+        );
+        if fds(pid) == fds_before {
+            closed = Some(started.elapsed());
+            break;
+        }
+    }
+    // Both were closed though each kept doing a little: the trickler 5 s
+    // after its line began, the sipper 10 s after its replies were ready.
+    let closed = closed.expect("the daemon kept the trickling and the sipping client");
+    assert!(closed >= Duration::from_secs(9), "closed after {closed:?}");
+    drop((trickler, sipper));
+    back_to(pid, fds_before, threads_before, Duration::from_secs(5));
+}
+
+fn reads_are_answered_while_the_owner_is_busy() {
+    let socket = socket_path("busyowner");
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let topology = Topology::new(
+        PortKind::Raw,
+        2,
+        &[&ctl_arg, "--inject-fault", "owner-slow"],
+    );
+    std::thread::scope(|scope| {
+        // A request that takes the owner 3 s.
+        let slow = scope.spawn(|| {
+            let started = Instant::now();
+            let (code, _, err) = ctl(&socket, &["fdb", "flush"]);
+            assert_eq!(code, 0, "{err}");
+            started.elapsed()
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        for args in [
+            &["stats", "-j"][..],
+            &["fdb", "show", "-j"],
+            &["port", "show", "-j"],
+        ] {
+            let asked = Instant::now();
+            let shown = ctl_json(&socket, args);
+            let took = asked.elapsed();
+            assert!(took < Duration::from_millis(1500), "{args:?} took {took:?}");
+            assert!(
+                !slow.is_finished(),
+                "the slow request ended before {args:?}"
+            );
+            if args[0] == "fdb" {
+                // The two ports' own addresses.
+                let local = shown.as_array().unwrap().iter();
+                assert_eq!(
+                    local.filter(|e| e["state"] == "local").count(),
+                    2,
+                    "{shown}"
+                );
+            }
+        }
+        let took = slow.join().unwrap();
+        assert!(took >= Duration::from_secs(3), "{took:?}");
+    });
+    drop(topology);
+}
+
+fn a_lock_set_without_descriptors_keeps_the_old_strategy() {
+    let socket = socket_path("lockfds");
+    let ctl_arg = format!("--ctl={}", socket.display());
+    let topology = Topology::new(
+        PortKind::Raw,
+        2,
+        &[&ctl_arg, "--lock", "epoch", "--workers", "2"],
+    );
+    let pid = topology.daemon.as_ref().unwrap().child.id();
+    let stats = r#"{"version":1,"command":"stats"}"#.to_owned() + "\n";
+    request(&socket, &stats);
+    std::thread::sleep(Duration::from_millis(500));
+    let (fds_before, threads_before) = (fds(pid), threads(pid));
+    let limit = |value: &str| {
+        let out = Command::new("prlimit")
+            .args(["--pid", &pid.to_string(), &format!("--nofile={value}")])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let shown = Command::new("prlimit")
+        .args([
+            "--pid",
+            &pid.to_string(),
+            "--nofile",
+            "--raw",
+            "--noheadings",
+            "--output=SOFT,HARD",
+        ])
+        .output()
+        .unwrap();
+    let original = String::from_utf8_lossy(&shown.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(":");
+    // Room for the client's connection, the new workers' stopper and worker
+    // 0's wake-up, not worker 1's: worker 0's thread has started by then.
+    // The soft limit only: raising it again needs no privilege.
+    let hard = original.split(':').nth(1).unwrap().to_owned();
+    // New descriptors take the lowest free numbers: allow the three
+    // lowest free ones.
+    let used: Vec<usize> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    let third_free = (0..).filter(|n| !used.contains(n)).nth(2).unwrap();
+    limit(&format!("{}:{hard}", third_free + 1));
+    let (code, _, err) = ctl(&socket, &["lock", "set", "rcu"]);
+    limit(&original);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("nothing changed, the bridge forwards on with epoch"),
+        "{err}"
+    );
+    assert!(err.contains("Too many open files"), "{err}");
+    let stats = ctl_json(&socket, &["stats", "-j"]);
+    assert_eq!(stats["lock"], "epoch", "{stats}");
+    assert_eq!(stats["lock_set_failed"], 1, "{stats}");
+    back_to(pid, fds_before, threads_before, Duration::from_secs(5));
+    tcp_transfer(&topology.hosts, 0, 1, 5221, 2);
+    // With descriptors again, the switch goes through.
+    let (code, switched, err) = ctl(&socket, &["lock", "set", "rcu"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(switched.contains("lock rcu"), "{switched}");
+    assert_eq!(ctl_json(&socket, &["stats", "-j"])["lock"], "rcu");
+    tcp_transfer(&topology.hosts, 1, 0, 5222, 2);
+}
+
 lab::test_main! {
     privileged: [
         fdb_show_lists_every_station_on_its_port,
@@ -1330,6 +1602,10 @@ lab::test_main! {
         a_read_only_group_may_show_but_not_change,
         reload_keeps_the_static_entries_of_a_changed_port_that_still_fit,
         reloads_and_port_changes_at_once_keep_the_bridge_whole,
+        read_only_clients_cannot_take_the_admin_places,
+        a_client_that_trickles_or_reads_slowly_is_closed,
+        reads_are_answered_while_the_owner_is_busy,
+        a_lock_set_without_descriptors_keeps_the_old_strategy,
     ],
     plain: [],
 }

@@ -18,6 +18,18 @@ use crate::fdb::PortId;
 use crate::port::{wake, Queue};
 use crate::vlan::PortVlans;
 
+/// The eventfd that wakes a worker for port changes, made before the
+/// worker is (see [`Worker::resume_with`](super::Worker::resume_with)).
+#[derive(Debug)]
+pub struct WorkerWake(pub(super) OwnedFd);
+
+impl WorkerWake {
+    /// A new one; fails where no descriptor is free.
+    pub fn new() -> io::Result<WorkerWake> {
+        wake::eventfd().map(WorkerWake)
+    }
+}
+
 /// What a worker keeps across a change of table: its counters, totals,
 /// capture taps, index, ports' setups and where its events go. The
 /// default is a fresh set.

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use locks::Strategy;
 
-pub use changes::{PortControl, WorkerParts};
+pub use changes::{PortControl, WorkerParts, WorkerWake};
 pub use config::{Mode, SectionMode, WorkerConfig};
 pub use policy::{
     EventSink, Gate, MoveLimit, PortEvent, PortFlags, PortPolicy, PortSetup, BPDUS_PER_SECOND,
@@ -145,11 +145,30 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
     /// stopped (see [`into_parts`](Self::into_parts)): how a bridge moves
     /// to a table of another strategy without closing a port or losing a
     /// count.
+    ///
+    /// Panics where an eventfd cannot be made (no free descriptor); a
+    /// caller that must not fail there makes a [`WorkerWake`] first and
+    /// uses [`resume_with`](Self::resume_with).
     pub fn resume(
         fdb: Arc<MacTable<S>>,
         ports: Vec<Option<P>>,
         config: WorkerConfig,
         parts: WorkerParts,
+    ) -> Self {
+        let wake = WorkerWake::new().expect("an eventfd for port changes");
+        Self::resume_with(fdb, ports, config, parts, wake)
+    }
+
+    /// [`resume`](Self::resume) with the eventfd made beforehand, so that
+    /// nothing here asks the system for a descriptor: a bridge switching
+    /// strategies makes every new worker's wake-up first, while the old
+    /// workers still forward, and fails with them untouched if it cannot.
+    pub fn resume_with(
+        fdb: Arc<MacTable<S>>,
+        ports: Vec<Option<P>>,
+        config: WorkerConfig,
+        parts: WorkerParts,
+        wake: WorkerWake,
     ) -> Self {
         assert!(ports.len() <= MAX_PORTS, "too many ports");
         assert!(
@@ -169,7 +188,7 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             .iter()
             .any(|slot| slot.policy.flags != PortFlags::default());
         let (sender, changes) = mpsc::channel();
-        let wake = Arc::new(wake::eventfd().expect("an eventfd for port changes"));
+        let wake = Arc::new(wake.0);
         Worker {
             fdb,
             config,
