@@ -601,7 +601,10 @@ fn accept_all(
                     }
                 };
                 let places = places(access, grant);
-                let taken = clients.iter().filter(|c| c.grant.kind() == grant.kind()).count();
+                let taken = clients
+                    .iter()
+                    .filter(|c| c.grant.kind() == grant.kind())
+                    .count();
                 if taken >= places && !evict_idlest(clients, grant, now) {
                     refuse(
                         stream,
