@@ -10,18 +10,27 @@
 //! frame's source learns it in any VLAN, and frames to it in any VLAN stay
 //! with the host.
 //!
-//! Taps are left to the workers: mpbridge owns them, and their kernel side
-//! usually lives in another network namespace, out of this one's sight;
-//! their queues tell whether the device is up, wherever it is, and the
-//! workers ask once a second (`Queue::link_lost`).
+//! Taps are heard the same way, wherever their kernel side went: mpbridge
+//! owns them, and the operator usually moves one into a network namespace
+//! of its own, which the rtnetlink socket listens in too (see
+//! `rtnetlink.rs`). There an index names a tap only within its namespace,
+//! and a move can change it, so a tap is followed by where its messages
+//! come from (the namespace's id and the index), found again by its
+//! hardware address when it moved (`taps.rs`). Each change of its link is
+//! taken as it comes, however brief: a tap set down and up again within a
+//! gathering of news is flushed all the same. The workers still ask their
+//! queues once a second (`Queue::link_lost`), for a tap the monitor cannot
+//! hear (moved on from a namespace without an id here).
 
 mod rtnetlink;
+mod taps;
 
 pub use rtnetlink::{LinkEvents, LinkQuery, LinkState as LinkUpdateState, LinkUpdate, Received};
 
 use crate::fdb::{FdbKey, PortId, Table};
 use crate::port::netdev::{self, LinkState};
 use crate::wire::MacAddr;
+use taps::WatchedTap;
 
 /// What the monitor saw change on one tick.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,10 +73,11 @@ struct Watched {
     gone: bool,
 }
 
-/// Watches the interfaces of raw ports.
+/// Watches the interfaces of raw ports, and the devices of taps.
 #[derive(Debug, Default)]
 pub struct LinkMonitor {
     watched: Vec<Watched>,
+    taps: Vec<WatchedTap>,
     /// Where links are asked after; interface ioctls without it.
     query: Option<LinkQuery>,
 }
@@ -83,6 +93,7 @@ impl LinkMonitor {
     pub fn with_query(query: LinkQuery) -> LinkMonitor {
         LinkMonitor {
             watched: Vec::new(),
+            taps: Vec::new(),
             query: Some(query),
         }
     }
@@ -99,9 +110,26 @@ impl LinkMonitor {
         });
     }
 
+    /// Watches tap `name` (in this namespace now, just opened), bridged as
+    /// `port`: its link as it is now, and where it is.
+    pub fn watch_tap(&mut self, port: PortId, name: &str) {
+        let tap = WatchedTap::new(port, name, self.query.as_mut());
+        self.taps.push(tap);
+    }
+
+    /// Whether tap port `port`'s link passes frames, as its last news
+    /// said; `None` where there was none, or it is not a watched tap.
+    pub fn tap_running(&self, port: PortId) -> Option<bool> {
+        self.taps
+            .iter()
+            .find(|tap| tap.port == port)
+            .and_then(|tap| tap.running)
+    }
+
     /// Stops watching port `port` (it left the bridge) and removes its
     /// interface's address from `fdb`.
     pub fn unwatch(&mut self, port: PortId, fdb: &dyn Table) {
+        self.taps.retain(|tap| tap.port != port);
         self.watched.retain(|watched| {
             if watched.port != port {
                 return true;
@@ -118,6 +146,11 @@ impl LinkMonitor {
     /// and again whenever link events may have been missed.
     pub fn tick(&mut self, fdb: &dyn Table) -> Vec<LinkEvent> {
         let mut events = Vec::new();
+        // A tap elsewhere cannot be looked at from here; where news was
+        // lost, it may have moved: its next news finds it again.
+        for tap in &mut self.taps {
+            tap.lose_track();
+        }
         for watched in &mut self.watched {
             if watched.gone {
                 continue;
@@ -134,8 +167,19 @@ impl LinkMonitor {
     /// it only says which interface changed: that one is looked at again
     /// now, and the message's own state is taken only where the look
     /// cannot be made (out of descriptors, say). A deletion is final.
+    ///
+    /// A tap's news is taken message by message, as it came: its device
+    /// cannot be looked at where it lives, and a down between two ups
+    /// must flush it all the same.
     pub fn apply(&mut self, updates: &[LinkUpdate], fdb: &dyn Table) -> Vec<LinkEvent> {
         let mut events = Vec::new();
+        for update in updates {
+            for tap in &mut self.taps {
+                tap.apply(update, fdb, &mut events);
+            }
+        }
+        // Raw ports are in this namespace: another's indices are not theirs.
+        let updates: Vec<&LinkUpdate> = updates.iter().filter(|u| u.nsid.is_none()).collect();
         // One look per interface, after its last message.
         let last = |index: usize| {
             !updates[index + 1..]

@@ -5,25 +5,42 @@
 //! and without asking. The socket is opened once, at start, so that running
 //! out of descriptors later cannot blind it (rust-netlink's `netlink-sys`
 //! for the socket, `netlink-packet-route` for the messages).
+//!
+//! The socket also listens in every other network namespace that has an
+//! id here (`NETLINK_LISTEN_ALL_NSID`): a tap that mpbridge made and the
+//! operator moved into a namespace of its own is heard there. Moving an
+//! interface out of a namespace gives the target namespace an id in it
+//! (`ip link set X netns NS`), so a tap moved from here is always heard;
+//! each such message comes with its namespace's id as ancillary data.
 
 use std::io;
+use std::io::IoSliceMut;
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use netlink_packet_core::{
     NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_REQUEST,
 };
-use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
+use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 
 use crate::wire::MacAddr;
 
 /// One interface's news.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkUpdate {
+    /// The namespace the interface is in, by its id in this one; `None`:
+    /// this namespace. An index names an interface only within its own
+    /// namespace.
+    pub nsid: Option<i32>,
     /// The interface's index.
     pub ifindex: u32,
-    /// Its state now; `None`: it was deleted.
+    /// Whether it is a tun or tap device (its link info's kind).
+    pub tun: bool,
+    /// Its state now; `None`: it was deleted, or moved out of its
+    /// namespace.
     pub state: Option<LinkState>,
 }
 
@@ -42,6 +59,7 @@ pub struct LinkState {
 pub struct LinkEvents {
     socket: Socket,
     buffer: Vec<u8>,
+    all_namespaces: bool,
 }
 
 impl std::fmt::Debug for LinkEvents {
@@ -67,16 +85,56 @@ pub const SETTLE: Duration = Duration::from_millis(20);
 const BUFFER: usize = 64 * 1024;
 
 impl LinkEvents {
-    /// Joins `RTMGRP_LINK` in this network namespace; `timeout` bounds each
-    /// wait, so that the waiting thread can look at its stop flag.
+    /// Joins `RTMGRP_LINK` in this network namespace, and in every
+    /// namespace with an id here where the kernel lets it (it takes
+    /// CAP_NET_BROADCAST when set, and checks the opener's credentials on
+    /// each message, so dropping privileges later changes nothing);
+    /// `timeout` bounds each wait, so that the waiting thread can look at
+    /// its stop flag.
     pub fn open(timeout: Duration) -> io::Result<LinkEvents> {
         let mut socket = Socket::new(NETLINK_ROUTE)?;
         socket.bind(&SocketAddr::new(0, libc::RTMGRP_LINK as u32))?;
         socket2::SockRef::from(&socket).set_read_timeout(Some(timeout))?;
+        let all_namespaces = match socket.set_listen_all_namespaces(true) {
+            Ok(()) => true,
+            Err(error) => {
+                log::info!("link news from this network namespace only: {error}");
+                false
+            }
+        };
         Ok(LinkEvents {
             socket,
-            buffer: Vec::with_capacity(BUFFER),
+            buffer: vec![0; BUFFER],
+            all_namespaces,
         })
+    }
+
+    /// Whether news from other namespaces (with an id here) comes too.
+    pub fn all_namespaces(&self) -> bool {
+        self.all_namespaces
+    }
+
+    /// Receives one datagram and reads its link updates, with the
+    /// namespace id its ancillary data gives.
+    fn receive(&mut self, flags: MsgFlags) -> io::Result<Vec<LinkUpdate>> {
+        let mut control = nix::cmsg_space!(libc::c_int);
+        let mut iov = [IoSliceMut::new(&mut self.buffer)];
+        let message = recvmsg::<()>(self.socket.as_raw_fd(), &mut iov, Some(&mut control), flags)
+            .map_err(io::Error::from)?;
+        let len = message.bytes;
+        let nsid = message.cmsgs().ok().and_then(|mut cmsgs| {
+            cmsgs.find_map(|cmsg| match cmsg {
+                ControlMessageOwned::Unknown(unknown)
+                    if unknown.cmsg_header.cmsg_level == libc::SOL_NETLINK
+                        && unknown.cmsg_header.cmsg_type == libc::NETLINK_LISTEN_ALL_NSID =>
+                {
+                    let bytes = unknown.data_bytes.get(..4)?;
+                    Some(i32::from_ne_bytes(bytes.try_into().ok()?))
+                }
+                _ => None,
+            })
+        });
+        Ok(parse(&self.buffer[..len.min(self.buffer.len())], nsid))
     }
 
     /// Waits (at most the timeout) for link news; once some comes, takes
@@ -84,15 +142,12 @@ impl LinkEvents {
     /// (a deleted link's last `RTM_NEWLINK` and its `RTM_DELLINK`) arrive
     /// together.
     pub fn recv(&mut self) -> io::Result<Received> {
-        self.buffer.clear();
-        match self.socket.recv(&mut self.buffer, 0) {
-            Ok(_) => {
-                let mut updates = parse(&self.buffer);
+        match self.receive(MsgFlags::empty()) {
+            Ok(mut updates) => {
                 std::thread::sleep(SETTLE);
                 loop {
-                    self.buffer.clear();
-                    match self.socket.recv(&mut self.buffer, libc::MSG_DONTWAIT) {
-                        Ok(_) => updates.extend(parse(&self.buffer)),
+                    match self.receive(MsgFlags::MSG_DONTWAIT) {
+                        Ok(more) => updates.extend(more),
                         Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                             return Ok(Received::Overrun)
                         }
@@ -173,7 +228,7 @@ impl LinkQuery {
                     if message.header.sequence_number == self.sequence {
                         match message.payload {
                             NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => {
-                                return Ok(new_link(&link).state);
+                                return Ok(new_link(&link, None).state);
                             }
                             NetlinkPayload::Error(error) => {
                                 let error = io::Error::from(error);
@@ -195,9 +250,10 @@ impl LinkQuery {
     }
 }
 
-/// The link updates in one datagram of rtnetlink messages; what is not a
-/// link message, or not well formed, is passed over.
-pub fn parse(datagram: &[u8]) -> Vec<LinkUpdate> {
+/// The link updates in one datagram of rtnetlink messages from namespace
+/// `nsid` (`None`: this one); what is not a link message, or not well
+/// formed, is passed over.
+pub fn parse(datagram: &[u8], nsid: Option<i32>) -> Vec<LinkUpdate> {
     let mut updates = Vec::new();
     let mut rest = datagram;
     while !rest.is_empty() {
@@ -210,9 +266,11 @@ pub fn parse(datagram: &[u8]) -> Vec<LinkUpdate> {
         if let Ok(message) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&rest[..len]) {
             if let NetlinkPayload::InnerMessage(inner) = message.payload {
                 match inner {
-                    RouteNetlinkMessage::NewLink(link) => updates.push(new_link(&link)),
+                    RouteNetlinkMessage::NewLink(link) => updates.push(new_link(&link, nsid)),
                     RouteNetlinkMessage::DelLink(link) => updates.push(LinkUpdate {
+                        nsid,
                         ifindex: link.header.index,
+                        tun: is_tun(&link),
                         state: None,
                     }),
                     _ => {}
@@ -227,7 +285,17 @@ pub fn parse(datagram: &[u8]) -> Vec<LinkUpdate> {
     updates
 }
 
-fn new_link(link: &LinkMessage) -> LinkUpdate {
+/// Whether the message's link info names a tun or tap device.
+fn is_tun(link: &LinkMessage) -> bool {
+    link.attributes.iter().any(|attribute| match attribute {
+        LinkAttribute::LinkInfo(infos) => infos
+            .iter()
+            .any(|info| matches!(info, LinkInfo::Kind(InfoKind::Tun))),
+        _ => false,
+    })
+}
+
+fn new_link(link: &LinkMessage, nsid: Option<i32>) -> LinkUpdate {
     let addr = link
         .attributes
         .iter()
@@ -238,7 +306,9 @@ fn new_link(link: &LinkMessage) -> LinkUpdate {
             _ => None,
         });
     LinkUpdate {
+        nsid,
         ifindex: link.header.index,
+        tun: is_tun(link),
         state: Some(LinkState {
             running: link.header.flags.contains(LinkFlags::Running)
                 && link.header.flags.contains(LinkFlags::LowerUp),
@@ -292,9 +362,11 @@ mod tests {
             None,
         ))));
         assert_eq!(
-            parse(&datagram),
+            parse(&datagram, None),
             [
                 LinkUpdate {
+                    nsid: None,
+                    tun: false,
                     ifindex: 7,
                     state: Some(LinkState {
                         running: true,
@@ -302,6 +374,8 @@ mod tests {
                     }),
                 },
                 LinkUpdate {
+                    nsid: None,
+                    tun: false,
                     ifindex: 8,
                     state: Some(LinkState {
                         running: false,
@@ -309,6 +383,8 @@ mod tests {
                     }),
                 },
                 LinkUpdate {
+                    nsid: None,
+                    tun: false,
                     ifindex: 9,
                     state: None,
                 },
@@ -334,12 +410,32 @@ mod tests {
             None,
         )));
         for cut in 0..whole.len() {
-            let updates = parse(&whole[..cut]);
+            let updates = parse(&whole[..cut], None);
             assert!(updates.is_empty(), "cut at {cut}: {updates:?}");
         }
         let mut garbage = whole.clone();
         garbage.extend([0xff; 40]);
-        assert_eq!(parse(&garbage).len(), 1);
-        assert!(parse(&[0u8; 64]).is_empty());
+        assert_eq!(parse(&garbage, Some(3)).len(), 1);
+        assert!(parse(&[0u8; 64], None).is_empty());
+    }
+
+    #[test]
+    fn a_taps_news_from_another_namespace_names_both() {
+        let mut tap = link(4, LinkFlags::Up, Some([0x02, 0, 0, 0, 0, 4]));
+        tap.attributes
+            .push(LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Tun)]));
+        let mut datagram = emitted(RouteNetlinkMessage::NewLink(tap.clone()));
+        datagram.extend(emitted(RouteNetlinkMessage::DelLink(tap)));
+        let updates = parse(&datagram, Some(5));
+        assert_eq!(updates.len(), 2);
+        for update in &updates {
+            assert_eq!(
+                (update.nsid, update.ifindex, update.tun),
+                (Some(5), 4, true)
+            );
+        }
+        // Up without carrier: not passing frames.
+        assert_eq!(updates[0].state.map(|s| s.running), Some(false));
+        assert_eq!(updates[1].state, None);
     }
 }
