@@ -107,6 +107,12 @@ pub(super) enum Change<P> {
         id: PortId,
         frame: Vec<u8>,
     },
+    /// The port's link went down (`up: false`), or came back: as the
+    /// kernel told the control plane, which logged it.
+    Link {
+        id: PortId,
+        up: bool,
+    },
     /// Nothing to change: answered at once, to show the worker applies
     /// changes.
     Ping {
@@ -191,6 +197,14 @@ impl<P> PortControl<P> {
         self.send(Change::Disable { id, disabled })
     }
 
+    /// Tells the worker that port `id`'s link went down, however briefly
+    /// (`up: false`: the port is faulted, counted and flushed once, as
+    /// when the worker finds it down itself), or is up again (a port
+    /// backing off is retried at once).
+    pub fn link_changed(&self, id: PortId, up: bool) -> io::Result<()> {
+        self.send(Change::Link { id, up })
+    }
+
     /// Sends `frame` (an Ethernet frame; the worker adds the port's
     /// metadata) out of port `id`, whatever its gate: spanning tree's
     /// BPDUs.
@@ -271,6 +285,14 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                     }
                 }
                 Change::Send { id, frame } => self.send_own(id, &frame),
+                Change::Link { id, up } => {
+                    if id.index() < self.slots.len() {
+                        match up {
+                            false => self.lose_link(id.index(), false),
+                            true => self.link_back(id.index()),
+                        }
+                    }
+                }
                 Change::Ping { done } => {
                     let _ = done.send(());
                 }
@@ -330,6 +352,41 @@ mod tests {
         assert_eq!(worker.slots[0].fault.health, Health::Vacant);
         // Nothing more to apply.
         assert_eq!(worker.apply_changes(), 0);
+    }
+
+    #[test]
+    fn a_link_down_heard_by_the_control_plane_faults_the_port_once() {
+        let (q0, _p0) = MemoryQueue::pair("m0");
+        let (q1, p1) = MemoryQueue::pair("m1");
+        let fdb = Arc::new(MacTable::<locks::Mutex>::new(FdbConfig::default()));
+        let mut worker = Worker::new(Arc::clone(&fdb), vec![q0, q1], WorkerConfig::default());
+        let mut frame = vec![0u8; crate::port::VNET_HDR_LEN];
+        frame.extend([0xff; 6]);
+        frame.extend([0x02, 0, 0, 0, 0, 2]);
+        frame.extend([0x88, 0xb5]);
+        frame.resize(crate::port::VNET_HDR_LEN + 60, 0);
+        p1.inject(&frame);
+        worker.poll();
+        assert_eq!(fdb.learned_len(), 1);
+        let control = worker.control();
+        // Down and up again before the worker looked: its link is up, the
+        // down is taken all the same; a second down of the same event is
+        // not counted again.
+        control.link_changed(PortId(1), false).unwrap();
+        control.link_changed(PortId(1), false).unwrap();
+        assert_eq!(worker.apply_changes(), 2);
+        assert_eq!(fdb.learned_len(), 0);
+        assert!(matches!(worker.slots[1].fault.health, Health::Backoff(_)));
+        assert_eq!(worker.slots[1].stats.rx_errors, 1);
+        assert_eq!(worker.slots[0].fault.health, Health::Up);
+        // Up: retried in the next round, and passing frames again.
+        control.link_changed(PortId(1), true).unwrap();
+        worker.apply_changes();
+        p1.inject(&frame);
+        worker.poll();
+        assert_eq!(worker.slots[1].fault.health, Health::Up);
+        assert_eq!(fdb.learned_len(), 1);
+        assert_eq!(worker.counters()[1].snapshot().rx_errors, 1);
     }
 
     #[test]

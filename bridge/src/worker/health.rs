@@ -117,31 +117,55 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
     /// look per back-off and nothing else.
     pub(super) fn check_links(&mut self) {
         for index in 0..self.slots.len() {
-            let slot = &mut self.slots[index];
-            let health = slot.fault.health;
-            if !matches!(health, Health::Up | Health::Retrying) {
+            let slot = &self.slots[index];
+            if !matches!(slot.fault.health, Health::Up | Health::Retrying) {
                 continue;
             }
-            let Some(port) = slot.queue.as_ref() else {
-                continue;
-            };
-            if !port.link_lost() {
-                continue;
+            if slot.queue.as_ref().is_some_and(|port| port.link_lost()) {
+                self.lose_link(index, true);
             }
-            let name = port.name().to_owned();
-            slot.fault.back_off();
-            self.counters[index].set_state(PortState::Faulted);
-            // Retrying: the same event, and no frame came in since it
-            // began, so there is nothing learned to flush.
-            if health == Health::Retrying {
-                continue;
-            }
-            slot.stats.rx_errors += 1;
-            let flushed = self.fdb.flush_port(PortId(index as u16));
+        }
+    }
+
+    /// Port `index`'s link went down (see [`check_links`](Self::check_links);
+    /// or the control plane heard so from the kernel, and logged it): the
+    /// port is faulted once per event, counted and flushed, and left alone
+    /// until its link is back. `log`: whether to log it here.
+    pub(super) fn lose_link(&mut self, index: usize, log: bool) {
+        let slot = &mut self.slots[index];
+        let health = slot.fault.health;
+        if !matches!(health, Health::Up | Health::Retrying) {
+            return;
+        }
+        let Some(port) = slot.queue.as_ref() else {
+            return;
+        };
+        let name = port.name().to_owned();
+        slot.fault.back_off();
+        self.counters[index].set_state(PortState::Faulted);
+        // Retrying: the same event, and no frame came in since it began,
+        // so there is nothing learned to flush.
+        if health == Health::Retrying {
+            return;
+        }
+        slot.stats.rx_errors += 1;
+        let flushed = self.fdb.flush_port(PortId(index as u16));
+        if log {
             log::warn!(
                 "{name}: link down; flushed {flushed} learned stations; \
                  retrying until it passes frames again"
             );
+        }
+    }
+
+    /// Port `index`'s link is up again, the control plane heard: a port
+    /// backing off is retried in the next round instead of at the end of
+    /// its back-off.
+    pub(super) fn link_back(&mut self, index: usize) {
+        if let Some(slot) = self.slots.get_mut(index) {
+            if matches!(slot.fault.health, Health::Backoff(_)) {
+                slot.fault.health = Health::Backoff(Instant::now());
+            }
         }
     }
 

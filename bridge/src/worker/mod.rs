@@ -60,8 +60,9 @@ const FLAP_MOVES_PER_SEC: u32 = 20;
 /// rounds (the sleeping one sees them in `poll(2)`).
 const BUSY_POLL_ERROR_CHECK: u32 = 1024;
 /// How often a worker asks its ports whether their link went down with
-/// nothing failing (see [`Queue::link_lost`]): as often as the link monitor
-/// looks at raw ports.
+/// nothing failing (see [`Queue::link_lost`]): the fallback for a tap whose
+/// link the monitor cannot hear (rtnetlink tells it of the others as they
+/// happen, and it tells the workers, [`PortControl::link_changed`]).
 const LINK_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The most ports a bridge has at once; port ids run from 0 below it.
