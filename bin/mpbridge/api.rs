@@ -493,8 +493,8 @@ impl BridgeState {
                 let state = states.get(id.index()).copied().unwrap_or_default();
                 let tripped = self.guards.get(&id).is_some_and(|g| g.0);
                 // A tap whose kernel side moved to another namespace
-                // shows no link here ("unknown"), yet forwards.
-                let link = self.link(&spec, state);
+                // shows no link here ("unknown" until its news is heard), yet forwards.
+                let link = self.link(id, &spec, state);
                 (id, !tripped && !matches!(link, "down" | "gone"))
             })
             .collect()
@@ -778,9 +778,36 @@ impl BridgeState {
                 self.monitor.tick(&*self.fdb)
             }
         };
+        self.tell_workers(&events);
         self.report_links(events);
         self.refresh_stp();
         self.refresh_mcast();
+    }
+
+    /// Tells the workers of a tap's link going down or coming back, as
+    /// rtnetlink said: they fault the port (counted once per worker, as
+    /// when one finds the link down itself) until it is back, however
+    /// briefly it was down. A raw port's workers hear it from their
+    /// sockets.
+    fn tell_workers(&self, events: &[LinkEvent]) {
+        for event in events {
+            let (port, up) = match *event {
+                LinkEvent::Down { port, .. } => (port, false),
+                LinkEvent::Up { port } => (port, true),
+                _ => continue,
+            };
+            if !matches!(self.ports.get(port.index()), Some(Some(spec)) if spec.kind == Kind::Tap) {
+                continue;
+            }
+            for control in &self.controls {
+                if let Err(error) = control.link_changed(port, up) {
+                    log::debug!(
+                        "{}: cannot tell a worker of its link: {error}",
+                        self.label(port)
+                    );
+                }
+            }
+        }
     }
 
     /// Logs what the link monitor saw.
@@ -1235,6 +1262,9 @@ impl BridgeState {
             let events = self.monitor.tick(&*self.fdb);
             self.report_links(events);
         }
+        if spec.kind == Kind::Tap {
+            self.monitor.watch_tap(port, &spec.name);
+        }
         if spec.options.guard {
             self.guards.insert(port, (false, 0));
         }
@@ -1539,7 +1569,7 @@ impl BridgeState {
     }
 
     /// The link of a port, as `stats` and `port show` give it.
-    fn link(&self, spec: &PortSpec, state: counters::PortState) -> &'static str {
+    fn link(&self, id: PortId, spec: &PortSpec, state: counters::PortState) -> &'static str {
         if let Some(device) = self.vhosts.get(&spec.label()) {
             // Up while a frontend runs the port's first queue pair.
             return if device.link_up() { "up" } else { "down" };
@@ -1551,8 +1581,13 @@ impl BridgeState {
             Ok(link) if link.running => "up",
             Ok(_) => "down",
             Err(_) if spec.kind == Kind::Raw => "gone",
-            // A tap whose kernel side moved to another namespace.
-            Err(_) => "unknown",
+            // A tap whose kernel side moved to another namespace: as its
+            // last news there said.
+            Err(_) => match self.monitor.tap_running(id) {
+                Some(true) => "up",
+                Some(false) => "down",
+                None => "unknown",
+            },
         }
     }
 
@@ -1579,7 +1614,7 @@ impl BridgeState {
                     }
                     .to_owned(),
                     options: spec.describe(),
-                    link: self.link(&spec, state).to_owned(),
+                    link: self.link(id, &spec, state).to_owned(),
                     stp: self.port_stp(id),
                     flags: spec.options.flag_map(),
                     max_learned: spec.options.max_learned,
@@ -1664,7 +1699,7 @@ impl BridgeState {
                             .map(|(name, n)| (name.to_owned(), n))
                             .collect()
                     }),
-                    link: self.link(&spec, state).to_owned(),
+                    link: self.link(id, &spec, state).to_owned(),
                     state: state.name().to_owned(),
                     stp: self.port_stp(id),
                     flags: spec.options.flag_map(),

@@ -84,6 +84,17 @@ pub fn run<S: Strategy>(
         .collect();
     let placement = place_workers(args.cpus.as_ref(), specs, workers)?;
     let control = control::ControlSocket::bind(socket, &access)?;
+    // Opened before the first look, so that no change falls between them,
+    // and while privileged: hearing the namespaces that taps are moved to
+    // takes CAP_NET_BROADCAST when it is asked for, and the opener's is
+    // what counts afterwards.
+    let link_news = match bridge::monitor::LinkEvents::open(Duration::from_millis(500)) {
+        Ok(news) => Some(news),
+        Err(error) => {
+            log::warn!("no rtnetlink link news ({error}): looking at links once a second");
+            None
+        }
+    };
     if !args.keep_caps {
         system::drop_privileges()?;
     }
@@ -97,18 +108,12 @@ pub fn run<S: Strategy>(
         }
     };
     for (index, spec) in specs.iter().enumerate() {
-        if spec.kind == Kind::Raw {
-            monitor.watch(PortId(index as u16), &spec.name);
+        match spec.kind {
+            Kind::Raw => monitor.watch(PortId(index as u16), &spec.name),
+            Kind::Tap => monitor.watch_tap(PortId(index as u16), &spec.name),
+            _ => {}
         }
     }
-    // Opened before the first look, so that no change falls between them.
-    let link_news = match bridge::monitor::LinkEvents::open(Duration::from_millis(500)) {
-        Ok(news) => Some(news),
-        Err(error) => {
-            log::warn!("no rtnetlink link news ({error}): looking at links once a second");
-            None
-        }
-    };
     let first_events = monitor.tick(&*fdb);
     let stopper = Arc::new(Stopper::new().map_err(|e| format!("cannot create an eventfd: {e}"))?);
     let worker_config = WorkerConfig {

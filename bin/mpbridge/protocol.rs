@@ -596,7 +596,8 @@ pub struct PortStats {
     /// As given to `--port`.
     pub name: String,
     /// The interface's link: "up", "down", "gone", or "unknown" (a tap whose
-    /// kernel side is in another network namespace).
+    /// kernel side is in another network namespace, before any news of it
+    /// came from there; after, as that news said).
     pub link: String,
     /// "forwarding", "faulted" or "gone", as the workers see the port.
     pub state: String,
