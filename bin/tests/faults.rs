@@ -219,6 +219,168 @@ fn a_tap_down_in_another_namespace_is_flushed_without_traffic() {
     assert!((1..=2).contains(&errors), "counted per event: {log:?}");
 }
 
+/// A port's `rx_errors` in `stats --json`.
+fn rx_errors(socket: &std::path::Path, port: &str) -> u64 {
+    let stats = netns::ctl_json(socket, &["stats", "--json"]);
+    netns::port_stats(&stats, port)["rx_errors"]
+        .as_u64()
+        .expect("rx_errors")
+}
+
+/// Waits (at most `within`) until `done` holds; says whether it did.
+fn wait_until(within: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A tap whose device goes down for 0.3 s (well under the workers' once-
+/// a-second look at their queues) has its stations flushed, once per
+/// down, as the Linux bridge flushes a port on NETDEV_DOWN: rtnetlink's
+/// news is taken as it comes, from the namespace the tap was moved to
+/// (`moved`) or from the daemon's own. Traffic passes again after the up,
+/// and a tap left down costs nothing.
+///
+/// The downs start at four phases of a second apart: the workers' look
+/// falls in a 0.3 s down now and then, never in all four.
+fn a_brief_tap_down_is_flushed(lock: &str, moved: bool) {
+    const PHASES_MS: [u64; 4] = [0, 250, 500, 750];
+    let (socket, ctl) = netns::ctl_socket("mpbtapflap");
+    // Declared first, dropped last: after the daemon stopped.
+    let _socket = RemoveOnDrop(socket.clone());
+    let bridge = Netns::new();
+    let host = Netns::new();
+    let other = Netns::new();
+    // Declared after the namespaces, so dropped before them (also when
+    // the test fails): the taps go with the daemon.
+    let mut daemon = Some(Daemon::start(
+        &bridge,
+        &[
+            "run",
+            "--port=tap:p0",
+            "--port=tap:p1",
+            "--lock",
+            lock,
+            "-v",
+            &ctl,
+        ],
+    ));
+    bridge.ip(&["link", "set", "p0", "netns", &host.name]);
+    host.ip(&["link", "set", "p0", "name", "eth0"]);
+    host.ip(&["link", "set", "eth0", "up"]);
+    // Tap p1, whose device goes down: in a namespace of its own, or left
+    // in the daemon's (renamed, which takes it down and up once first).
+    let flapped = if moved { &other } else { &bridge };
+    if moved {
+        bridge.ip(&["link", "set", "p1", "netns", &other.name]);
+    } else {
+        bridge.ip(&["link", "set", "p1", "down"]);
+    }
+    flapped.ip(&["link", "set", "p1", "name", "eth0"]);
+    flapped.ip(&["link", "set", "eth0", "up"]);
+    let mut st = vec![Station::on(&host), Station::on(flapped)];
+    settle(&mut st);
+    let pid = daemon.as_ref().unwrap().child.id();
+    let station = "02:42:00:00:00:02".to_owned();
+    let learned = |socket: &std::path::Path| stations_on(socket, "tap:p1").contains(&station);
+    // Learned on tap:p1, and passing both ways.
+    let passes = |st: &mut Vec<Station>, tag: u8, when: &str| {
+        st[1].send(&test_frame(BROADCAST, mac(2), tag, 60));
+        assert_eq!(settle(st), [1, 0], "{lock}: {when}: from station 2");
+        assert!(
+            wait_until(Duration::from_secs(3), || learned(&socket)),
+            "{lock}: {when}: station 2 not learned on tap:p1"
+        );
+        st[0].send(&test_frame(mac(2), mac(1), tag + 1, 60));
+        assert_eq!(settle(st), [0, 1], "{lock}: {when}: to station 2");
+    };
+    passes(&mut st, 10, "before");
+
+    let first_errors = rx_errors(&socket, "tap:p1");
+    for (round, phase) in PHASES_MS.into_iter().enumerate() {
+        std::thread::sleep(Duration::from_millis(phase));
+        let errors = rx_errors(&socket, "tap:p1");
+        flapped.ip(&["link", "set", "eth0", "down"]);
+        std::thread::sleep(Duration::from_millis(300));
+        flapped.ip(&["link", "set", "eth0", "up"]);
+        assert!(
+            wait_until(Duration::from_secs(2), || !learned(&socket)),
+            "{lock}: round {round}: station 2 still learned on tap:p1 2 s after a 0.3 s down"
+        );
+        assert!(
+            wait_until(Duration::from_secs(1), || rx_errors(&socket, "tap:p1")
+                > errors),
+            "{lock}: round {round}: the down not counted"
+        );
+        // Traffic passes again after the up, and the station is learned
+        // again (the station's packet socket is opened again: the down
+        // left an error on the old one).
+        st[1] = Station::on(flapped);
+        passes(&mut st, 20 + 2 * round as u8, "after the up");
+    }
+    // Counted once per down, also after the fallback's next look.
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(
+        rx_errors(&socket, "tap:p1") - first_errors,
+        PHASES_MS.len() as u64,
+        "{lock}: the downs not counted once each"
+    );
+
+    // Left down: no cost.
+    flapped.ip(&["link", "set", "eth0", "down"]);
+    assert!(wait_until(Duration::from_secs(2), || !learned(&socket)));
+    let used = cpu_over(pid, Duration::from_secs(2));
+    eprintln!("{lock}: CPU over 2 s with the tap down: {used:.3} s");
+    assert!(
+        used < IDLE_CPU_LIMIT,
+        "{lock}: tap down: {used:.2} s of CPU in 2 s"
+    );
+    flapped.ip(&["link", "set", "eth0", "up"]);
+
+    let (status, log) = daemon.take().unwrap().stop(Duration::from_secs(3));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+    // One line per down that flushed a station: the flaps and the last.
+    assert_eq!(
+        lines_with(&log, "p1: link down; flushed 1 learned stations"),
+        PHASES_MS.len() + 1,
+        "{lock}: {log:?}"
+    );
+}
+
+macro_rules! brief_tap_down_tests {
+    ($($moved:ident, $here:ident: $lock:literal;)*) => {
+        $(
+            fn $moved() {
+                if privileged(stringify!($moved)) {
+                    a_brief_tap_down_is_flushed($lock, true);
+                }
+            }
+
+            fn $here() {
+                if privileged(stringify!($here)) {
+                    a_brief_tap_down_is_flushed($lock, false);
+                }
+            }
+        )*
+    };
+}
+
+brief_tap_down_tests! {
+    brief_tap_down_moved_mutex, brief_tap_down_here_mutex: "mutex";
+    brief_tap_down_moved_rwlock, brief_tap_down_here_rwlock: "rwlock";
+    brief_tap_down_moved_rmlock, brief_tap_down_here_rmlock: "rmlock";
+    brief_tap_down_moved_sharded, brief_tap_down_here_sharded: "sharded";
+    brief_tap_down_moved_rcu, brief_tap_down_here_rcu: "rcu";
+    brief_tap_down_moved_epoch, brief_tap_down_here_epoch: "epoch";
+}
+
 fn a_frame_above_the_egress_mtu_costs_only_itself() {
     if !privileged("a_frame_above_the_egress_mtu_costs_only_itself") {
         return;
@@ -945,6 +1107,18 @@ lab::test_main! {
         flap_storm_sharded,
         flap_storm_rcu,
         flap_storm_epoch,
+        brief_tap_down_moved_mutex,
+        brief_tap_down_here_mutex,
+        brief_tap_down_moved_rwlock,
+        brief_tap_down_here_rwlock,
+        brief_tap_down_moved_rmlock,
+        brief_tap_down_here_rmlock,
+        brief_tap_down_moved_sharded,
+        brief_tap_down_here_sharded,
+        brief_tap_down_moved_rcu,
+        brief_tap_down_here_rcu,
+        brief_tap_down_moved_epoch,
+        brief_tap_down_here_epoch,
     ],
     plain: [],
 }
