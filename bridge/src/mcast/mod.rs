@@ -45,6 +45,6 @@ pub use classify::{classify, Classified, Family, Forward, GroupKey};
 pub use ports::{Iter as PortSetIter, PortSet};
 pub use snooping::{
     Action, GroupRecord, PortGroups, QuerierStatus, RouterMode, RouterRecord, SnoopConfig,
-    SnoopStats, Snooping,
+    SnoopStats, Snooping, MAX_REPORT_RECORDS,
 };
 pub use table::{GroupMap, GroupReader, GroupSection, GroupTable, Groups};

@@ -8,8 +8,17 @@
 //! a timer that is set is running. [`Snooping::receive`] fires the due
 //! timers before it reads the frame; the other calls leave them to the
 //! next tick, which [`Snooping::next_deadline`] says when to make.
+//!
+//! Bounded work per call: the memberships' timeouts sit in a min-heap
+//! beside the groups (an entry is live while its instant is still the
+//! membership's timeout; stale ones are skipped as they come up and the
+//! heap is rebuilt when they outnumber the live ones), so neither firing
+//! the due timers nor finding the next deadline looks at every membership;
+//! and an IGMPv3 or MLDv2 report is read for at most
+//! [`MAX_REPORT_RECORDS`] records.
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
@@ -21,6 +30,17 @@ use crate::wire::igmp::{self, record};
 use crate::wire::mld;
 use crate::wire::{EthernetFrame, MacAddr};
 use crate::worker::MAX_PORTS;
+
+/// The most records of one IGMPv3 or MLDv2 report that snooping reads;
+/// the rest are ignored and counted ([`SnoopStats::records_ignored`]).
+/// Linux reads every record, and its reports are bounded by the MTU: a
+/// 1500-byte frame holds at most 183 IGMPv3 records (8 bytes each after
+/// 32 bytes of IP and IGMP headers) and 72 MLDv2 ones (20 bytes after 56),
+/// a 9000-byte jumbo frame 1121 and 447. mpbridge's ports take frames of
+/// up to 64 KiB (taps), which could carry 8000; the cap keeps the cost of
+/// one report, and so the owner thread's time on it, to what a jumbo
+/// frame needs at most, give or take.
+pub const MAX_REPORT_RECORDS: usize = 1024;
 
 /// Snooping's parameters, under the names of Linux's bridge options
 /// (`ip link set br0 type bridge mcast_...`). The defaults are Linux's.
@@ -247,6 +267,10 @@ pub struct SnoopStats {
     pub max_groups_refused: u64,
     /// Frames handed to [`Snooping::receive`] after snooping was off.
     pub ignored: u64,
+    /// Records of IGMPv3 and MLDv2 reports beyond
+    /// [`MAX_REPORT_RECORDS`], not read.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub records_ignored: u64,
 }
 
 impl SnoopStats {
@@ -327,6 +351,13 @@ struct FamilyState {
 /// The member ports of a group and their timeouts.
 type Members = BTreeMap<PortId, Instant>;
 
+/// A membership's timeout as the heap holds it: earliest first.
+type Timer = Reverse<(Instant, GroupKey, PortId)>;
+
+/// Stale heap entries tolerated beyond the live memberships before the
+/// heap is rebuilt from them.
+const HEAP_SLACK: usize = 1024;
+
 /// Linux's shortest timer, one jiffy: the delay of a query whose maximum
 /// response time is zero.
 const ONE_JIFFY: Duration = Duration::from_millis(1);
@@ -346,6 +377,11 @@ pub struct Snooping {
     enabled: bool,
     ports: BTreeMap<PortId, Port>,
     groups: BTreeMap<GroupKey, Members>,
+    /// Every membership's timeout, and stale ones (a timeout that moved,
+    /// a membership gone) until they reach the top or the heap is rebuilt.
+    timers: BinaryHeap<Timer>,
+    /// The memberships in `groups`, over every group.
+    memberships: usize,
     family: [FamilyState; 2],
     /// Groups changed since the last publication, with their members
     /// before the change.
@@ -367,6 +403,8 @@ impl Snooping {
             enabled: true,
             ports: BTreeMap::new(),
             groups: BTreeMap::new(),
+            timers: BinaryHeap::new(),
+            memberships: 0,
             family: Default::default(),
             changed: BTreeMap::new(),
             actions: Vec::new(),
@@ -510,11 +548,40 @@ impl Snooping {
             .ports
             .values()
             .flat_map(|p| p.family.iter().flat_map(|f| [f.own_query, f.router_until]));
+        // The heap's top is live: every call that changes it ends in
+        // publish(), which drops stale entries from the top.
+        let members = self.timers.peek().map(|Reverse((at, _, _))| *at);
+        families.chain(ports).chain([members]).flatten().min()
+    }
+
+    /// [`next_deadline`](Self::next_deadline) by looking at every timer,
+    /// as it was found before the heap: the reference its tests compare
+    /// with.
+    #[cfg(test)]
+    pub(crate) fn scan_deadline(&self) -> Option<Instant> {
+        if !self.enabled {
+            return None;
+        }
+        let families = self
+            .family
+            .iter()
+            .flat_map(|f| [f.own_query, f.other_until, f.delay_until]);
+        let ports = self
+            .ports
+            .values()
+            .flat_map(|p| p.family.iter().flat_map(|f| [f.own_query, f.router_until]));
         let members = self
             .groups
             .values()
             .flat_map(|m| m.values().copied().map(Some));
         families.chain(ports).chain(members).flatten().min()
+    }
+
+    /// The heap's entries and the live memberships, for tests of its
+    /// bound.
+    #[cfg(test)]
+    pub(crate) fn timer_counts(&self) -> (usize, usize) {
+        (self.timers.len(), self.memberships)
     }
 
     /// Everything to do since the last call, in order. The first call
@@ -640,6 +707,7 @@ impl Snooping {
     /// ports, then queriers, so that a querier appears after the table it
     /// vouches for.
     fn publish(&mut self) {
+        self.settle_timers();
         for (key, before) in std::mem::take(&mut self.changed) {
             let ports = member_set(self.groups.get(&key));
             if ports != before {
@@ -664,6 +732,46 @@ impl Snooping {
         }
     }
 
+    /// Whether the heap entry `timer` is still its membership's timeout.
+    fn live(&self, timer: &Timer) -> bool {
+        let Reverse((at, key, port)) = timer;
+        self.groups.get(key).and_then(|m| m.get(port)) == Some(at)
+    }
+
+    /// Drops stale entries from the heap's top, so that the top is live;
+    /// rebuilds the heap from the memberships once stale entries outnumber
+    /// them (each refresh leaves one behind), which keeps it within twice
+    /// the memberships and [`HEAP_SLACK`].
+    fn settle_timers(&mut self) {
+        if self.timers.len() > 2 * self.memberships + HEAP_SLACK {
+            self.timers = self
+                .groups
+                .iter()
+                .flat_map(|(&key, members)| {
+                    members
+                        .iter()
+                        .map(move |(&port, &until)| Reverse((until, key, port)))
+                })
+                .collect();
+        }
+        while let Some(top) = self.timers.peek() {
+            if self.live(top) {
+                break;
+            }
+            self.timers.pop();
+        }
+    }
+
+    /// Sets `key`'s timeout on `port`, a member, to `until`.
+    fn set_timeout(&mut self, key: GroupKey, port: PortId, until: Instant) {
+        if let Some(timeout) = self.groups.get_mut(&key).and_then(|m| m.get_mut(&port)) {
+            if *timeout != until {
+                *timeout = until;
+                self.timers.push(Reverse((until, key, port)));
+            }
+        }
+    }
+
     /// Notes `key`'s members before a change, once per publication.
     fn touch(&mut self, key: GroupKey) {
         if !self.changed.contains_key(&key) {
@@ -678,6 +786,9 @@ impl Snooping {
             let was = members.remove(&port).is_some();
             if members.is_empty() {
                 self.groups.remove(&key);
+            }
+            if was {
+                self.memberships -= 1;
             }
             // br_multicast_port_ngroups_dec, where the port group goes.
             if let Some(p) = self.ports.get_mut(&port).filter(|_| was) {
@@ -740,18 +851,14 @@ impl Snooping {
                 }
             }
         }
-        let expired: Vec<(GroupKey, PortId)> = self
-            .groups
-            .iter()
-            .flat_map(|(&key, members)| {
-                members
-                    .iter()
-                    .filter(move |(_, &until)| until <= now)
-                    .map(move |(&port, _)| (key, port))
-            })
-            .collect();
-        for (key, port) in expired {
-            self.remove_member(key, port);
+        while let Some(Reverse((at, key, port))) = self.timers.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            if self.live(&Reverse((at, key, port))) {
+                self.remove_member(key, port);
+            }
         }
     }
 
@@ -891,8 +998,10 @@ impl Snooping {
             }
             igmp::kind::V3_REPORT => {
                 self.stats.igmp_v3_reports += 1;
+                let records = usize::from(msg.num_records());
+                self.stats.records_ignored += records.saturating_sub(MAX_REPORT_RECORDS) as u64;
                 // parse() checked that every record fits.
-                for r in msg.records().flatten() {
+                for r in msg.records().flatten().take(MAX_REPORT_RECORDS) {
                     let key = GroupKey::new(vlan, IpAddr::V4(r.group_addr()));
                     if self.record(port, key, r.record_type(), r.num_sources(), now) {
                         break;
@@ -920,7 +1029,9 @@ impl Snooping {
             }
             mld::kind::V2_REPORT => {
                 self.stats.mld_v2_reports += 1;
-                for r in msg.records().flatten() {
+                let records = usize::from(msg.num_records());
+                self.stats.records_ignored += records.saturating_sub(MAX_REPORT_RECORDS) as u64;
+                for r in msg.records().flatten().take(MAX_REPORT_RECORDS) {
                     let key = GroupKey::new(vlan, IpAddr::V6(r.mcast_addr()));
                     if self.record(port, key, r.record_type(), r.num_sources(), now) {
                         break;
@@ -1056,10 +1167,16 @@ impl Snooping {
     /// member's timeout comes down to `last_member_count` times `max_delay`.
     fn group_query(&mut self, key: GroupKey, max_delay: Duration, now: Instant) {
         let until = after(now, times(max_delay, self.config.last_member_count));
-        if let Some(members) = self.groups.get_mut(&key) {
-            for timeout in members.values_mut() {
-                *timeout = (*timeout).min(until);
-            }
+        let lowered: Vec<PortId> = self
+            .groups
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .filter(|(_, &timeout)| timeout > until)
+            .map(|(&port, _)| port)
+            .collect();
+        for port in lowered {
+            self.set_timeout(key, port, until);
         }
     }
 
@@ -1091,7 +1208,13 @@ impl Snooping {
             self.touch(key);
         }
         let until = after(now, self.config.membership_interval);
-        self.groups.entry(key).or_default().insert(port, until);
+        let members = self.groups.entry(key).or_default();
+        match members.insert(port, until) {
+            None => self.memberships += 1,
+            Some(before) if before == until => return Ok(()),
+            Some(_) => {}
+        }
+        self.timers.push(Reverse((until, key, port)));
         Ok(())
     }
 
@@ -1130,8 +1253,9 @@ impl Snooping {
                 p.family[i].own_query = Some(until);
             }
         }
-        if let Some(timeout) = self.groups.get_mut(&key).and_then(|m| m.get_mut(&port)) {
-            *timeout = (*timeout).min(until);
+        let timeout = self.groups.get(&key).and_then(|m| m.get(&port)).copied();
+        if timeout.is_some_and(|timeout| timeout > until) {
+            self.set_timeout(key, port, until);
         }
     }
 
@@ -1162,6 +1286,8 @@ impl Snooping {
             self.touch(key);
         }
         self.groups.clear();
+        self.timers.clear();
+        self.memberships = 0;
     }
 }
 

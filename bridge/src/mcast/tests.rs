@@ -1694,3 +1694,167 @@ fn hash_max_turning_snooping_off_empties_the_port_counts() {
     assert_eq!(port_groups(&sim, 1).n_groups, 0);
     assert_eq!(port_groups(&sim, 1).refused, 0);
 }
+
+// Bounded work: the records of one report, the timers' heap.
+
+#[test]
+fn a_report_is_read_for_at_most_max_report_records() {
+    let mut sim = Sim::new(SnoopConfig::default());
+    let groups: Vec<String> = (0..MAX_REPORT_RECORDS + 76)
+        .map(|i| format!("239.2.{}.{}", i / 250, i % 250 + 1))
+        .collect();
+    let records: Vec<(u8, &str, u16)> = groups
+        .iter()
+        .map(|g| (igmp::record::TO_EXCLUDE, g.as_str(), 0))
+        .collect();
+    sim.rx(1, &v3_report(10, &records));
+    let stats = sim.s.stats();
+    assert_eq!(stats.igmp_v3_reports, 1);
+    assert_eq!(stats.records_ignored, 76);
+    assert_eq!(sim.s.groups(sim.now).len(), MAX_REPORT_RECORDS);
+    assert_eq!(sim.members(&groups[MAX_REPORT_RECORDS - 1]), set(&[1]));
+    assert_eq!(sim.members(&groups[MAX_REPORT_RECORDS]), PortSet::EMPTY);
+}
+
+/// One step of a random run of snooping.
+#[derive(Debug, Clone)]
+enum Step {
+    /// An IGMPv2 report from a host on `port` for group `group`.
+    Report {
+        port: u16,
+        group: u8,
+    },
+    /// An IGMPv3 report of joins and leaves (CHANGE_TO_INCLUDE {}).
+    V3 {
+        port: u16,
+        records: Vec<(bool, u8)>,
+    },
+    Leave {
+        port: u16,
+        group: u8,
+    },
+    /// A foreign querier's group-specific query, max response in tenths.
+    GroupQuery {
+        group: u8,
+        code: u8,
+    },
+    GeneralQuery {
+        code: u8,
+    },
+    Link {
+        port: u16,
+        up: bool,
+    },
+    /// The clock moves on, in milliseconds, ticking at each deadline.
+    Wait(u32),
+}
+
+fn group_addr(group: u8) -> String {
+    format!("239.3.0.{}", group + 1)
+}
+
+fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+    use proptest::prelude::*;
+    let port = 1u16..=3;
+    let group = 0u8..24;
+    prop_oneof![
+        4 => (port.clone(), group.clone()).prop_map(|(port, group)| Step::Report { port, group }),
+        2 => (port.clone(), prop::collection::vec((any::<bool>(), group.clone()), 1..12))
+            .prop_map(|(port, records)| Step::V3 { port, records }),
+        2 => (port.clone(), group.clone()).prop_map(|(port, group)| Step::Leave { port, group }),
+        1 => (group, 1u8..50).prop_map(|(group, code)| Step::GroupQuery { group, code }),
+        1 => (1u8..100).prop_map(|code| Step::GeneralQuery { code }),
+        1 => (port, any::<bool>()).prop_map(|(port, up)| Step::Link { port, up }),
+        4 => (0u32..40_000).prop_map(Step::Wait),
+    ]
+}
+
+impl Sim {
+    fn run(&mut self, step: &Step) {
+        match step {
+            Step::Report { port, group } => self.rx(*port, &report(10, &group_addr(*group))),
+            Step::V3 { port, records } => {
+                let groups: Vec<(u8, String)> = records
+                    .iter()
+                    .map(|&(join, g)| {
+                        let kind = match join {
+                            true => igmp::record::TO_EXCLUDE,
+                            false => igmp::record::TO_INCLUDE,
+                        };
+                        (kind, group_addr(g))
+                    })
+                    .collect();
+                let records: Vec<(u8, &str, u16)> =
+                    groups.iter().map(|(k, g)| (*k, g.as_str(), 0)).collect();
+                self.rx(*port, &v3_report(10, &records));
+            }
+            Step::Leave { port, group } => self.rx(*port, &leave(10, &group_addr(*group))),
+            Step::GroupQuery { group, code } => {
+                self.rx(1, &foreign_query("10.0.0.1", &group_addr(*group), *code))
+            }
+            Step::GeneralQuery { code } => self.rx(1, &foreign_query("10.0.0.1", "0.0.0.0", *code)),
+            Step::Link { port, up } => {
+                self.s.set_port_up(PortId(*port), *up, self.now);
+                self.collect();
+            }
+            Step::Wait(ms) => {
+                let secs = (self.now - self.t0).as_secs_f64() + f64::from(*ms) / 1000.0;
+                self.at(secs);
+            }
+        }
+    }
+}
+
+proptest::proptest! {
+    /// The heap's deadline is the one a look at every timer finds, after
+    /// any run of reports, leaves, queries, links and time; due
+    /// memberships are gone after each tick; and the heap stays within
+    /// its bound of the live memberships.
+    #[test]
+    fn the_timer_heap_agrees_with_a_scan(
+        querier in proptest::prelude::any::<bool>(),
+        fast in 0u8..3,
+        steps in proptest::collection::vec(step(), 1..120),
+    ) {
+        let config = SnoopConfig {
+            querier,
+            // Short, so that memberships expire within a run.
+            membership_interval: Duration::from_secs(30),
+            ..SnoopConfig::default()
+        };
+        let mut sim = Sim::new(config);
+        if fast != 0 {
+            sim.s.add_port(PortId(u16::from(fast)), RouterMode::Learned, true, sim.now);
+            sim.collect();
+        }
+        for step in &steps {
+            sim.run(step);
+            proptest::prop_assert_eq!(sim.s.next_deadline(), sim.s.scan_deadline(), "after {:?}", step);
+            let (heap, live) = sim.s.timer_counts();
+            proptest::prop_assert_eq!(live, sim.s.groups(sim.now).len());
+            proptest::prop_assert!(heap <= 2 * live + 1024 + 1, "heap {} for {} memberships", heap, live);
+            if matches!(step, Step::Wait(_)) {
+                let expired = sim.s.groups(sim.now).iter().filter(|g| g.expires_in.is_zero()).count();
+                proptest::prop_assert_eq!(expired, 0, "memberships due at {:?} left", sim.now - sim.t0);
+            }
+        }
+    }
+}
+
+#[test]
+fn refreshes_do_not_grow_the_heap_without_bound() {
+    let mut sim = Sim::new(SnoopConfig::default());
+    let groups: Vec<String> = (0..64).map(|i| format!("239.4.0.{}", i + 1)).collect();
+    for round in 0..400 {
+        for g in &groups {
+            sim.rx(1 + (round % 3) as u16, &report(10, g));
+        }
+        sim.at(f64::from(round) * 0.01);
+    }
+    let (heap, live) = sim.s.timer_counts();
+    assert_eq!(live, 3 * 64);
+    assert!(
+        heap <= 2 * live + 1024 + 1,
+        "heap {heap} for {live} memberships"
+    );
+}
