@@ -411,14 +411,24 @@ fn own(
         if lengthy {
             board.set_busy(true);
         }
+        let mut published = false;
         match event {
             Ok(Event::Call(request, reply)) => {
-                if slow && request.changes() {
+                let changes = request.changes();
+                if slow && changes {
                     // The test hook `--inject-fault owner-slow`.
                     thread::sleep(OWNER_SLOW);
                 }
+                let response = state.handle(request);
+                if changes {
+                    // Published before the client hears the change is
+                    // done, so that whatever it reads next shows it.
+                    board.publish(state.published());
+                    board.set_busy(false);
+                    published = true;
+                }
                 // The caller may have given up waiting; nothing to do then.
-                reply(state.handle(request));
+                reply(response);
             }
             Ok(Event::Capture(request, reply)) => {
                 reply(state.capture(request));
@@ -446,7 +456,7 @@ fn own(
             next_tick = Instant::now() + TICK;
             state.tick()?;
         }
-        if publish || tick {
+        if (publish || tick) && !(published && !tick) {
             board.publish(state.published());
             board.set_busy(false);
         }

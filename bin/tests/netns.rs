@@ -464,8 +464,18 @@ pub fn while_tcp_flows<T>(hosts: &[Netns], first_port: u16, f: impl FnOnce() -> 
             }
             count
         });
-        let result = f();
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        // Stops the transfers also when `f` panics, or the scope would
+        // wait for them for ever.
+        struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        let result = {
+            let _stop = Stop(stop);
+            f()
+        };
         let count = transfers.join().expect("a transfer failed");
         assert!(count >= 1, "no transfer completed");
         result
