@@ -3,8 +3,9 @@
 //! the chosen strategy, the configuration file, the link monitor) in plain
 //! fields, and only the owner thread (the daemon's main thread) touches it:
 //! the control socket, `/metrics`, signals and the once-a-second tick reach
-//! it as `Event`s on one channel, so port changes, reloads, lock switches
-//! and link events happen one after another by construction.
+//! it as `Event`s on one queue (`queue.rs`: bounded, in lanes by kind),
+//! so port changes, reloads, lock switches and link events happen one
+//! after another by construction.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -30,6 +31,7 @@ use crate::config::{Config, StaticEntry};
 use crate::mcast::Snooper;
 use crate::ports::{self, Kind, PortSettings, PortSpec};
 use crate::protocol::{self, ApiError, FdbEntry, Request, Response};
+use crate::queue::{EventQueue, Refused};
 use crate::stp::SpanningTree;
 use crate::watchdog::{self, name_workers, Watchdog};
 use crate::workers::Generation;
@@ -90,7 +92,7 @@ impl Drop for CaptureSlot {
 /// A handle for sending requests to the owner.
 #[derive(Clone)]
 pub struct Caller {
-    events: mpsc::Sender<Event>,
+    events: Arc<EventQueue>,
 }
 
 /// How long the control socket waits for the owner's answer: longer than
@@ -100,7 +102,7 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Caller {
     /// A caller over `events`.
-    pub fn new(events: mpsc::Sender<Event>) -> Caller {
+    pub fn new(events: Arc<EventQueue>) -> Caller {
         Caller { events }
     }
 
@@ -121,19 +123,25 @@ impl Caller {
     }
 
     fn send(&self, event: Event) -> Result<(), ApiError> {
-        self.events
-            .send(event)
-            .map_err(|_| ApiError::from("the bridge is stopping"))
+        self.events.push(event).map_err(refused)
     }
 
     /// Hands a signal to the owner; false once the owner is gone.
     pub fn signal(&self, signal: libc::c_int) -> bool {
-        self.events.send(Event::Signal(signal)).is_ok()
+        self.events.push(Event::Signal(signal)) != Err(Refused::Closed)
     }
 
     /// Hands link news to the owner; false once the owner is gone.
     pub fn links(&self, news: bridge::monitor::Received) -> bool {
-        self.events.send(Event::Links(news)).is_ok()
+        self.events.push(Event::Links(news)) != Err(Refused::Closed)
+    }
+}
+
+/// A request the queue did not take, as the caller's error.
+fn refused(refused: Refused) -> ApiError {
+    match refused {
+        Refused::Closed => ApiError::from("the bridge is stopping"),
+        Refused::Full => ApiError::from("the bridge is busy: too many requests waiting"),
     }
 }
 
@@ -344,6 +352,8 @@ pub struct BridgeState {
     stp: Option<SpanningTree>,
     /// Multicast snooping, with `--mcast-snooping`.
     mcast: Option<Snooper>,
+    /// The owner's queue, for its figures.
+    queue: Arc<EventQueue>,
     /// Per port with `guard=on`: whether a BPDU disabled it, and how often
     /// one did.
     guards: BTreeMap<PortId, (bool, u64)>,
@@ -391,6 +401,8 @@ pub struct Parts {
     pub stp: Option<SpanningTree>,
     /// Multicast snooping, with `--mcast-snooping`, its ports added.
     pub mcast: Option<Snooper>,
+    /// The owner's queue, for its figures.
+    pub queue: Arc<EventQueue>,
 }
 
 impl BridgeState {
@@ -433,6 +445,7 @@ impl BridgeState {
             links_known: None,
             stp: parts.stp,
             mcast: parts.mcast,
+            queue: parts.queue,
         };
         for (id, spec) in state.live_ports() {
             if spec.options.guard {
@@ -1771,6 +1784,7 @@ impl BridgeState {
             lock_set_failed: self.lock_set_failed,
             stp: self.stp.as_ref().map(|stp| stp.bridge(|id| self.label(id))),
             mcast: self.mcast.as_ref().map(Snooper::stats),
+            owner_queue: self.queue.stats(),
         }
     }
 }

@@ -310,4 +310,16 @@ pub fn print_stats(stats: &protocol::Stats) {
     } else {
         println!("  lock: statistics off (run with --lockstat)");
     }
+    let q = &stats.owner_queue;
+    println!(
+        "  owner queue: waiting {} urgent, {} control, {} mcast; shed {} mcast over budget, \
+         {} mcast queue full, {} urgent queue full, {} control queue full",
+        q.urgent_queued,
+        q.control_queued,
+        q.mcast_queued,
+        q.mcast_over_budget,
+        q.mcast_queue_full,
+        q.urgent_queue_full,
+        q.control_queue_full
+    );
 }

@@ -18,6 +18,7 @@ use nix::sys::signal::SigSet;
 
 use crate::api::{self, BridgeState, Caller, Event};
 use crate::ports::{self, open_ports, Kind, PortSpec};
+use crate::queue::{self, EventQueue};
 use crate::{control, metrics, say, system, workers, InjectedFault, ModeArg, RunArgs, RxRingArg};
 
 /// Receive buffers hold a whole 64 KiB offloaded segment and its header.
@@ -133,13 +134,15 @@ pub fn run<S: Strategy>(
         }),
         ..WorkerConfig::default()
     };
-    // Workers report BPDUs and tripped guards to the owner thread.
-    let (events_tx, events) = mpsc::channel::<Event>();
+    // Workers report BPDUs, tripped guards and IGMP and MLD messages to
+    // the owner thread, through its bounded queue.
+    let events = Arc::new(EventQueue::new(queue::LIMITS));
     let sink: bridge::worker::EventSink = {
-        let events = std::sync::Mutex::new(events_tx.clone());
+        let events = Arc::clone(&events);
         Arc::new(move |event| {
-            // The owner is gone only while the bridge stops.
-            let _ = events.lock().map(|tx| tx.send(Event::Port(event)));
+            // Shed (counted) when its lane is full or, for IGMP and MLD,
+            // beyond the second's budget: the worker forwarded it already.
+            let _ = events.push(Event::Port(event));
         })
     };
     if args.lockstat {
@@ -234,12 +237,13 @@ pub fn run<S: Strategy>(
         link_events: link_news.is_some(),
         stp,
         mcast,
+        queue: Arc::clone(&events),
     });
     state.report_links(first_events);
     if let Some((_, file)) = &file {
         state.add_statics(&file.statics)?;
     }
-    let caller = Caller::new(events_tx);
+    let caller = Caller::new(Arc::clone(&events));
     // Published before any other thread starts, so that none finds it empty.
     let board = Arc::new(api::Board::default());
     board.publish(state.published());
@@ -331,7 +335,7 @@ pub fn run<S: Strategy>(
     // They stop while the other threads do.
     state.ask_workers_to_stop();
     // Callers waiting on the owner get their answer: the bridge stops.
-    drop(events);
+    events.close();
     if control_thread.join().is_err() && outcome.is_ok() {
         outcome = Err("the control thread panicked".to_owned());
     }
@@ -378,7 +382,7 @@ const OWNER_SLOW: Duration = Duration::from_secs(3);
 /// until SIGINT or SIGTERM (Ok) or a fault (its error).
 fn own(
     state: &mut BridgeState,
-    events: &mpsc::Receiver<Event>,
+    events: &EventQueue,
     board: &api::Board,
     reloads: bool,
     slow: bool,
@@ -395,25 +399,27 @@ fn own(
             .mcast_deadline()
             .map_or(next_tick, |at| at.min(next_tick));
         let wait = until.saturating_duration_since(now);
+        // The queue hands out signals, link news and BPDUs first, then
+        // requests, then IGMP and MLD messages.
         let event = events.recv_timeout(wait);
         // Requests and signals change what `stats` and the rest say: the
         // owner publishes again after them (and every tick), not after
         // link or port events, which may come in floods.
         let publish = matches!(
             event,
-            Ok(Event::Call(..) | Event::Capture(..) | Event::Signal(_))
+            Some(Event::Call(..) | Event::Capture(..) | Event::Signal(_))
         );
         // What may take a while: readers do not queue behind it.
         let lengthy = matches!(
             &event,
-            Ok(Event::Call(request, _)) if request.changes()
-        ) || matches!(event, Ok(Event::Signal(libc::SIGHUP)));
+            Some(Event::Call(request, _)) if request.changes()
+        ) || matches!(event, Some(Event::Signal(libc::SIGHUP)));
         if lengthy {
             board.set_busy(true);
         }
         let mut published = false;
         match event {
-            Ok(Event::Call(request, reply)) => {
+            Some(Event::Call(request, reply)) => {
                 let changes = request.changes();
                 if slow && changes {
                     // The test hook `--inject-fault owner-slow`.
@@ -430,26 +436,24 @@ fn own(
                 // The caller may have given up waiting; nothing to do then.
                 reply(response);
             }
-            Ok(Event::Capture(request, reply)) => {
+            Some(Event::Capture(request, reply)) => {
                 reply(state.capture(request));
             }
-            Ok(Event::Links(news)) => state.links(news),
-            Ok(Event::Port(event)) => state.port_event(event),
-            Ok(Event::Signal(libc::SIGHUP)) if !reloads => {
+            Some(Event::Links(news)) => state.links(news),
+            Some(Event::Port(event)) => state.port_event(event),
+            Some(Event::Signal(libc::SIGHUP)) if !reloads => {
                 log::info!("SIGHUP: the bridge runs without --config; nothing to reload");
             }
-            Ok(Event::Signal(libc::SIGHUP)) => match state.reload() {
+            Some(Event::Signal(libc::SIGHUP)) => match state.reload() {
                 Ok(changes) => log::info!("SIGHUP: reloaded: {changes:?}"),
                 // A bad file keeps the running configuration.
                 Err(error) => log::warn!("SIGHUP: {error}; nothing changed"),
             },
-            Ok(Event::Signal(signal)) => {
+            Some(Event::Signal(signal)) => {
                 log::info!("signal {signal}: stopping");
                 return Ok(());
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            // Every caller is gone: nothing can stop the bridge but a fault.
-            Err(mpsc::RecvTimeoutError::Disconnected) => thread::sleep(wait),
+            None => {}
         }
         let tick = Instant::now() >= next_tick;
         if tick {

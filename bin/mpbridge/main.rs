@@ -15,6 +15,7 @@ mod metrics;
 mod port_options;
 mod ports;
 mod protocol;
+mod queue;
 mod stp;
 mod system;
 mod watchdog;

@@ -199,7 +199,8 @@ impl Snooper {
     pub fn stats(&self) -> protocol::McastStats {
         protocol::McastStats {
             enabled: self.snooping.enabled(),
-            groups: self.table.records().len(),
+            // Counted, not listed: `stats` comes often, groups are many.
+            groups: self.snooping.group_count(),
             messages: self.snooping.stats(),
         }
     }

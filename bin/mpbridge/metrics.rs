@@ -283,6 +283,49 @@ fn write_stp(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Result {
     )
 }
 
+/// The owner thread's queue: what waits per lane, what was shed and why.
+fn write_owner_queue(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Result {
+    let bridge = stats.name.as_str();
+    let q = &stats.owner_queue;
+    family(
+        out,
+        "owner_queue_events",
+        Kind::Gauge,
+        "Events waiting for the owner thread, by lane (urgent: signals, link news, BPDUs; \
+         control: requests; mcast: IGMP and MLD messages).",
+        [
+            ("urgent", q.urgent_queued),
+            ("control", q.control_queued),
+            ("mcast", q.mcast_queued),
+        ]
+        .map(|(lane, n)| {
+            (
+                vec![("bridge", bridge), ("lane", lane)],
+                Value::Int(n as u64),
+            )
+        }),
+    )?;
+    family(
+        out,
+        "owner_queue_shed_total",
+        Kind::Counter,
+        "Events the owner's queue did not take, by lane and reason (over_budget: IGMP and MLD \
+         messages beyond the bridge-wide budget per second; full: the lane was full).",
+        [
+            ("mcast", "over_budget", q.mcast_over_budget),
+            ("mcast", "full", q.mcast_queue_full),
+            ("urgent", "full", q.urgent_queue_full),
+            ("control", "full", q.control_queue_full),
+        ]
+        .map(|(lane, reason, n)| {
+            (
+                vec![("bridge", bridge), ("lane", lane), ("reason", reason)],
+                Value::Int(n),
+            )
+        }),
+    )
+}
+
 /// Multicast snooping's families, with `--mcast-snooping`.
 fn write_mcast(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Result {
     let Some(mcast) = &stats.mcast else {
@@ -480,6 +523,7 @@ fn write_families(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Resul
 
     write_stp(out, stats)?;
     write_mcast(out, stats)?;
+    write_owner_queue(out, stats)?;
 
     let worker_ids: Vec<String> = stats.workers.iter().map(|w| w.id.to_string()).collect();
     let worker_labels =
@@ -986,7 +1030,41 @@ mod tests {
             lock_set_failed: 0,
             stp: None,
             mcast: None,
+            owner_queue: Default::default(),
         }
+    }
+
+    #[test]
+    fn the_owner_queue_is_exposed() {
+        let mut stats = sample_stats();
+        stats.owner_queue = crate::protocol::OwnerQueueStats {
+            mcast_queued: 12,
+            mcast_over_budget: 34,
+            mcast_queue_full: 5,
+            urgent_queue_full: 1,
+            ..Default::default()
+        };
+        let text = render(&stats);
+        let e = lab::prometheus::parse(&text).unwrap();
+        let lane = |lane| [("bridge", "br0"), ("lane", lane)];
+        assert_eq!(
+            e.value("mpbridge_owner_queue_events", &lane("mcast")),
+            Some(12.0)
+        );
+        assert_eq!(
+            e.value("mpbridge_owner_queue_events", &lane("control")),
+            Some(0.0)
+        );
+        let shed = |lane, reason| {
+            e.value(
+                "mpbridge_owner_queue_shed_total",
+                &[("bridge", "br0"), ("lane", lane), ("reason", reason)],
+            )
+        };
+        assert_eq!(shed("mcast", "over_budget"), Some(34.0));
+        assert_eq!(shed("mcast", "full"), Some(5.0));
+        assert_eq!(shed("urgent", "full"), Some(1.0));
+        assert_eq!(shed("control", "full"), Some(0.0));
     }
 
     #[test]
@@ -1152,6 +1230,8 @@ mod tests {
             "mpbridge_lock_set_failed_total",
             "mpbridge_lock_wait_seconds_total",
             "mpbridge_lockstat_enabled",
+            "mpbridge_owner_queue_events",
+            "mpbridge_owner_queue_shed_total",
             "mpbridge_port_drops_total",
             "mpbridge_port_forwarding",
             "mpbridge_port_moves_total",
@@ -1279,7 +1359,7 @@ mod tests {
         let text = render(&stats);
         assert!(text.contains(r#"bridge="a\\b\"c\nd""#), "{text}");
         assert!(text.contains(r#"port="raw:\"x\"""#), "{text}");
-        assert_eq!(text.lines().count(), checked(&stats).samples.len() + 2 * 36);
+        assert_eq!(text.lines().count(), checked(&stats).samples.len() + 2 * 38);
         let e = checked(&stats);
         assert_eq!(
             e.value("mpbridge_port_moves_total", &[("port", "raw:\"x\"")]),

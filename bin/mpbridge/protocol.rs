@@ -577,6 +577,30 @@ pub struct Stats {
     /// Multicast snooping's figures, with `--mcast-snooping`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcast: Option<McastStats>,
+    /// The owner thread's queue: what waits, what was shed.
+    #[serde(default)]
+    pub owner_queue: OwnerQueueStats,
+}
+
+/// The owner thread's queue (`queue.rs`): events waiting per lane now, and
+/// those shed since the start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerQueueStats {
+    /// Signals, link news, BPDUs and tripped guards waiting.
+    pub urgent_queued: usize,
+    /// Control requests waiting.
+    pub control_queued: usize,
+    /// IGMP and MLD messages waiting.
+    pub mcast_queued: usize,
+    /// IGMP and MLD messages beyond the bridge-wide budget per second,
+    /// not queued (forwarded, not snooped).
+    pub mcast_over_budget: u64,
+    /// IGMP and MLD messages that found their lane full.
+    pub mcast_queue_full: u64,
+    /// Link news and BPDUs that found their lane full.
+    pub urgent_queue_full: u64,
+    /// Control requests that found their lane full (answered busy).
+    pub control_queue_full: u64,
 }
 
 /// Multicast snooping's figures.

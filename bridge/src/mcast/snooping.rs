@@ -655,6 +655,12 @@ impl Snooping {
         }
     }
 
+    /// Groups with members now (per VLAN and group), without listing
+    /// them.
+    pub fn group_count(&self) -> usize {
+        self.groups.len()
+    }
+
     /// The running totals.
     pub fn stats(&self) -> SnoopStats {
         self.stats
