@@ -499,8 +499,15 @@ fn host_of(port: &str) -> Option<usize> {
 impl Lab {
     /// The scenario on mpbridge with strategy `lock`.
     fn mpbridge(lock: &str, setup: &Setup) -> Lab {
+        Lab::mpbridge_with(lock, setup, &[])
+    }
+
+    /// The scenario on mpbridge with strategy `lock` and the options
+    /// `more`.
+    fn mpbridge_with(lock: &str, setup: &Setup, more: &[&str]) -> Lab {
         let (socket, ctl_arg) = netns::ctl_socket("mcast");
         let mut extra = vec!["--lock", lock, ctl_arg.as_str(), "--mcast-snooping"];
+        extra.extend_from_slice(more);
         if setup.querier {
             extra.push("--mcast-querier");
         }
@@ -1397,6 +1404,257 @@ fn the_kernel_bridge_agrees() {
 strategy_tests!(snooping_through_mpbridge: mcast_mutex, mcast_rwlock, mcast_rmlock,
     mcast_sharded, mcast_rcu, mcast_epoch);
 
+/// How long the flood of reports lasts at most.
+const FLOOD: Duration = Duration::from_secs(8);
+/// The most frames the flood sends.
+const FLOOD_FRAMES: usize = 300_000;
+/// Records per flooded report: 1468 bytes of IP, within a 1500-byte MTU.
+const FLOOD_RECORDS: usize = 180;
+/// Distinct groups the flood cycles through: below --mcast-hash-max
+/// (4096), so that snooping stays on and every report is worked on.
+const FLOOD_GROUPS: usize = 3600;
+/// How much the daemon's RSS may grow during the flood: its queue holds at
+/// most 1 MiB of reports and snooping 3600 groups; without bounds the
+/// queue grows by the megabytes each second that the owner falls behind.
+const FLOOD_RSS_KIB: u64 = 48 << 10;
+
+/// An IGMPv3 report of `FLOOD_RECORDS` CHANGE_TO_EXCLUDE {} records
+/// (joins), the `n`th of the flood: groups `n * FLOOD_RECORDS` on, modulo
+/// `FLOOD_GROUPS`, in 239.128.0.0/16.
+fn flood_report(n: usize) -> Vec<u8> {
+    let mut message = vec![V3_REPORT, 0, 0, 0, 0, 0];
+    message.extend_from_slice(&(FLOOD_RECORDS as u16).to_be_bytes());
+    for r in 0..FLOOD_RECORDS {
+        let g = (n * FLOOD_RECORDS + r) % FLOOD_GROUPS;
+        message.extend_from_slice(&[CHANGE_TO_EXCLUDE, 0, 0, 0]);
+        message.extend_from_slice(&[239, 128, (g / 250) as u8, (g % 250) as u8 + 1]);
+    }
+    let sum = checksum(&message);
+    message[2..4].copy_from_slice(&sum.to_be_bytes());
+    message
+}
+
+/// User and system CPU seconds of thread `tid` of process `pid`
+/// (/proc/PID/task/TID/stat, fields 14 and 15).
+fn thread_cpu_seconds(pid: u32, tid: u32) -> f64 {
+    let path = format!("/proc/{pid}/task/{tid}/stat");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let (_, rest) = text.rsplit_once(')').expect("a stat line");
+    let ticks: u64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|f| f.parse::<u64>().expect("a number"))
+        .sum();
+    // SAFETY: sysconf has no memory preconditions.
+    #[allow(unsafe_code)]
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    ticks as f64 / hz
+}
+
+/// The spanning tree as `stats -j` shows it: the root, and each port's
+/// role and state.
+fn tree(ctl: &std::path::Path) -> (String, Vec<(String, String, String)>) {
+    let stats = ctl_json(ctl, &["stats", "-j"]);
+    let root = stats["stp"]["root_id"].as_str().expect("no stp.root_id");
+    let ports = stats["ports"]
+        .as_array()
+        .expect("ports")
+        .iter()
+        .map(|p| {
+            let field = |key: &str| p["stp"][key].as_str().unwrap_or("?").to_owned();
+            (
+                p["name"].as_str().unwrap().to_owned(),
+                field("role"),
+                field("state"),
+            )
+        })
+        .collect();
+    (root.to_owned(), ports)
+}
+
+/// Sends the flood from its own packet socket on a host, in a thread,
+/// until `FLOOD` passes, `FLOOD_FRAMES` are sent, or it is dropped (which
+/// stops and joins it, also when the test fails).
+struct Flood {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<thread::JoinHandle<usize>>,
+}
+
+impl Flood {
+    fn start(host: &Netns, from: usize) -> Flood {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let mut wire = Wire::on(host);
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let stopped = std::sync::Arc::clone(&stop);
+        let src = Topology::addr(from);
+        // A few hundred distinct reports, sent over and over.
+        let frames: Vec<Vec<u8>> = (0..FLOOD_GROUPS / FLOOD_RECORDS * 4)
+            .map(|n| {
+                let mut buffer = vec![0u8; VNET_HDR_LEN];
+                buffer.extend(igmp_frame(wire.mac, src, V3_ROUTERS, &flood_report(n)));
+                buffer
+            })
+            .collect();
+        let thread = thread::spawn(move || {
+            let deadline = Instant::now() + FLOOD;
+            let mut sent = 0;
+            let mut next = 0;
+            // Relaxed: a flag polled in a loop, nothing published with it.
+            while !stopped.load(Ordering::Relaxed)
+                && Instant::now() < deadline
+                && sent < FLOOD_FRAMES
+            {
+                let first = next;
+                next += 32;
+                let batch = (first..next).map(|i| &frames[i % frames.len()][..]);
+                // A full socket queue sends fewer; the flood goes on.
+                sent += wire.queue.send_batch(batch).sent;
+                // About 30000 frames a second at most: a flood, yet one
+                // that leaves the shared machine's other work room.
+                thread::sleep(Duration::from_millis(1));
+                wire.frames();
+            }
+            sent
+        });
+        Flood {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn running(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// Waits for the end; the frames it sent.
+    fn finish(mut self) -> usize {
+        self.thread
+            .take()
+            .unwrap()
+            .join()
+            .expect("the flood thread panicked")
+    }
+}
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// One host floods large IGMPv3 reports (180 records each, 3600 groups)
+/// into a bridge with `--mcast-snooping --stp` and two workers: each
+/// `stats` asked meanwhile answers within 2 s, the RSS stays within
+/// `FLOOD_RSS_KIB` of what it was, the spanning tree (root, roles, states)
+/// is unchanged, another host's multicast still reaches its member, and
+/// the queue counts what it shed. Prints the owner (main) thread's CPU
+/// time over the flood.
+fn report_flood(lock: &str) {
+    if !privileged(&format!("mcast_flood_{lock}")) {
+        return;
+    }
+    let setup = Setup {
+        querier: true,
+        ipv6: false,
+        ports: [("edge=on", &[]); HOSTS],
+    };
+    let mut lab = Lab::mpbridge_with(lock, &setup, &["--stp", "--workers", "2"]);
+    let (pid, socket) = match &lab.under {
+        Under::Mpbridge { topology, ctl } => {
+            (topology.daemon.as_ref().unwrap().child.id(), ctl.clone())
+        }
+        Under::Kernel { .. } => unreachable!(),
+    };
+    let forwarding = wait_for(APPEAR, || {
+        tree(&socket)
+            .1
+            .iter()
+            .all(|(_, _, state)| state == "forwarding")
+    });
+    assert!(forwarding, "ports not forwarding: {:?}", tree(&socket));
+    lab.await_querier(false, &[]);
+    let member = lab.join(B, GROUP.into());
+    lab.await_members(GROUP, &[B], APPEAR);
+    let seq = lab.send(C, GROUP.into());
+    assert!(member.got(seq), "B's socket got nothing before the flood");
+    let before = tree(&socket);
+    let rss_before = netns::rss_kib(pid);
+    let (owner_before, process_before) = (thread_cpu_seconds(pid, pid), netns::cpu_seconds(pid));
+    let start = Instant::now();
+
+    let flood = Flood::start(&lab.hosts()[A], A);
+    let (mut asked, mut slowest, mut rss_max) = (0, Duration::ZERO, rss_before);
+    let (mut datagrams, mut got) = (0, 0);
+    while flood.running() {
+        let asked_at = Instant::now();
+        let (code, out, err) = ctl(&socket, &["stats", "-j"]);
+        let took = asked_at.elapsed();
+        assert_eq!(code, 0, "stats during the flood: {err}");
+        assert!(
+            took < Duration::from_secs(2),
+            "stats took {took:?} during the flood"
+        );
+        let stats: serde_json::Value = serde_json::from_str(&out).expect("stats -j");
+        assert_eq!(stats["mcast"]["enabled"], true, "snooping turned off");
+        asked += 1;
+        slowest = slowest.max(took);
+        rss_max = rss_max.max(netns::rss_kib(pid));
+        let seq = lab.send(C, GROUP.into());
+        datagrams += 1;
+        got += usize::from(member.got(seq));
+        thread::sleep(Duration::from_millis(200));
+    }
+    let sent = flood.finish();
+    let span = start.elapsed().as_secs_f64();
+    let owner = thread_cpu_seconds(pid, pid) - owner_before;
+    let process = netns::cpu_seconds(pid) - process_before;
+    rss_max = rss_max.max(netns::rss_kib(pid));
+    let stats = ctl_json(&socket, &["stats", "-j"]);
+    let queue = &stats["owner_queue"];
+    let shed =
+        queue["mcast_over_budget"].as_u64().unwrap() + queue["mcast_queue_full"].as_u64().unwrap();
+    eprintln!(
+        "{lock}: {sent} reports in {span:.1} s; owner thread {owner:.2} s CPU, process {process:.2} s; \
+         stats asked {asked} times, slowest {slowest:?}; RSS {rss_before} -> {rss_max} KiB at most; \
+         {got} of {datagrams} datagrams reached the member; owner_queue {queue}; v3 reports taken {}, \
+         groups {}",
+        stats["mcast"]["messages"]["igmp_v3_reports"], stats["mcast"]["groups"]
+    );
+    assert!(sent > 10_000, "the flood sent only {sent} frames");
+    assert!(
+        asked >= 3,
+        "stats asked only {asked} times during the flood"
+    );
+    assert!(shed > 0, "nothing shed: {queue}");
+    assert!(
+        stats["mcast"]["messages"]["igmp_v3_reports"]
+            .as_u64()
+            .unwrap()
+            > 0,
+        "no report taken"
+    );
+    assert!(
+        rss_max <= rss_before + FLOOD_RSS_KIB,
+        "RSS grew from {rss_before} KiB to {rss_max} KiB"
+    );
+    // Every datagram during the flood: a lost one is a forwarding fault
+    // (the member's membership is refreshed by its own host's reports).
+    assert_eq!(
+        got, datagrams,
+        "datagrams to the member lost during the flood"
+    );
+    assert_eq!(tree(&socket), before, "the spanning tree changed");
+    let seq = lab.send(C, GROUP.into());
+    assert!(member.got(seq), "B's socket got nothing after the flood");
+}
+
+strategy_tests!(report_flood: mcast_flood_mutex, mcast_flood_rwlock, mcast_flood_rmlock,
+    mcast_flood_sharded, mcast_flood_rcu, mcast_flood_epoch);
+
 /// The bridge options under test and a good value of each.
 const BRIDGE_OPTIONS: [(&str, &str); 9] = [
     ("--mcast-query-interval", "5"),
@@ -1522,6 +1780,12 @@ lab::test_main! {
         mcast_sharded,
         mcast_rcu,
         mcast_epoch,
+        mcast_flood_mutex,
+        mcast_flood_rwlock,
+        mcast_flood_rmlock,
+        mcast_flood_sharded,
+        mcast_flood_rcu,
+        mcast_flood_epoch,
     ],
     plain: [bad_values_are_refused],
 }
