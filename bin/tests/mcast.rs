@@ -1547,8 +1547,10 @@ impl Drop for Flood {
 }
 
 /// One host floods large IGMPv3 reports (180 records each, 3600 groups)
-/// into a bridge with `--mcast-snooping --stp` and two workers: each
-/// `stats` asked meanwhile answers within 2 s, the RSS stays within
+/// into a bridge with `--mcast-snooping --stp` and two workers, whose
+/// root is a Linux bridge on host D (priority 4096, hello 1 s, so that
+/// its information is gone after 3 s without BPDUs taken): each `stats`
+/// asked meanwhile answers within 2 s, the RSS stays within
 /// `FLOOD_RSS_KIB` of what it was, the spanning tree (root, roles, states)
 /// is unchanged, another host's multicast still reaches its member, and
 /// the queue counts what it shed. Prints the owner (main) thread's CPU
@@ -1560,7 +1562,12 @@ fn report_flood(lock: &str) {
     let setup = Setup {
         querier: true,
         ipv6: false,
-        ports: [("edge=on", &[]); HOSTS],
+        ports: [
+            ("edge=on", &[]),
+            ("edge=on", &[]),
+            ("edge=on", &[]),
+            ("", &[]),
+        ],
     };
     let mut lab = Lab::mpbridge_with(lock, &setup, &["--stp", "--workers", "2"]);
     let (pid, socket) = match &lab.under {
@@ -1569,13 +1576,28 @@ fn report_flood(lock: &str) {
         }
         Under::Kernel { .. } => unreachable!(),
     };
-    let forwarding = wait_for(APPEAR, || {
-        tree(&socket)
-            .1
-            .iter()
-            .all(|(_, _, state)| state == "forwarding")
+    // D's Linux bridge, the root, over D's eth0 (times in centiseconds).
+    let d = &lab.hosts()[D];
+    d.ip(&["link", "add", "br0", "type", "bridge", "stp_state", "1"]);
+    for (key, value) in [
+        ("priority", "4096"),
+        ("hello_time", "100"),
+        ("forward_delay", "400"),
+        ("max_age", "600"),
+    ] {
+        d.ip(&["link", "set", "br0", "type", "bridge", key, value]);
+    }
+    d.ip(&["link", "set", "eth0", "master", "br0"]);
+    d.ip(&["link", "set", "br0", "up"]);
+    let converged = wait_for(Duration::from_secs(30), || {
+        let (root, ports) = tree(&socket);
+        root.starts_with("1000.")
+            && ports.iter().all(|(_, _, state)| state == "forwarding")
+            && ports
+                .iter()
+                .any(|(name, role, _)| name == "raw:p3" && role == "root")
     });
-    assert!(forwarding, "ports not forwarding: {:?}", tree(&socket));
+    assert!(converged, "no tree under D's root: {:?}", tree(&socket));
     lab.await_querier(false, &[]);
     let member = lab.join(B, GROUP.into());
     lab.await_members(GROUP, &[B], APPEAR);

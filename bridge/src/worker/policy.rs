@@ -190,6 +190,8 @@ pub enum PortEvent {
 /// Where a worker's events go: called rarely (a BPDU a second per port
 /// from a neighbour, bounded by [`BPDUS_PER_SECOND`]; IGMP and MLD
 /// messages, bounded by `MCAST_EVENTS_PER_SECOND`), never per frame.
+/// These bounds are per port and worker; the daemon's sink bounds the
+/// events again for the whole bridge (its owner's queue).
 pub type EventSink = Arc<dyn Fn(PortEvent) + Send + Sync>;
 
 /// The most BPDUs per port and second a worker hands to spanning tree; a
