@@ -460,7 +460,7 @@ fn own(
             next_tick = Instant::now() + TICK;
             state.tick()?;
         }
-        if (publish || tick) && !(published && !tick) {
+        if tick || (publish && !published) {
             board.publish(state.published());
             board.set_busy(false);
         }
