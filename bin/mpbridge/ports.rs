@@ -297,24 +297,29 @@ const VHOST_KEYS: [&str; 4] = ["max_memory", "socket_owner", "socket_group", "so
 /// A server socket's `socket_owner=USER`, `socket_group=GROUP` (names or
 /// numbers) and `socket_mode=MODE` (octal, at most 0777).
 fn socket_access(items: &[(String, String)]) -> Result<SocketAccess, String> {
-    let owner = option(items, "socket_owner")
-        .map(|text| match text.parse::<u32>() {
-            Ok(uid) => Ok(uid),
-            Err(_) => match nix::unistd::User::from_name(text) {
-                Ok(Some(user)) => Ok(user.uid.as_raw()),
-                _ => Err(format!("socket_owner={text}: no such user")),
-            },
-        })
-        .transpose()?;
-    let group = option(items, "socket_group")
-        .map(|text| match text.parse::<u32>() {
-            Ok(gid) => Ok(gid),
-            Err(_) => match nix::unistd::Group::from_name(text) {
-                Ok(Some(group)) => Ok(group.gid.as_raw()),
-                _ => Err(format!("socket_group={text}: no such group")),
-            },
-        })
-        .transpose()?;
+    // A number, or a name `find` looks up.
+    let id = |key: &str, what: &str, find: &dyn Fn(&str) -> Option<u32>| {
+        option(items, key)
+            .map(|text| {
+                text.parse::<u32>()
+                    .ok()
+                    .or_else(|| find(text))
+                    .ok_or_else(|| format!("{key}={text}: no such {what}"))
+            })
+            .transpose()
+    };
+    let owner = id("socket_owner", "user", &|name| {
+        nix::unistd::User::from_name(name)
+            .ok()
+            .flatten()
+            .map(|u| u.uid.as_raw())
+    })?;
+    let group = id("socket_group", "group", &|name| {
+        nix::unistd::Group::from_name(name)
+            .ok()
+            .flatten()
+            .map(|g| g.gid.as_raw())
+    })?;
     let mode = option(items, "socket_mode")
         .map(|text| {
             u32::from_str_radix(text, 8)

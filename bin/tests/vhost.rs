@@ -288,6 +288,47 @@ fn a_hostile_driver_is_counted_and_survived() {
     assert!(!log.iter().any(|l| l.contains("panicked")), "{log:?}");
 }
 
+/// A bridge of three vhost-user ports, each with a frontend, their links
+/// up: one frontend to turn hostile, two to forward beside it.
+struct Hostile {
+    dir: TempDir,
+    daemon: netns::Daemon,
+    ctl: PathBuf,
+    evil_port: String,
+    evil: Frontend,
+    a: Frontend,
+    b: Frontend,
+}
+
+impl Hostile {
+    fn start() -> Hostile {
+        let dir = TempDir::new("vhost");
+        let sockets = [dir.path("e.sock"), dir.path("a.sock"), dir.path("b.sock")];
+        let ports: Vec<String> = sockets.iter().map(|s| port(s)).collect();
+        let (daemon, ctl) = bridge_here(&dir, &ports, &[]);
+        let mut fronts = sockets
+            .iter()
+            .map(|s| Frontend::connect(s, 1, FEATURES).unwrap());
+        let (evil, a, b) = (
+            fronts.next().unwrap(),
+            fronts.next().unwrap(),
+            fronts.next().unwrap(),
+        );
+        for p in &ports {
+            wait_link(&ctl, p, "up");
+        }
+        Hostile {
+            dir,
+            daemon,
+            ctl,
+            evil_port: ports[0].clone(),
+            evil,
+            a,
+            b,
+        }
+    }
+}
+
 /// Makes `fd`, which the frontend shares with the device, blocking again.
 fn clear_nonblock(fd: &impl std::os::fd::AsRawFd) {
     use nix::fcntl::{fcntl, FcntlArg, OFlag};
@@ -305,16 +346,15 @@ fn clear_nonblock(fd: &impl std::os::fd::AsRawFd) {
 fn a_frontend_cannot_block_a_worker_on_its_eventfds() {
     use std::os::fd::{FromRawFd, IntoRawFd};
     use vhost::VhostBackend;
-    let dir = TempDir::new("vhost");
-    let (s0, s1, s2) = (dir.path("e.sock"), dir.path("a.sock"), dir.path("b.sock"));
-    let (p0, p1, p2) = (port(&s0), port(&s1), port(&s2));
-    let (daemon, ctl) = bridge_here(&dir, &[p0.clone(), p1.clone(), p2.clone()], &[]);
-    let mut evil = Frontend::connect(&s0, 1, FEATURES).unwrap();
-    let mut a = Frontend::connect(&s1, 1, FEATURES).unwrap();
-    let mut b = Frontend::connect(&s2, 1, FEATURES).unwrap();
-    for p in [&p0, &p1, &p2] {
-        wait_link(&ctl, p, "up");
-    }
+    let Hostile {
+        dir,
+        daemon,
+        ctl,
+        evil_port: p0,
+        mut evil,
+        mut a,
+        mut b,
+    } = Hostile::start();
     for index in [0, 1] {
         let (kick, call) = evil.eventfds(index);
         clear_nonblock(kick);
@@ -384,16 +424,15 @@ fn pump(a: &mut Frontend, b: &mut Frontend, window: Duration) -> usize {
 /// to the same run without it.
 fn a_hostile_ring_cannot_hold_a_worker() {
     use bridge::port::vhost::ring::driver;
-    let dir = TempDir::new("vhost");
-    let (s0, s1, s2) = (dir.path("e.sock"), dir.path("a.sock"), dir.path("b.sock"));
-    let (p0, p1, p2) = (port(&s0), port(&s1), port(&s2));
-    let (daemon, ctl) = bridge_here(&dir, &[p0.clone(), p1.clone(), p2.clone()], &[]);
-    let mut evil = Frontend::connect(&s0, 1, FEATURES).unwrap();
-    let mut a = Frontend::connect(&s1, 1, FEATURES).unwrap();
-    let mut b = Frontend::connect(&s2, 1, FEATURES).unwrap();
-    for p in [&p0, &p1, &p2] {
-        wait_link(&ctl, p, "up");
-    }
+    let Hostile {
+        dir: _dir,
+        daemon,
+        ctl,
+        evil_port: p0,
+        mut evil,
+        mut a,
+        mut b,
+    } = Hostile::start();
     a.post_room(0, 64);
     b.post_room(0, 64);
     // b announces itself, so that a's frames go to b alone.
@@ -545,16 +584,15 @@ fn port_del_removes_only_the_socket_it_bound() {
 /// batch, and the port goes down until a frontend comes with new memory;
 /// the other ports forward throughout.
 fn a_frontend_that_shrinks_its_memory_loses_its_port() {
-    let dir = TempDir::new("vhost");
-    let (s0, s1, s2) = (dir.path("e.sock"), dir.path("a.sock"), dir.path("b.sock"));
-    let (p0, p1, p2) = (port(&s0), port(&s1), port(&s2));
-    let (daemon, ctl) = bridge_here(&dir, &[p0.clone(), p1.clone(), p2.clone()], &[]);
-    let evil = Frontend::connect(&s0, 1, FEATURES).unwrap();
-    let mut a = Frontend::connect(&s1, 1, FEATURES).unwrap();
-    let mut b = Frontend::connect(&s2, 1, FEATURES).unwrap();
-    for p in [&p0, &p1, &p2] {
-        wait_link(&ctl, p, "up");
-    }
+    let Hostile {
+        dir,
+        daemon,
+        ctl,
+        evil_port: p0,
+        evil,
+        mut a,
+        mut b,
+    } = Hostile::start();
     a.post_room(0, 64);
     b.post_room(0, 64);
     evil.shrink_memory();
@@ -568,7 +606,7 @@ fn a_frontend_that_shrinks_its_memory_loses_its_port() {
     same(&frames(&mut b), std::slice::from_ref(&hello));
     drop(evil);
     // The next frontend, with memory of its own, brings the port back.
-    let mut again = Frontend::connect(&s0, 1, FEATURES).unwrap();
+    let mut again = Frontend::connect(&dir.path("e.sock"), 1, FEATURES).unwrap();
     wait_link(&ctl, &p0, "up");
     again.post_room(0, 64);
     let frame = test_frame(BROADCAST, mac(2), 2, 200);

@@ -195,13 +195,13 @@ impl Frontend {
     fn start_vring(&mut self, index: usize, vring: &Vring, base: u16) -> Result<(), String> {
         let e = |what: &'static str| move |error: vhost::Error| format!("{what} {index}: {error}");
         let c = &mut self.connection;
-        c.set_vring_num(index, RING_SIZE)
-            .map_err(e("SET_VRING_NUM"))?;
+        let size = vring.layout.size;
+        c.set_vring_num(index, size).map_err(e("SET_VRING_NUM"))?;
         c.set_vring_addr(
             index,
             &VringConfigData {
-                queue_max_size: RING_SIZE,
-                queue_size: RING_SIZE,
+                queue_max_size: size,
+                queue_size: size,
                 flags: 0,
                 desc_table_addr: vring.layout.desc,
                 used_ring_addr: vring.layout.used,
@@ -412,38 +412,15 @@ impl Frontend {
         let base = BASE + PER_VRING * index as u64;
         let (layout, end) = driver::layout(base, size);
         assert!(end <= base + 0x10_0000, "a ring of {size} fits its vring");
-        let e = |what: &'static str| move |error: vhost::Error| format!("{what} {index}: {error}");
-        let vring = &mut self.vrings[index];
+        let mut vring = self.vrings.remove(index);
         vring.layout = layout;
         vring.avail = 0;
         vring.used = 0;
         vring.kick = EventFd::new(libc::EFD_NONBLOCK).unwrap();
         vring.call = EventFd::new(libc::EFD_NONBLOCK).unwrap();
-        let c = &mut self.connection;
-        c.set_vring_num(index, size).map_err(e("SET_VRING_NUM"))?;
-        c.set_vring_addr(
-            index,
-            &VringConfigData {
-                queue_max_size: size,
-                queue_size: size,
-                flags: 0,
-                desc_table_addr: layout.desc,
-                used_ring_addr: layout.used,
-                avail_ring_addr: layout.avail,
-                log_addr: None,
-            },
-        )
-        .map_err(e("SET_VRING_ADDR"))?;
-        c.set_vring_base(index, 0).map_err(e("SET_VRING_BASE"))?;
-        c.set_vring_call(index, &vring.call)
-            .map_err(e("SET_VRING_CALL"))?;
-        c.set_vring_kick(index, &vring.kick)
-            .map_err(e("SET_VRING_KICK"))?;
-        if self.features & PROTOCOL_FEATURES != 0 {
-            c.set_vring_enable(index, true)
-                .map_err(e("SET_VRING_ENABLE"))?;
-        }
-        Ok(layout)
+        let started = self.start_vring(index, &vring, 0);
+        self.vrings.insert(index, vring);
+        started.map(|()| layout)
     }
 
     /// Shrinks the memfd behind the shared memory to nothing, as a hostile
