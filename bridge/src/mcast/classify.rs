@@ -347,14 +347,27 @@ fn is_link_local(addr: Ipv6Addr) -> bool {
 
 /// Walks the extension headers at the start of `payload`, the first a
 /// Hop-by-Hop header, as Linux's `ipv6_skip_exthdr`: the protocol after
-/// them and where it starts; `None` for a header that does not fit or for
-/// No Next Header. Each header takes at least 8 bytes, so the walk ends
-/// within the payload. A fragment other than the first ends it at the
-/// fragment header.
+/// them and where it starts (which may be past the payload: only an
+/// extension header's first two bytes, and a fragment header's offset,
+/// are read); `None` for an extension header cut short there or for No
+/// Next Header. Each header takes at least 8 bytes, so the walk ends.
+/// A fragment other than the first ends it at the fragment header.
 fn skip_extension_headers(payload: &[u8]) -> Option<(u8, usize)> {
     let mut next_header = next::HOP_BY_HOP;
     let mut at = 0;
     loop {
+        if !matches!(
+            next_header,
+            next::HOP_BY_HOP
+                | next::ROUTING
+                | next::DEST_OPTS
+                | next::AUTH
+                | next::FRAGMENT
+                | next::NONE
+        ) {
+            // An upper-layer header: its bytes are its parser's business.
+            return Some((next_header, at));
+        }
         let header = payload.get(at..at + 2)?;
         let len = match next_header {
             next::HOP_BY_HOP | next::ROUTING | next::DEST_OPTS => (usize::from(header[1]) + 1) * 8,
@@ -418,6 +431,25 @@ mod tests {
         // A first fragment is skipped.
         payload[10..12].copy_from_slice(&[0, 1]);
         assert_eq!(skip_extension_headers(&payload), Some((mld::ICMPV6, 16)));
+    }
+
+    #[test]
+    fn an_upper_layer_header_past_the_payload_is_not_read() {
+        // Hop-by-Hop filling the payload, then UDP with no bytes left: data
+        // to Linux (`ipv6_skip_exthdr` reads extension headers only), not a
+        // malformed packet.
+        let mut payload = [0u8; 8];
+        payload[0] = 17;
+        assert_eq!(skip_extension_headers(&payload), Some((17, 8)));
+        // Hop-by-Hop claiming more than the payload holds, then UDP.
+        payload[1] = 255;
+        assert_eq!(skip_extension_headers(&payload), Some((17, 2048)));
+        // The same before ICMPv6: found where it cannot be, so malformed.
+        payload[0] = mld::ICMPV6;
+        assert_eq!(skip_extension_headers(&payload), Some((mld::ICMPV6, 2048)));
+        // An extension header cut short stays `None`.
+        payload[0] = next::ROUTING;
+        assert_eq!(skip_extension_headers(&payload), None);
     }
 
     #[test]
