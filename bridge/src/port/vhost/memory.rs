@@ -61,6 +61,16 @@ unsafe impl Sync for GuestMemory {}
 /// Why a memory table was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum MemoryError {
+    /// The table does not come with one file per region (a region
+    /// without its file would be left out, a file without its region
+    /// kept open for nothing).
+    #[error("{regions} memory regions with {files} files")]
+    Files {
+        /// How many regions.
+        regions: usize,
+        /// How many files.
+        files: usize,
+    },
     /// A region's numbers overflow or overlap another's.
     #[error("memory region {0} is malformed or overlaps another")]
     Malformed(usize),
@@ -116,7 +126,15 @@ impl GuestMemory {
     /// cannot be mapped from, is no obstacle) after checking that the file
     /// is that long: a file shorter than its region would raise SIGBUS on
     /// the first access past its end.
+    ///
+    /// There must be one file per region, in order.
     pub fn map(specs: &[RegionSpec], files: Vec<File>) -> Result<GuestMemory, MemoryError> {
+        if specs.len() != files.len() {
+            return Err(MemoryError::Files {
+                regions: specs.len(),
+                files: files.len(),
+            });
+        }
         let mut regions = Vec::with_capacity(specs.len());
         let mut maps = Vec::with_capacity(specs.len());
         let mut watched = Vec::with_capacity(specs.len());
@@ -289,6 +307,45 @@ mod tests {
         assert!(memory.read(0x10_100, &mut back));
         assert_eq!(&back, b"frame");
         assert!(!memory.read(0x10_ffe, &mut back));
+    }
+
+    #[test]
+    fn a_table_takes_one_file_per_region() {
+        let memfd = || {
+            let fd = nix::sys::memfd::memfd_create(c"t", nix::sys::memfd::MFdFlags::empty());
+            let file = File::from(fd.unwrap());
+            file.set_len(4096).unwrap();
+            file
+        };
+        let spec = RegionSpec {
+            guest_phys_addr: 0,
+            memory_size: 4096,
+            user_addr: 0x7f00_0000_0000,
+            mmap_offset: 0,
+        };
+        let second = RegionSpec {
+            guest_phys_addr: 4096,
+            ..spec
+        };
+        // A region without its file was left out, its addresses untranslated.
+        assert!(matches!(
+            GuestMemory::map(&[spec, second], vec![memfd()]),
+            Err(MemoryError::Files {
+                regions: 2,
+                files: 1
+            })
+        ));
+        assert!(matches!(
+            GuestMemory::map(&[], vec![memfd()]),
+            Err(MemoryError::Files {
+                regions: 0,
+                files: 1
+            })
+        ));
+        assert_eq!(
+            GuestMemory::map(&[spec], vec![memfd()]).unwrap().regions(),
+            1
+        );
     }
 
     #[test]
