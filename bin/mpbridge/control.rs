@@ -21,7 +21,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::unistd::Gid;
 
 use crate::api::{Board, Caller, CaptureGrant, CALL_TIMEOUT};
-use crate::protocol::{self, ApiError, ReplyLine, Request, RequestLine, Response, VERSION};
+use crate::protocol::{self, ApiError, ReplyLine, Request, Response};
 
 /// The most clients served at once; one more is told so and closed.
 pub const MAX_CLIENTS: usize = 64;
@@ -826,23 +826,16 @@ fn too_long(client: &mut Client) {
 
 /// A request line, checked: its version, and what the client may ask.
 fn parse(line: &[u8], grant: Grant, access: &Access) -> Result<Request, ReplyLine> {
-    let request: RequestLine = serde_json::from_slice(line)
-        .map_err(|error| ReplyLine::error(format!("bad request: {error}")))?;
-    if request.version != VERSION {
-        return Err(ReplyLine::error(format!(
-            "protocol version {} not spoken here (this daemon speaks {VERSION})",
-            request.version
-        )));
-    }
-    if grant == Grant::ReadOnly && request.request.changes() {
+    let request = protocol::read_request(line)?;
+    if grant == Grant::ReadOnly && request.changes() {
         return Err(ReplyLine::error(
             "permission denied: the read-only control group may show and read stats only",
         ));
     }
-    if let Request::PortAdd { port } = &request.request {
+    if let Request::PortAdd { port } = &request {
         access.may_add(grant, port).map_err(ReplyLine::error)?;
     }
-    Ok(request.request)
+    Ok(request)
 }
 
 #[cfg(test)]

@@ -34,6 +34,21 @@ pub struct RequestLine {
     pub request: Request,
 }
 
+/// Reads one request line (without its newline) as the daemon does: the
+/// request, or the reply (one line, `ok` false) that refuses it: not JSON,
+/// not a request, or another protocol version.
+pub fn read_request(line: &[u8]) -> Result<Request, ReplyLine> {
+    let request: RequestLine = serde_json::from_slice(line)
+        .map_err(|error| ReplyLine::error(format!("bad request: {error}")))?;
+    if request.version != VERSION {
+        return Err(ReplyLine::error(format!(
+            "protocol version {} not spoken here (this daemon speaks {VERSION})",
+            request.version
+        )));
+    }
+    Ok(request.request)
+}
+
 /// What a client can ask.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "command", rename_all = "kebab-case")]
