@@ -21,6 +21,9 @@
 mod control;
 mod device;
 mod eventfd;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod memory;
 mod protocol;
 pub mod ring;
@@ -63,7 +66,9 @@ pub struct VhostQueue {
     name: String,
     pair: usize,
     device: Arc<Device>,
-    _control: Arc<Control>,
+    /// The control thread, kept running while a queue is; none for a
+    /// queue made by the fuzz targets' hooks.
+    _control: Option<Arc<Control>>,
     /// Whole frames made of offloaded ones the driver cannot take.
     scratch: Vec<u8>,
     /// The chains one frame to the driver takes (mergeable buffers).
@@ -126,7 +131,7 @@ pub fn open(
             name: name.clone(),
             pair,
             device: Arc::clone(&device),
-            _control: Arc::clone(&control),
+            _control: Some(Arc::clone(&control)),
             scratch: Vec::new(),
             heads: Vec::new(),
             first: Vec::new(),
