@@ -51,9 +51,11 @@ const MAX_HEADER: usize = 12;
 /// bounds it (`vhost_exceeds_weight`): chains taken from a transmit ring,
 /// good and bad alike...
 const CHAIN_BUDGET: usize = 256;
-/// ... and descriptors read, either way. A driver that posts more (bad
-/// chains without end, chains of a thousand empty descriptors) is served
-/// again in the worker's next round, after every other port.
+/// ... and descriptors read, either way: a call takes no chain once it
+/// has read this many, so it reads fewer than this plus one chain's
+/// longest walk (`ring::MAX_CHAIN_DESCRIPTORS`). A driver that posts more
+/// (bad chains without end, chains of a thousand empty descriptors) is
+/// served again in the worker's next round, after every other port.
 const DESCRIPTOR_BUDGET: u64 = 8192;
 /// The most chains one frame to the driver may take with mergeable
 /// buffers (a 64 KiB frame in 256-byte buffers): beyond it the frame is
