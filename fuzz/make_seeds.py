@@ -549,6 +549,10 @@ write("vhost_memory", "user-alias", memory_input(
 write("vhost_memory", "short-file", memory_input([region(0, 0x8000, 0, 0x1000)], 0x40))
 write("vhost_memory", "overflow", memory_input(
     [region(0xFFFF_FFFF_FFFF_F000, 0x2000, 0, 0, raw=True)], 0x40))
+# Two regions meeting: an empty range where one ends is in both (the
+# fuzzer's first find, against the target).
+write("vhost_memory", "adjacent-regions", memory_input(
+    [region(0, 0x2000, 0x1000, 0), region(0x2000, 0x1000, 0, 0x100)], 0x10))
 write("vhost_memory", "unaligned", memory_input([region(0x123, 0x777, 0x4567, 0x89)], 0x20))
 # Fails until map refuses a table without one file per region: the second
 # region, without its file, was left out.
