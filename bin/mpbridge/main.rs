@@ -237,10 +237,16 @@ struct RunArgs {
     /// vhost:PATH[,client] (a vhost-user socket for a QEMU guest's
     /// virtio-net or a DPDK virtio-user port: mpbridge listens at PATH, or
     /// with ,client connects to a frontend listening there; one queue pair
-    /// per worker). Repeat for each port; at least two. With --vlan-filtering, VLAN options may
-    /// follow: ,access=VID (untagged in and out, in VLAN VID), ,trunk=LIST
-    /// (tagged, LIST like 10,20,100-110), ,native=VID (with trunk: untagged
-    /// frames belong to VID and leave untagged).
+    /// per worker; ,max_memory=SIZE caps the memory the frontend may share,
+    /// 256G by default; a socket mpbridge serves takes ,socket_owner=USER
+    /// ,socket_group=GROUP ,socket_mode=0660). Repeat for each port; at
+    /// least two. With --vlan-filtering, VLAN options may follow:
+    /// ,access=VID (untagged in and out, in VLAN VID), ,trunk=LIST (tagged,
+    /// LIST like 10,20,100-110), ,native=VID (with trunk: untagged frames
+    /// belong to VID and leave untagged). Every port takes Linux's port
+    /// flags and limits (,isolated=on ,hairpin=on ,learning=off ,flood=off
+    /// ,mcast_flood=off ,bcast_flood=off ,locked=on ,max_learned=N
+    /// ,mcast_router=0|1|2 ,mcast_fast_leave=on ,mcast_max_groups=N; README).
     #[arg(
         long = "port",
         value_name = "tap:NAME|raw:IFNAME|vxlan:NAME,...|vhost:PATH[,OPTIONS]",
@@ -257,7 +263,9 @@ struct RunArgs {
     /// Run spanning tree: RSTP (IEEE 802.1D-2004 clause 17), speaking
     /// 802.1D on ports where a neighbour does (the Linux bridge with
     /// stp_state 1). Without it, BPDUs are forwarded like other multicast.
-    /// Ports take ,cost=N ,priority=N (0-240, steps of 16) ,edge=on.
+    /// Ports take ,cost=N ,priority=N (0-240, steps of 16) ,edge=on
+    /// ,restricted_role=on ,restricted_tcn=on (and, with or without it,
+    /// ,guard=on ,bpdu_filter=on ,storm=PPS).
     #[arg(long)]
     stp: bool,
     /// Bridge priority: 0 to 61440 in steps of 4096 (the lowest bridge id
