@@ -414,3 +414,29 @@ impl VhostUserBackendReqHandlerMut for Handler {
         Err(refuse("dirty logging"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_device_reset_keeps_the_protocol_features() {
+        let device = Arc::new(Device::new("test", 1, 1 << 30).unwrap());
+        let mut handler = Handler::new(device);
+        handler.set_features(PROTOCOL_FEATURES).unwrap();
+        let protocol = (OFFERED_PROTOCOL | VhostUserProtocolFeatures::REPLY_ACK).bits();
+        handler.set_protocol_features(protocol).unwrap();
+        assert!(handler.reply_ack() && handler.protocol_features_acked());
+        handler.reset_device().unwrap();
+        assert!(
+            handler.reply_ack(),
+            "the connection's protocol features stay"
+        );
+        assert!(
+            !handler.protocol_features_acked(),
+            "the device's features are gone"
+        );
+        handler.reset_owner().unwrap();
+        assert!(handler.reply_ack());
+    }
+}
