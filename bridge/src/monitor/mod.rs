@@ -32,6 +32,27 @@ use crate::port::netdev::{self, LinkState};
 use crate::wire::MacAddr;
 use taps::WatchedTap;
 
+/// A port's link seen `running` after `was`: a link that went down has the
+/// port's stations flushed and is reported with their count, one that came
+/// back is reported; `was` becomes what was seen.
+fn follow_running(
+    port: PortId,
+    was: &mut Option<bool>,
+    running: bool,
+    fdb: &dyn Table,
+    events: &mut Vec<LinkEvent>,
+) {
+    match (*was, running) {
+        (Some(true), false) => {
+            let flushed = fdb.flush_port(port);
+            events.push(LinkEvent::Down { port, flushed });
+        }
+        (Some(false), true) => events.push(LinkEvent::Up { port }),
+        _ => {}
+    }
+    *was = Some(running);
+}
+
 /// What the monitor saw change on one tick.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LinkEvent {
@@ -263,18 +284,7 @@ impl Watched {
             }
             Seen::Link { running, addr } => (running, addr),
         };
-        match (self.running, running) {
-            (Some(true), false) => {
-                let flushed = fdb.flush_port(self.port);
-                events.push(LinkEvent::Down {
-                    port: self.port,
-                    flushed,
-                });
-            }
-            (Some(false), true) => events.push(LinkEvent::Up { port: self.port }),
-            _ => {}
-        }
-        self.running = Some(running);
+        follow_running(self.port, &mut self.running, running, fdb, events);
         if let Some(addr) = addr {
             if self.local != Some(addr) && addr.is_valid_source() {
                 if let Some(old) = self.local.replace(addr) {

@@ -86,18 +86,7 @@ impl WatchedTap {
         if state.addr.is_some() {
             self.mac = state.addr;
         }
-        match (self.running, state.running) {
-            (Some(true), false) => {
-                let flushed = fdb.flush_port(self.port);
-                events.push(LinkEvent::Down {
-                    port: self.port,
-                    flushed,
-                });
-            }
-            (Some(false), true) => events.push(LinkEvent::Up { port: self.port }),
-            _ => {}
-        }
-        self.running = Some(state.running);
+        super::follow_running(self.port, &mut self.running, state.running, fdb, events);
     }
 }
 
