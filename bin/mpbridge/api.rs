@@ -24,7 +24,8 @@ use bridge::port::vxlan::VxlanShared;
 use bridge::port::{netdev, LinkQueue};
 use bridge::vlan::FdbVlan;
 use bridge::wire::StationMac;
-use bridge::worker::{PortControl, PortEvent, PortSetup, MAX_PORTS};
+use bridge::worker::{PortControl, PortEvent, PortSetup};
+use bridge::MAX_PORTS;
 use bridge::{PortId, WorkerConfig};
 
 use crate::config::{Config, StaticEntry};

@@ -11,7 +11,7 @@ use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use crate::fdb::PortId;
+use crate::port_id::PortId;
 
 /// Which way a captured frame went through the port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,7 +1,8 @@
 //! The forwarding decision: a pure function of the ingress port, the frame
 //! and a read section of the MAC table.
 
-use crate::fdb::{FdbKey, FdbLookup, Location, PortId, Vtep};
+use crate::fdb::{FdbKey, FdbLookup, Location, Vtep};
+use crate::port_id::PortId;
 use crate::wire::{EthernetFrame, MacAddr, MacKind, VlanId};
 
 /// Why a frame is not forwarded.

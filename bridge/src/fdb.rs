@@ -14,32 +14,15 @@
 //! it is sent to. The VTEP is learned from the outer source of the
 //! station's frames; a station heard from another VTEP has moved.
 
-use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use locks::{LockedMap, ReadSection, Strategy, Update, WriteSection};
 
+use crate::port_id::{PortId, MAX_PORTS};
 pub use crate::wire::vxlan::Vtep;
 use crate::wire::{MacAddr, VlanId};
-
-/// A bridge port's index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PortId(pub u16);
-
-impl PortId {
-    /// The index as a `usize`, for indexing per-port arrays.
-    pub const fn index(self) -> usize {
-        self.0 as usize
-    }
-}
-
-impl fmt::Display for PortId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
 
 /// Seconds on the table's coarse clock.
 pub type Seconds = u32;
@@ -407,10 +390,6 @@ pub struct MacTable<S: Strategy> {
     stats: FdbStats,
     clock: CoarseClock,
 }
-
-/// The most ports a table keeps learning counts for; port ids run from 0
-/// below it.
-pub const MAX_PORTS: usize = 256;
 
 /// Per port, learned entries and the most it may have (`max_learned`, 0:
 /// no limit): switches call it port security's maximum. Relaxed, as the

@@ -2,6 +2,7 @@
 //! ports and workers.
 //!
 //! - [`wire`]: zero-copy views of Ethernet frames and MAC addresses.
+//! - [`port_id`]: what names a port: its id, sets of ports, the most a bridge has.
 //! - [`fdb`]: the MAC learning table, generic over a [`locks::Strategy`].
 //! - [`decision`]: where a frame goes, as a pure function.
 //! - [`port`]: the batched port abstraction and the in-memory port.
@@ -21,11 +22,13 @@ pub mod fdb;
 pub mod mcast;
 pub mod monitor;
 pub mod port;
+pub mod port_id;
 pub mod stp;
 pub mod vlan;
 pub mod wire;
 pub mod worker;
 
 pub use decision::{decide, Decision, DropReason};
-pub use fdb::{FdbConfig, FdbKey, MacTable, PortId};
+pub use fdb::{FdbConfig, FdbKey, MacTable};
+pub use port_id::{PortId, PortSet, MAX_PORTS};
 pub use worker::{Mode, SectionMode, Stopper, Worker, WorkerConfig};

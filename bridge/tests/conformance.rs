@@ -4,9 +4,10 @@
 mod common;
 
 use bridge::decision::{Decision, DropReason};
-use bridge::fdb::{FdbKey, FdbRecord, Learned, PortId, SourceState};
+use bridge::fdb::{FdbKey, FdbRecord, Learned, SourceState};
 use bridge::vlan::PortVlans;
 use bridge::wire::MacAddr;
+use bridge::PortId;
 use bridge::{FdbConfig, MacTable, WorkerConfig};
 use common::{frame, station, tagged, Rig};
 use locks::Strategy;

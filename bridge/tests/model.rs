@@ -5,7 +5,8 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use bridge::fdb::{FdbKey, FdbRecord, Learned, PortId, Seconds};
+use bridge::fdb::{FdbKey, FdbRecord, Learned, Seconds};
+use bridge::PortId;
 use bridge::{FdbConfig, MacTable};
 use common::station;
 use proptest::prelude::*;

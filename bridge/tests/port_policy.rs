@@ -8,12 +8,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bridge::decision::DropReason;
-use bridge::fdb::{FdbKey, PortId};
+use bridge::fdb::FdbKey;
 use bridge::wire::MacAddr;
 use bridge::worker::{
     EventSink, Gate, MoveLimit, PortEvent, PortFlags, PortPolicy, PortSetup, WorkerParts,
     BPDUS_PER_SECOND,
 };
+use bridge::PortId;
 use bridge::{FdbConfig, MacTable, Worker, WorkerConfig};
 use common::{frame, station, Rig};
 use locks::Strategy;

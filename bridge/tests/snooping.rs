@@ -9,10 +9,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, Mutex};
 
 use bridge::decision::DropReason;
-use bridge::fdb::PortId;
-use bridge::mcast::{Action, Family, GroupKey, GroupTable, PortSet};
+use bridge::mcast::{Action, Family, GroupKey, GroupTable};
 use bridge::wire::MacAddr;
 use bridge::worker::{EventSink, PortEvent, WorkerParts};
+use bridge::PortId;
+use bridge::PortSet;
 use bridge::{FdbConfig, MacTable, Worker, WorkerConfig};
 use common::{station, Rig};
 use locks::Strategy;

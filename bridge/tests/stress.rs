@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
 use std::thread;
 
-use bridge::fdb::{FdbKey, Learned, PortId};
+use bridge::fdb::{FdbKey, Learned};
+use bridge::PortId;
 use bridge::{FdbConfig, MacTable};
 use common::station;
 use locks::Strategy;

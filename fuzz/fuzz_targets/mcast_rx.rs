@@ -14,9 +14,8 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use arbitrary::Arbitrary;
-use bridge::mcast::{
-    classify, Action, Forward, GroupKey, GroupTable, PortSet, RouterMode, SnoopConfig, Snooping,
-};
+use bridge::mcast::{classify, Action, Forward, GroupKey, GroupTable, RouterMode, SnoopConfig, Snooping};
+use bridge::PortSet;
 use bridge::wire::MacAddr;
 use bridge::PortId;
 use libfuzzer_sys::fuzz_target;

@@ -7,8 +7,9 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use bridge::fdb::{FdbKey, FdbLookup, PortId};
+use bridge::fdb::{FdbKey, FdbLookup};
 use bridge::wire::MacAddr;
+use bridge::PortId;
 use bridge::{FdbConfig, MacTable};
 use hashbrown::HashMap;
 use locks::Strategy;

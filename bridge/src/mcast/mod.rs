@@ -22,7 +22,6 @@
 //!   [`GroupTable::querier_present`] says so for the family; otherwise it
 //!   floods, as the Linux bridge does.
 //!
-//! - `ports`: [`PortSet`], a set of ports by value.
 //! - `classify`: the frame parser both sides share.
 //! - `snooping`: the state machine and its parameters.
 //! - [`query`]: the queries the bridge sends as querier.
@@ -33,7 +32,6 @@
 //! the bridge device would receive or join is modelled.
 
 mod classify;
-mod ports;
 pub mod query;
 mod snooping;
 mod table;
@@ -42,7 +40,6 @@ mod table;
 mod tests;
 
 pub use classify::{classify, Classified, Family, Forward, GroupKey};
-pub use ports::{Iter as PortSetIter, PortSet};
 pub use snooping::{
     Action, GroupRecord, PortGroups, QuerierStatus, RouterMode, RouterRecord, SnoopConfig,
     SnoopStats, Snooping, MAX_REPORT_RECORDS,

@@ -23,13 +23,13 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use super::classify::{is_local, parse, Family, GroupKey, Igmp, Mld, Packet};
-use super::ports::PortSet;
 use super::query;
-use crate::fdb::PortId;
+use crate::port_id::PortId;
+use crate::port_id::PortSet;
+use crate::port_id::MAX_PORTS;
 use crate::wire::igmp::{self, record};
 use crate::wire::mld;
 use crate::wire::{EthernetFrame, MacAddr};
-use crate::worker::MAX_PORTS;
 
 /// The most records of one IGMPv3 or MLDv2 report that snooping reads;
 /// the rest are ignored and counted ([`SnoopStats::records_ignored`]).

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use locks::{LockedMap, ReadSection, Strategy, Update, WriteSection};
 
 use super::classify::{Family, GroupKey};
-use super::ports::PortSet;
 use super::snooping::{Action, SnoopConfig};
+use crate::port_id::PortSet;
 
 /// The map a [`GroupTable`] keeps under strategy `S`.
 pub type GroupMap<S> = <S as Strategy>::Map<GroupKey, PortSet>;
@@ -201,7 +201,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::fdb::PortId;
+    use crate::port_id::PortId;
 
     /// Instantiates `fn name<S: Strategy>()` once per strategy.
     macro_rules! for_each_strategy {

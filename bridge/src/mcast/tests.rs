@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::query::{igmp_query, link_local, mld_query};
 use super::*;
-use crate::fdb::PortId;
+use crate::port_id::{PortId, PortSet};
 use crate::wire::checksum::{checksum, checksum_v6};
 use crate::wire::igmp::{self, IgmpPacket};
 use crate::wire::mld::{self, MldPacket};

@@ -27,8 +27,9 @@ mod taps;
 
 pub use rtnetlink::{LinkEvents, LinkQuery, LinkState as LinkUpdateState, LinkUpdate, Received};
 
-use crate::fdb::{FdbKey, PortId, Table};
+use crate::fdb::{FdbKey, Table};
 use crate::port::netdev::{self, LinkState};
+use crate::port_id::PortId;
 use crate::wire::MacAddr;
 use taps::WatchedTap;
 

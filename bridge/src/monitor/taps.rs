@@ -11,8 +11,9 @@
 
 use super::rtnetlink::{LinkQuery, LinkUpdate};
 use super::LinkEvent;
-use crate::fdb::{PortId, Table};
+use crate::fdb::Table;
 use crate::port::netdev;
+use crate::port_id::PortId;
 use crate::wire::MacAddr;
 
 /// One tap, as the monitor last heard of it.

@@ -11,7 +11,7 @@ use super::machines::{
 use super::port::Port;
 use super::priority::{BridgeId, PriorityVector, Times};
 use super::{Action, Role};
-use crate::fdb::PortId;
+use crate::port_id::PortId;
 use crate::wire::MacAddr;
 
 /// 17.20.9 MigrateTime (Table 17-1): 3 seconds.

@@ -38,7 +38,7 @@ use bridge::Bridge;
 use port::Port;
 use priority::{port_identifier, port_number};
 
-use crate::fdb::PortId;
+use crate::port_id::PortId;
 use crate::wire::MacAddr;
 
 /// A port's role in the spanning tree (17.7).

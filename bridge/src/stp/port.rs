@@ -11,7 +11,7 @@ use super::machines::{
 };
 use super::priority::{port_identifier, PriorityVector, Times};
 use super::{PortState, Role};
-use crate::fdb::PortId;
+use crate::port_id::PortId;
 use crate::wire::MacAddr;
 
 /// 17.19 infoIs: where the port's port priority vector came from.

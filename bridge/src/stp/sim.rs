@@ -6,7 +6,7 @@ use std::collections::{HashMap, VecDeque};
 
 use super::bpdu::{Bpdu, BpduPacket};
 use super::{Action, PortConfig, PortState, PortStatus, Role, Stp, StpConfig};
-use crate::fdb::PortId;
+use crate::port_id::PortId;
 use crate::wire::MacAddr;
 
 /// A (bridge, port) pair.

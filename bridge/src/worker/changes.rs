@@ -14,8 +14,8 @@ use super::slot::PortSlot;
 use super::Worker;
 use crate::capture::CaptureHub;
 use crate::counters::{PortCounters, WorkerCounters};
-use crate::fdb::PortId;
 use crate::port::{wake, Queue};
+use crate::port_id::PortId;
 use crate::vlan::PortVlans;
 
 /// The eventfd that wakes a worker for port changes, made before the

@@ -64,7 +64,7 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                     if !self.targets.is_empty() && self.target(index).is_some() =>
                 {
                     let target = self.target(index).expect("a narrowed flood");
-                    for egress in target.iter().map(crate::fdb::PortId::index) {
+                    for egress in target.iter().map(crate::port_id::PortId::index) {
                         let Some(slot) = self.slots.get(egress) else {
                             continue;
                         };

@@ -9,8 +9,8 @@ use locks::Strategy;
 
 use super::Worker;
 use crate::counters::PortState;
-use crate::fdb::PortId;
 use crate::port::{FaultKind, PortError, Queue};
+use crate::port_id::PortId;
 
 /// How long a faulted port (link down, a persistent error) is first left
 /// alone before it is tried again: short, since most faults are brief (a

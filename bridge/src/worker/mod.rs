@@ -38,9 +38,11 @@ pub use stopper::Stopper;
 use crate::capture::{self, CaptureHub};
 use crate::counters::{PortCounters, PortStats, WorkerCounters};
 use crate::decision::{classify_in, decide_to, Decision, DropReason};
-use crate::fdb::{FdbReader, FdbSection, MacTable, PortId, Seconds, Source, SourceState, Vtep};
-use crate::mcast::{GroupTable, PortSet};
+use crate::fdb::{FdbReader, FdbSection, MacTable, Seconds, Source, SourceState, Vtep};
+use crate::mcast::GroupTable;
 use crate::port::{wake, PortError, Queue, RxBatch};
+use crate::port_id::PortId;
+use crate::port_id::PortSet;
 use crate::vlan::{self, Admitted, PortVlans};
 use changes::Change;
 use health::{Direction, Health, LOG_INTERVAL};
@@ -66,7 +68,7 @@ const BUSY_POLL_ERROR_CHECK: u32 = 1024;
 const LINK_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The most ports a bridge has at once; port ids run from 0 below it.
-pub use crate::fdb::MAX_PORTS;
+use crate::port_id::MAX_PORTS;
 
 /// A forwarding thread's state: one queue of every port, and the table.
 pub struct Worker<S: Strategy, P: Queue> {

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::fdb::{FdbKey, PortId};
+use crate::fdb::FdbKey;
+use crate::port_id::PortId;
 use crate::vlan::PortVlans;
 use crate::wire::MacAddr;
 

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 use locks::Strategy;
 
 use crate::decision::{classify_in, Decision, DropReason};
-use crate::fdb::PortId;
-use crate::mcast::{self, Family, Forward, PortSet};
+use crate::mcast::{self, Family, Forward};
 use crate::port::Queue;
+use crate::port_id::PortId;
+use crate::port_id::PortSet;
 
 use super::policy::PortEvent;
 use super::Worker;

@@ -3,8 +3,7 @@
 
 use std::fmt;
 
-use crate::fdb::PortId;
-use crate::worker::MAX_PORTS;
+use super::{PortId, MAX_PORTS};
 
 const WORDS: usize = 4;
 
