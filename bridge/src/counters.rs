@@ -5,7 +5,7 @@
 use std::ops::AddAssign;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
-use crate::decision::DropReason;
+use crate::forward::DropReason;
 
 /// One port's totals at one moment: what workers add up, and what the
 /// daemon reports (with the `serde` feature, the drops by reason name).
@@ -49,7 +49,7 @@ mod drops_by_name {
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    use crate::decision::DropReason;
+    use crate::forward::DropReason;
 
     const N: usize = DropReason::ALL.len();
 

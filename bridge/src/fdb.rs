@@ -480,6 +480,10 @@ pub trait FdbLookup {
     fn locate_vtep(&self, key: &FdbKey) -> Option<(Location, Option<Vtep>)> {
         self.locate(key).map(|location| (location, None))
     }
+
+    /// Whether `key` has a static entry on `port` (what a locked port lets
+    /// send).
+    fn is_static_on(&self, key: &FdbKey, port: PortId) -> bool;
 }
 
 impl<R: ReadSection<FdbKey, FdbEntry>> FdbLookup for FdbReader<'_, R> {
@@ -497,6 +501,13 @@ impl<R: ReadSection<FdbKey, FdbEntry>> FdbLookup for FdbReader<'_, R> {
     fn locate_vtep(&self, key: &FdbKey) -> Option<(Location, Option<Vtep>)> {
         self.section
             .get_with(key, |entry| (entry.location(), entry.vtep))
+    }
+
+    #[inline]
+    fn is_static_on(&self, key: &FdbKey, port: PortId) -> bool {
+        self.section
+            .get_with(key, |entry| entry.is_static && entry.port == port)
+            .unwrap_or(false)
     }
 }
 

@@ -4,7 +4,7 @@
 //! - [`wire`]: zero-copy views of Ethernet frames and MAC addresses.
 //! - [`port_id`]: what names a port: its id, sets of ports, the most a bridge has.
 //! - [`fdb`]: the MAC learning table, generic over a [`locks::Strategy`].
-//! - [`decision`]: where a frame goes, as a pure function.
+//! - [`forward`]: the forwarding pipeline: each frame's verdict from pure stages.
 //! - [`port`]: the batched port abstraction and the in-memory port.
 //! - [`worker`]: the forwarding loop.
 //! - [`monitor`]: link state and local addresses of raw ports.
@@ -17,8 +17,8 @@
 
 pub mod capture;
 pub mod counters;
-pub mod decision;
 pub mod fdb;
+pub mod forward;
 pub mod mcast;
 pub mod monitor;
 pub mod port;
@@ -28,7 +28,7 @@ pub mod vlan;
 pub mod wire;
 pub mod worker;
 
-pub use decision::{decide, Decision, DropReason};
 pub use fdb::{FdbConfig, FdbKey, MacTable};
+pub use forward::{decide, Decision, DropReason, Verdict};
 pub use port_id::{PortId, PortSet, MAX_PORTS};
 pub use worker::{Mode, SectionMode, Stopper, Worker, WorkerConfig};

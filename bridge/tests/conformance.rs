@@ -3,8 +3,8 @@
 
 mod common;
 
-use bridge::decision::{Decision, DropReason};
 use bridge::fdb::{FdbKey, FdbRecord, Learned, SourceState};
+use bridge::forward::{Decision, DropReason};
 use bridge::vlan::PortVlans;
 use bridge::wire::MacAddr;
 use bridge::PortId;
@@ -376,8 +376,8 @@ fn snapshots_list_every_entry<S: Strategy>() {
 /// it, a station heard from another VTEP has moved, a static entry's VTEP
 /// stays, and a table of another strategy takes the VTEPs over.
 fn stations_keep_their_vtep<S: Strategy>() {
-    use bridge::decision::decide_to;
     use bridge::fdb::Source;
+    use bridge::forward::decide_to;
     let table = MacTable::<S>::new(FdbConfig::default());
     let vtep = |n: u8| bridge::wire::vxlan::Vtep::from_index(n.into());
     let heard = |port: u16, n: u8| Source {

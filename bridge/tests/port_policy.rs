@@ -7,8 +7,8 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bridge::decision::DropReason;
 use bridge::fdb::FdbKey;
+use bridge::forward::DropReason;
 use bridge::wire::MacAddr;
 use bridge::worker::{
     EventSink, Gate, MoveLimit, PortEvent, PortFlags, PortPolicy, PortSetup, WorkerParts,

@@ -8,7 +8,7 @@ mod common;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, Mutex};
 
-use bridge::decision::DropReason;
+use bridge::forward::DropReason;
 use bridge::mcast::{Action, Family, GroupKey, GroupTable};
 use bridge::wire::MacAddr;
 use bridge::worker::{EventSink, PortEvent, WorkerParts};

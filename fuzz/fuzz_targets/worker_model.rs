@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use arbitrary::Arbitrary;
 use bridge::counters::PortStats;
-use bridge::decision::DropReason;
+use bridge::forward::DropReason;
 use bridge::fdb::{FdbKey, FdbRecord};
 use bridge::PortId;
 use bridge::port::{MemoryPeer, MemoryQueue};

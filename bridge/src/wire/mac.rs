@@ -67,6 +67,12 @@ impl MacAddr {
         self.0[..5] == [0x01, 0x80, 0xc2, 0x00, 0x00] && self.0[5] & 0xf0 == 0
     }
 
+    /// X of a link-local group 01:80:C2:00:00:0X (802.1D's reserved
+    /// addresses), the bit a bridge's group forward mask names it by.
+    pub fn link_local_group(&self) -> Option<u8> {
+        self.is_reserved().then_some(self.0[5])
+    }
+
     /// Whether a frame from this address may be learned and forwarded: an
     /// individual, non-zero address.
     pub fn is_valid_source(&self) -> bool {
@@ -266,6 +272,9 @@ mod tests {
         assert_eq!(mac("ff:ff:ff:ff:ff:ff").kind(), MacKind::Broadcast);
         assert_eq!(mac("01:80:c2:00:00:00").kind(), MacKind::Reserved);
         assert_eq!(mac("01:80:c2:00:00:0f").kind(), MacKind::Reserved);
+        assert_eq!(mac("01:80:c2:00:00:0e").link_local_group(), Some(14));
+        assert_eq!(mac("01:80:c2:00:00:00").link_local_group(), Some(0));
+        assert_eq!(mac("01:80:c2:00:00:10").link_local_group(), None);
         assert_eq!(mac("01:80:c2:00:00:10").kind(), MacKind::Multicast);
         assert_eq!(mac("01:00:5e:00:00:01").kind(), MacKind::Multicast);
         assert_eq!(mac("33:33:00:00:00:01").kind(), MacKind::Multicast);

@@ -6,10 +6,13 @@
 //! send per output port; then one write section that learns the batch's new
 //! and moved sources. Learning therefore takes effect from the next batch.
 //!
-//! The loop is here; a port's health and back-off in `health.rs`, ports
-//! added and removed while running in `changes.rs`, egress rewriting with
-//! VLAN filtering in `egress.rs`, and each port's per-worker state in one
-//! `PortSlot` (`slot.rs`).
+//! Where each frame goes is the forwarding pipeline's verdict
+//! (`crate::forward`); the worker does the I/O and keeps the state around
+//! it. The loop is here; a port's health and back-off in `health.rs`,
+//! ports added and removed while running in `changes.rs`, the frames
+//! rewritten for egress in `egress.rs`, the events for the control plane
+//! in `policy.rs` and `snooping.rs`, and each port's per-worker state in
+//! one `PortSlot` (`slot.rs`).
 
 mod changes;
 mod config;
@@ -27,26 +30,27 @@ use std::time::{Duration, Instant};
 
 use locks::Strategy;
 
+pub use crate::forward::MoveLimit;
 pub use changes::{PortControl, WorkerParts, WorkerWake};
 pub use config::{Mode, SectionMode, WorkerConfig};
-pub use policy::{
-    EventSink, Gate, MoveLimit, PortEvent, PortFlags, PortPolicy, PortSetup, BPDUS_PER_SECOND,
-};
+pub use policy::{EventSink, Gate, PortEvent, PortFlags, PortPolicy, PortSetup, BPDUS_PER_SECOND};
 pub use snooping::MCAST_EVENTS_PER_SECOND;
 pub use stopper::Stopper;
 
 use crate::capture::{self, CaptureHub};
 use crate::counters::{PortCounters, PortStats, WorkerCounters};
-use crate::decision::{classify_in, decide_to, Decision, DropReason};
-use crate::fdb::{FdbReader, FdbSection, MacTable, Seconds, Source, SourceState, Vtep};
+use crate::fdb::{FdbReader, FdbSection, MacTable, Seconds, Source, SourceState};
+use crate::forward::{
+    self, Decision, Delivery, DropReason, Egresses, IngressPort, Movers, Verdict,
+};
 use crate::mcast::GroupTable;
 use crate::port::{wake, PortError, Queue, RxBatch};
 use crate::port_id::PortId;
-use crate::port_id::PortSet;
-use crate::vlan::{self, Admitted, PortVlans};
+use crate::vlan::PortVlans;
+use crate::wire::VlanId;
 use changes::Change;
+use egress::Rewrites;
 use health::{Direction, Health, LOG_INTERVAL};
-use policy::{is_bpdu, FloodClass, Movers};
 use slot::PortSlot;
 
 /// The longest a worker sleeps without looking at its stop flag.
@@ -88,11 +92,11 @@ pub struct Worker<S: Strategy, P: Queue> {
     /// Whether a capture was attached when this batch began.
     capturing: bool,
     batch: RxBatch,
-    decisions: Vec<Decision>,
-    /// Per frame of the batch, the VTEP its destination's entry names:
-    /// empty while no entry a frame goes to has one, so that a batch
+    /// Per frame of the batch, its verdict.
+    verdicts: Vec<Verdict>,
+    /// Whether a verdict of the batch names a VTEP, so that a batch
     /// without VXLAN stations pays nothing for them.
-    vteps: Vec<Option<Vtep>>,
+    any_vtep: bool,
     /// The batch's sources to learn, once each, with what the fast path saw.
     to_learn: Vec<(Source, SourceState)>,
     learn_buffer: Vec<Source>,
@@ -109,17 +113,12 @@ pub struct Worker<S: Strategy, P: Queue> {
     /// Whether the last round left every port's queue empty (no batch came
     /// back full) and every such empty read cost a system call.
     drained_by_syscalls: bool,
-    /// Per frame of the batch, its VLAN and tags (with VLAN filtering).
-    admitted: Vec<Option<Admitted>>,
-    /// Frames rewritten for egress (a tag removed, added or changed), one
-    /// after the other; an output index past the batch's frames names one.
-    rewritten: Vec<u8>,
-    /// Per rewrite: its start and length in `rewritten`, and the frame of
-    /// the batch it was made of.
-    rewrites: Vec<(usize, usize, usize)>,
-    /// Per frame of the batch, the rewrite index of its untagged and its
-    /// tagged form, once made.
-    forms: Vec<[Option<usize>; 2]>,
+    /// The batch's frames to send, by egress port (the fan-out's list).
+    deliveries: Vec<Delivery>,
+    /// Frames rewritten for egress (a tag removed, added or changed).
+    rewrites: Rewrites,
+    /// The batch's IGMP and MLD messages for the control plane.
+    handed: Vec<(usize, VlanId)>,
     /// Where BPDUs and tripped guards are reported.
     events: Option<EventSink>,
     /// Stations moving lately, for the move limit.
@@ -131,9 +130,6 @@ pub struct Worker<S: Strategy, P: Queue> {
     flag_rules: bool,
     /// The multicast group table, with multicast snooping.
     groups: Option<Arc<GroupTable<S>>>,
-    /// Per frame of the batch, the ports snooping narrowed its flood to:
-    /// empty while no frame of the batch was narrowed.
-    targets: Vec<Option<PortSet>>,
 }
 
 impl<S: Strategy, P: Queue> Worker<S, P> {
@@ -205,8 +201,8 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             id: parts.id,
             capturing: false,
             batch: RxBatch::new(config.batch_size, config.frame_capacity),
-            decisions: Vec::with_capacity(config.batch_size),
-            vteps: Vec::with_capacity(config.batch_size),
+            verdicts: Vec::with_capacity(config.batch_size),
+            any_vtep: false,
             to_learn: Vec::with_capacity(config.batch_size),
             learn_buffer: Vec::with_capacity(config.batch_size),
             own_source_warned: None,
@@ -214,16 +210,14 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             polled: Vec::with_capacity(n),
             readable: None,
             drained_by_syscalls: false,
-            admitted: Vec::with_capacity(config.batch_size),
-            rewritten: Vec::new(),
-            rewrites: Vec::new(),
-            forms: Vec::with_capacity(config.batch_size),
+            deliveries: Vec::new(),
+            rewrites: Rewrites::default(),
+            handed: Vec::new(),
             events: parts.events,
             movers: Movers::default(),
             bpdu_filters,
             flag_rules,
             groups: None,
-            targets: Vec::new(),
             slots,
         }
     }
@@ -565,6 +559,8 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         }
     }
 
+    /// Forwards the batch received on `ingress`: the pipeline's verdicts,
+    /// then the sends, then the learning; one way through for every batch.
     fn forward(&mut self, ingress: usize) {
         // The clock is read once per batch; entries are refreshed only when
         // this second differs from the one they hold.
@@ -582,204 +578,150 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                 frames,
             );
         }
+        self.verdicts.clear();
+        self.any_vtep = false;
+        if self.config.mode == Mode::Relay {
+            let other = Verdict::decided(Decision::Unicast(PortId(1 - port.0)));
+            self.verdicts
+                .extend(std::iter::repeat_n(other, self.batch.len()));
+        } else {
+            self.decide(ingress, now);
+            self.police(ingress);
+        }
+        self.dispatch(ingress);
+        self.learn(ingress, now);
+    }
+
+    /// The ingress and lookup stages for the batch, in one read section of
+    /// the table (none where the port looks nothing up); the batch's
+    /// sources refreshed or queued for learning.
+    fn decide(&mut self, ingress: usize, now: Seconds) {
         let Worker {
             fdb,
             batch,
-            decisions,
-            vteps,
+            verdicts,
             to_learn,
             slots,
-            admitted,
+            config,
+            any_vtep,
             ..
         } = self;
-        decisions.clear();
-        vteps.clear();
-        admitted.clear();
-        if self.config.mode == Mode::Relay {
-            let other = Decision::Unicast(PortId(1 - port.0));
-            decisions.extend(std::iter::repeat_n(other, batch.len()));
-            self.dispatch(ingress);
-            return;
-        }
-        let filtering = self.config.vlan_filtering;
         let slot = &slots[ingress];
-        let port_vlans = &slot.vlans;
-        let batch = &*batch;
-        let filtering = filtering.then_some(port_vlans);
-        // BPDUs are taken before anything else looks at the frame (before
-        // VLAN admission too, as the Linux bridge takes link-local frames).
-        let intercept = if slot.policy.bpdu_filter {
-            Some(DropReason::BpduFilter)
-        } else if slot.policy.guard {
-            Some(DropReason::Guard)
-        } else {
-            self.config.stp.then_some(DropReason::Stp)
+        let port = IngressPort {
+            port: PortId(ingress as u16),
+            vlans: config.vlan_filtering.then_some(&slot.vlans),
+            intercept: IngressPort::intercept_for(
+                slot.policy.bpdu_filter,
+                slot.policy.guard,
+                config.stp,
+            ),
+            flags: slot.policy.flags,
+            gate: slot.gate,
+            disabled: slot.disabled,
         };
-        let (gate, disabled) = (slot.gate, slot.disabled);
-        if disabled || !gate.learning {
-            // Nothing learned, nothing forwarded, and no table section:
-            // only BPDUs are looked at (not on a disabled port).
-            let intercept = intercept.filter(|_| !disabled);
-            for buffer in batch.iter() {
-                let frame = &buffer[P::METADATA_LEN.min(buffer.len())..];
-                decisions.push(match intercept {
-                    Some(reason) if is_bpdu(frame) => Decision::Drop(reason),
-                    _ => Decision::Drop(DropReason::PortState),
-                });
-                if filtering.is_some() {
-                    admitted.push(None);
-                }
-            }
-            self.after_decisions(ingress);
-            self.dispatch(ingress);
+        let batch = &*batch;
+        if !port.looks_up() {
+            let verdicts_of = batch
+                .iter()
+                .map(|buffer| forward::without_lookup(&port, ethernet::<P>(buffer)));
+            verdicts.extend(verdicts_of);
             return;
         }
         let mut out = Decided {
-            decisions,
-            vteps,
+            verdicts,
             to_learn,
-            admitted,
+            any_vtep,
         };
-        let ingress_port = Ingress {
-            port,
-            filtering,
-            intercept,
-            locked: slot.policy.flags.locked,
-        };
-        match self.config.section {
+        match config.section {
             SectionMode::PerBatch => fdb.read(|section| {
                 for (index, buffer) in batch.iter().enumerate() {
-                    decide_one::<S, P>(section, ingress_port, batch, index, buffer, now, &mut out);
+                    decide_one::<S, P>(section, &port, batch, index, buffer, now, &mut out);
                 }
             }),
             SectionMode::PerFrame => {
                 for (index, buffer) in batch.iter().enumerate() {
                     fdb.read(|section| {
-                        decide_one::<S, P>(
-                            section,
-                            ingress_port,
-                            batch,
-                            index,
-                            buffer,
-                            now,
-                            &mut out,
-                        )
+                        decide_one::<S, P>(section, &port, batch, index, buffer, now, &mut out)
                     });
                 }
             }
         }
-        if !gate.forwarding {
-            // Learning: sources are learned, nothing is forwarded.
-            for decision in &mut self.decisions {
-                if !matches!(decision, Decision::Drop(_)) {
-                    *decision = Decision::Drop(DropReason::PortState);
-                }
-            }
-        }
-        self.after_decisions(ingress);
-        self.dispatch(ingress);
-        self.learn(ingress, now);
     }
 
-    /// What follows the decisions and precedes sending: BPDUs handed to
-    /// spanning tree, a guard tripped, the storm limit, held stations.
-    fn after_decisions(&mut self, ingress: usize) {
-        if self.groups.is_some() {
-            self.snoop(ingress);
+    /// The batch-wide part of the ingress stage and the policy stage, with
+    /// what they tell the worker to do: BPDUs handed to spanning tree, a
+    /// guard tripped, IGMP and MLD messages handed over, moves counted.
+    fn police(&mut self, ingress: usize) {
+        if self.config.stp {
+            self.hand_over_bpdus(ingress);
         }
-        let mask = self.config.group_fwd_mask;
-        if mask != 0 {
-            // The link-local groups the mask names flood (br_input.c's
-            // group_fwd_mask), before the storm limit counts floods.
-            for index in 0..self.decisions.len() {
-                if self.decisions[index] != Decision::Drop(DropReason::Reserved) {
-                    continue;
-                }
-                let buffer = self.batch.frame(index);
-                let last = buffer.get(P::METADATA_LEN + 5).copied().unwrap_or(0);
-                if mask & (1 << (last & 0x0f)) != 0 {
-                    self.decisions[index] = Decision::Flood;
-                }
+        if forward::trip_guard(&mut self.verdicts).is_some() {
+            // Nothing in or out from here on, and nothing of the batch
+            // learned.
+            self.slots[ingress].disabled = true;
+            self.to_learn.clear();
+            if let Some(events) = &self.events {
+                events(PortEvent::GuardTripped {
+                    port: PortId(ingress as u16),
+                });
             }
         }
-        let slot = &mut self.slots[ingress];
-        let intercepted = slot.policy.guard || self.config.stp;
-        if intercepted {
-            let mut tripped = None;
-            for (index, decision) in self.decisions.iter().enumerate() {
-                match decision {
-                    Decision::Drop(DropReason::Stp) => {
-                        let Some(events) = &self.events else { continue };
-                        let now = Instant::now();
-                        let (count, since) = &mut slot.bpdus;
-                        if since.is_none_or(|at| now >= at + Duration::from_secs(1)) {
-                            *since = Some(now);
-                            *count = 0;
-                        }
-                        if *count >= BPDUS_PER_SECOND {
-                            continue;
-                        }
-                        *count += 1;
-                        let buffer = self.batch.frame(index);
-                        let frame = buffer[P::METADATA_LEN.min(buffer.len())..].to_vec();
-                        events(PortEvent::Bpdu {
-                            port: PortId(ingress as u16),
-                            frame,
-                        });
-                    }
-                    Decision::Drop(DropReason::Guard) => {
-                        tripped = Some(index);
-                        break;
-                    }
-                    _ => {}
-                }
-            }
-            if let Some(at) = tripped {
-                // Nothing in or out from here on: the rest of the batch is
-                // dropped and nothing of it learned.
-                slot.disabled = true;
-                for decision in &mut self.decisions[at + 1..] {
-                    *decision = Decision::Drop(DropReason::PortState);
-                }
-                self.to_learn.clear();
-                if let Some(events) = &self.events {
-                    events(PortEvent::GuardTripped {
-                        port: PortId(ingress as u16),
-                    });
-                }
+        let batch = &self.batch;
+        // A port that is not forwarding floods no link-local group either
+        // (br_handle_frame_finish drops them in the learning state).
+        if self.slots[ingress].gate.forwarding {
+            let frames = batch.iter().map(ethernet::<P>);
+            forward::forward_groups(&mut self.verdicts, frames, self.config.group_fwd_mask);
+        }
+        if let Some(groups) = &self.groups {
+            self.handed.clear();
+            let frame_of = |index: usize| ethernet::<P>(batch.frame(index));
+            forward::narrow(&mut self.verdicts, frame_of, groups, &mut self.handed);
+            if !self.handed.is_empty() {
+                let handed = std::mem::take(&mut self.handed);
+                self.hand_over(ingress, &handed);
+                self.handed = handed;
             }
         }
-        if let Some(bucket) = &mut slot.storm {
-            if self.decisions.contains(&Decision::Flood) {
-                bucket.refill(Instant::now());
-                for decision in &mut self.decisions {
-                    if *decision == Decision::Flood && !bucket.take() {
-                        *decision = Decision::Drop(DropReason::Storm);
-                    }
-                }
-            }
+        if let Some(bucket) = &mut self.slots[ingress].storm {
+            forward::limit_storm(&mut self.verdicts, bucket, Instant::now());
         }
         if let Some(limit) = self.config.move_limit {
             self.limit_moves(&limit, ingress, Instant::now());
         }
         if self.movers.any_held() {
             let now = Instant::now();
-            for index in 0..self.decisions.len() {
-                if matches!(self.decisions[index], Decision::Drop(_)) {
-                    continue;
-                }
-                let buffer = self.batch.frame(index);
-                let frame = &buffer[P::METADATA_LEN.min(buffer.len())..];
-                let vlan = self.admitted.get(index).copied().flatten().map(|a| a.vid);
-                if let Ok((_, source)) = classify_in(frame, vlan) {
-                    if self.movers.is_held(&source, now) {
-                        self.decisions[index] = Decision::Drop(DropReason::MoveLimit);
-                    }
-                }
-            }
+            let frames = self.batch.iter().map(ethernet::<P>);
+            forward::hold_movers(&mut self.verdicts, frames, &self.movers, now);
             let movers = &self.movers;
             self.to_learn
                 .retain(|(source, _)| !movers.is_held(&source.key, now));
+        }
+    }
+
+    /// Hands the batch's BPDUs to spanning tree, within
+    /// [`BPDUS_PER_SECOND`].
+    fn hand_over_bpdus(&mut self, ingress: usize) {
+        let Some(events) = &self.events else { return };
+        let slot = &mut self.slots[ingress];
+        for (index, verdict) in self.verdicts.iter().enumerate() {
+            if verdict.decision != Decision::Drop(DropReason::Stp) {
+                continue;
+            }
+            let now = Instant::now();
+            let (count, since) = &mut slot.bpdus;
+            if since.is_none_or(|at| now >= at + Duration::from_secs(1)) {
+                *since = Some(now);
+                *count = 0;
+            }
+            if *count >= BPDUS_PER_SECOND {
+                continue;
+            }
+            *count += 1;
+            events(PortEvent::Bpdu {
+                port: PortId(ingress as u16),
+                frame: ethernet::<P>(self.batch.frame(index)).to_vec(),
+            });
         }
     }
 
@@ -928,69 +870,47 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         );
     }
 
-    /// Sends the decided frames, one batch per output port.
+    /// The fan-out stage for the batch, its counts, and one send per
+    /// egress port.
     fn dispatch(&mut self, ingress: usize) {
         let n = self.slots.len();
-        if self.config.vlan_filtering {
-            self.dispatch_in_vlans(ingress);
-        } else {
-            // The ingress port's counts, added to its slot after the walk
-            // over every slot's output.
-            let mut rx = PortStats::default();
-            let from = self.slots[ingress].policy.flags;
-            for (index, decision) in self.decisions.iter().enumerate() {
-                rx.rx_frames += 1;
-                rx.rx_bytes += payload_len::<P>(self.batch.frame(index));
-                match *decision {
-                    // Hairpin: known unicast may go back out of its port.
-                    Decision::Drop(DropReason::SamePort) if self.flag_rules && from.hairpin => {
-                        self.slots[ingress].output.push(index)
-                    }
-                    Decision::Drop(reason) => rx.drops[reason.index()] += 1,
-                    Decision::Unicast(port) => match self.slots.get_mut(port.index()) {
-                        Some(slot)
-                            if self.flag_rules && !from.delivers_to(&slot.policy.flags, false) =>
-                        {
-                            rx.drops[DropReason::Isolated.index()] += 1
-                        }
-                        Some(slot) => slot.output.push(index),
-                        // A static entry naming a port this bridge lacks.
-                        None => rx.tx_errors += 1,
-                    },
-                    Decision::Flood if !self.targets.is_empty() && self.target(index).is_some() => {
-                        let target = self.target(index).expect("a narrowed flood");
-                        for egress in target.iter().map(PortId::index) {
-                            let Some(slot) = self.slots.get_mut(egress) else {
-                                continue;
-                            };
-                            let same = egress == ingress;
-                            let allowed = match self.flag_rules {
-                                false => !same,
-                                true => from.delivers_to(&slot.policy.flags, same),
-                            };
-                            if allowed {
-                                slot.output.push(index);
-                            }
-                        }
-                    }
-                    Decision::Flood => {
-                        let frame = &self.batch.frame(index)[P::METADATA_LEN..];
-                        let bpdu = self.bpdu_filters && is_bpdu(frame);
-                        let class = self.flag_rules.then(|| FloodClass::of(frame));
-                        for (egress, slot) in self.slots.iter_mut().enumerate() {
-                            let same = egress == ingress;
-                            let allowed = match class {
-                                None => !same,
-                                Some(class) => from.floods_to(&slot.policy.flags, same, class),
-                            };
-                            if allowed && !(bpdu && slot.policy.bpdu_filter) {
-                                slot.output.push(index);
-                            }
-                        }
-                    }
-                }
+        let egresses = Egresses {
+            ports: &self.slots[..],
+            flag_rules: self.flag_rules,
+            bpdu_filters: self.bpdu_filters,
+        };
+        let from = self.slots[ingress].policy.flags;
+        let frames = self.batch.iter().map(ethernet::<P>);
+        self.deliveries.clear();
+        let missing = forward::fan_out(
+            &mut self.verdicts,
+            frames,
+            ingress,
+            from,
+            &egresses,
+            &mut self.deliveries,
+        );
+        // The ingress port's counts.
+        let mut rx = PortStats::default();
+        for (buffer, verdict) in self.batch.iter().zip(&self.verdicts) {
+            rx.rx_frames += 1;
+            rx.rx_bytes += payload_len::<P>(buffer);
+            if let Decision::Drop(reason) = verdict.decision {
+                rx.drops[reason.index()] += 1;
             }
-            self.slots[ingress].stats += rx;
+        }
+        // A static entry naming a port this bridge lacks.
+        rx.tx_errors += missing;
+        self.slots[ingress].stats += rx;
+        self.rewrites.clear();
+        for delivery in &self.deliveries {
+            let out = self.rewrites.frame_for(
+                &self.batch,
+                delivery.frame,
+                delivery.form,
+                P::METADATA_LEN,
+            );
+            self.slots[delivery.port].output.push(out);
         }
         for egress in 0..n {
             let slot = &mut self.slots[egress];
@@ -1006,25 +926,18 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                 continue;
             }
             let output = &mut slot.output;
-            let (batch, rewritten, rewrites) = (&self.batch, &self.rewritten, &self.rewrites);
-            let frame_of = |index: usize| match index.checked_sub(batch.len()) {
-                None => (batch.frame(index), index),
-                Some(r) => {
-                    let (start, len, frame) = rewrites[r];
-                    (&rewritten[start..start + len], frame)
-                }
-            };
-            let frames = output.iter().map(|&index| frame_of(index).0);
+            let (batch, rewrites) = (&self.batch, &self.rewrites);
+            let frames = output.iter().map(|&out| rewrites.frame(batch, out).0);
             let offered = output.len() as u64;
             let queue = slot.queue.as_mut().expect("sendable ports are in use");
             // Only a batch with frames to VTEPs hands them over.
-            let vteps = &self.vteps;
-            let report = if vteps.is_empty() {
+            let report = if !self.any_vtep {
                 queue.send_batch(frames.clone())
             } else {
-                queue.send_batch_to(output.iter().map(|&index| {
-                    let (frame, of) = frame_of(index);
-                    (frame, vtep_of(vteps, of))
+                let verdicts = &self.verdicts;
+                queue.send_batch_to(output.iter().map(|&out| {
+                    let (frame, of) = rewrites.frame(batch, out);
+                    (frame, verdicts[of].vtep)
                 }))
             };
             if self.capturing && report.sent > 0 {
@@ -1060,150 +973,53 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
     }
 }
 
-/// Where one batch's decisions go.
+/// Where one batch's verdicts go.
 struct Decided<'a> {
-    decisions: &'a mut Vec<Decision>,
-    vteps: &'a mut Vec<Option<Vtep>>,
+    verdicts: &'a mut Vec<Verdict>,
     to_learn: &'a mut Vec<(Source, SourceState)>,
-    admitted: &'a mut Vec<Option<Admitted>>,
+    any_vtep: &'a mut bool,
 }
 
-/// The port a batch came in on, as deciding its frames needs it.
-#[derive(Clone, Copy)]
-struct Ingress<'a> {
-    port: PortId,
-    /// Its VLANs, with VLAN filtering.
-    filtering: Option<&'a PortVlans>,
-    /// What becomes of a BPDU on it, when it does not reach the decision
-    /// (taken by spanning tree, a guard or a filter).
-    intercept: Option<DropReason>,
-    /// `locked=on`: only sources with a static entry on it pass.
-    locked: bool,
+/// The Ethernet frame of a buffer, after the port's metadata.
+#[inline(always)]
+fn ethernet<P: Queue>(buffer: &[u8]) -> &[u8] {
+    &buffer[P::METADATA_LEN.min(buffer.len())..]
 }
 
 /// Decides frame `index` of the batch (`buffer`, with its port's metadata)
-/// received on `ingress`.
+/// received on `port`, and refreshes or queues its source for learning.
 #[inline(always)]
 fn decide_one<S: Strategy, P: Queue>(
     section: &FdbReader<'_, FdbSection<'_, S>>,
-    ingress: Ingress<'_>,
+    port: &IngressPort<'_>,
     batch: &RxBatch,
     index: usize,
     buffer: &[u8],
     now: Seconds,
     out: &mut Decided<'_>,
 ) {
-    let Ingress {
-        port,
-        filtering,
-        intercept,
-        locked,
-    } = ingress;
-    let heard = Heard {
-        port,
-        vtep: batch.vtep(index),
-        frame: &buffer[P::METADATA_LEN.min(buffer.len())..],
-        locked,
-    };
-    if let Some(reason) = intercept {
-        if is_bpdu(heard.frame) {
-            out.decisions.push(Decision::Drop(reason));
-            if filtering.is_some() {
-                out.admitted.push(None);
-            }
-            return;
+    let (verdict, source) = forward::ingress_and_lookup(port, ethernet::<P>(buffer), section);
+    if let Some(key) = source {
+        let vtep = batch.vtep(index);
+        let state = section.source_state(&key, port.port, vtep, now);
+        // A station sends many frames of a batch: learn it once.
+        if state != SourceState::Known && !out.to_learn.iter().any(|(s, _)| s.key == key) {
+            let source = Source {
+                key,
+                port: port.port,
+                vtep,
+            };
+            out.to_learn.push((source, state));
         }
     }
-    let (decision, vtep) = match filtering {
-        Some(vlans) => {
-            admit_and_decide::<S>(section, heard, vlans, now, out.to_learn, out.admitted)
-        }
-        None => decide_and_refresh::<S>(section, heard, None, now, out.to_learn),
-    };
-    out.decisions.push(decision);
-    if let Some(vtep) = vtep {
-        out.vteps.resize(index, None);
-        out.vteps.push(Some(vtep));
-    }
-}
-
-/// The VTEP frame `index` of the batch goes to (see `Worker::vteps`).
-#[inline(always)]
-fn vtep_of(vteps: &[Option<Vtep>], index: usize) -> Option<Vtep> {
-    vteps.get(index).copied().flatten()
-}
-
-/// A frame as the decision sees it: the port it came in on, the VTEP it
-/// came from there (a VXLAN port's), and its Ethernet bytes.
-#[derive(Clone, Copy)]
-struct Heard<'a> {
-    port: PortId,
-    vtep: Option<Vtep>,
-    frame: &'a [u8],
-    /// It came in on a locked port.
-    locked: bool,
-}
-
-/// Admits a frame on its port's VLANs (see [`vlan::admit`]) and decides it
-/// within its VLAN.
-#[inline(always)]
-fn admit_and_decide<S: Strategy>(
-    section: &FdbReader<'_, FdbSection<'_, S>>,
-    heard: Heard<'_>,
-    vlans: &PortVlans,
-    now: Seconds,
-    to_learn: &mut Vec<(Source, SourceState)>,
-    admitted: &mut Vec<Option<Admitted>>,
-) -> (Decision, Option<Vtep>) {
-    match vlan::admit(vlans, heard.frame) {
-        Ok(frame_vlan) => {
-            admitted.push(Some(frame_vlan));
-            decide_and_refresh::<S>(section, heard, Some(frame_vlan.vid), now, to_learn)
-        }
-        Err(reason) => {
-            admitted.push(None);
-            (Decision::Drop(reason), None)
-        }
-    }
+    *out.any_vtep |= verdict.vtep.is_some();
+    out.verdicts.push(verdict);
 }
 
 /// A buffer's Ethernet frame length, without the port's metadata.
 #[inline]
 pub(super) fn payload_len<P: Queue>(buffer: &[u8]) -> u64 {
     buffer.len().saturating_sub(P::METADATA_LEN) as u64
-}
-
-/// Decides one frame and refreshes or queues its source for learning.
-#[inline(always)]
-fn decide_and_refresh<S: Strategy>(
-    section: &FdbReader<'_, FdbSection<'_, S>>,
-    heard: Heard<'_>,
-    vlan: Option<crate::wire::VlanId>,
-    now: Seconds,
-    to_learn: &mut Vec<(Source, SourceState)>,
-) -> (Decision, Option<Vtep>) {
-    let Heard {
-        port,
-        vtep,
-        frame,
-        locked,
-    } = heard;
-    if let Ok((_, key)) = classify_in(frame, vlan) {
-        if locked {
-            // A locked port (Linux's BR_PORT_LOCKED): only a station with
-            // a static entry on it may send, and nothing is learned there.
-            return match section.entry(&key) {
-                Some((at, true, _)) if at == port => decide_to(port, frame, vlan, section),
-                _ => (Decision::Drop(DropReason::Locked), None),
-            };
-        }
-        let state = section.source_state(&key, port, vtep, now);
-        // A station sends many frames of a batch: learn it once.
-        if state != SourceState::Known && !to_learn.iter().any(|(s, _)| s.key == key) {
-            to_learn.push((Source { key, port, vtep }, state));
-        }
-    }
-    decide_to(port, frame, vlan, section)
 }
 
 #[cfg(test)]

@@ -4,10 +4,12 @@
 //! worker's per-port state is resized, reset and dropped in one piece.
 
 use crate::counters::PortStats;
+use crate::forward::{EgressPort, EgressPorts};
 use crate::vlan::PortVlans;
 
 use super::health::Fault;
-use super::policy::{Gate, PortPolicy, PortSetup, StormBucket};
+use super::policy::{Gate, PortPolicy, PortSetup};
+use crate::forward::StormBucket;
 
 /// Station moves onto one port in the current one-second window.
 #[derive(Debug, Clone, Copy, Default)]
@@ -121,6 +123,26 @@ impl<P> PortSlot<P> {
     /// Whether forwarded frames may be sent out of it now.
     pub(super) fn forwards(&self) -> bool {
         self.sendable() && self.gate.forwarding
+    }
+}
+
+/// The worker's ports as the fan-out sees them: a slot without a queue is
+/// an index not in use.
+impl<P> EgressPorts for [PortSlot<P>] {
+    #[inline]
+    fn count(&self) -> usize {
+        self.len()
+    }
+
+    #[inline]
+    fn port(&self, index: usize) -> Option<EgressPort<'_>> {
+        let slot = self.get(index)?;
+        slot.queue.as_ref()?;
+        Some(EgressPort {
+            vlans: &slot.vlans,
+            flags: slot.policy.flags,
+            bpdu_filter: slot.policy.bpdu_filter,
+        })
     }
 }
 

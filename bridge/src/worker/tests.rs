@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::fdb::{FdbConfig, FdbKey};
+use crate::fdb::{FdbConfig, FdbKey, Vtep};
 use crate::port::{RxReport, SendReport};
 use crate::wire::MacAddr;
 
