@@ -455,6 +455,26 @@ fn the_group_forward_mask_floods_its_groups<S: Strategy>() {
     }
 }
 
+/// A port that spanning tree has learning floods no link-local group the
+/// mask names either (br_handle_frame_finish drops what a learning port
+/// receives, link-local groups the mask forwards among it).
+fn a_learning_port_forwards_no_masked_group<S: Strategy>() {
+    let config = WorkerConfig {
+        group_fwd_mask: 1 << 14,
+        ..stp()
+    };
+    let (mut rig, _) = rig_with::<S>(gated(&[Gate::LEARNING, Gate::OPEN, Gate::OPEN]), config);
+    let lldp = frame(MacAddr([0x01, 0x80, 0xc2, 0, 0, 0x0e]), station(A), 60);
+    rig.send(0, &lldp);
+    assert_eq!(rig.ports_that_sent(), Vec::<usize>::new());
+    assert_eq!(rig.stats(0).dropped(DropReason::Reserved), 1);
+    // Its source is learned all the same.
+    assert_eq!(rig.fdb.lookup(&key(A)), Some(PortId(0)));
+    // From a forwarding port the group floods, to the forwarding ports.
+    rig.send(1, &lldp);
+    assert_eq!(rig.ports_that_sent(), vec![2]);
+}
+
 /// A locked port passes only stations with a static entry on it, learns
 /// nothing, and a static entry opens it for one station.
 fn a_locked_port_passes_only_its_static_stations<S: Strategy>() {
@@ -594,6 +614,7 @@ for_each_strategy!(
     learning_off_learns_nothing_of_the_port,
     flood_flags_keep_floods_off_a_port,
     the_group_forward_mask_floods_its_groups,
+    a_learning_port_forwards_no_masked_group,
     a_locked_port_passes_only_its_static_stations,
     the_storm_limit_holds_floods_only,
     the_move_limit_holds_a_flapping_station,
