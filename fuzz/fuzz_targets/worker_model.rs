@@ -2,7 +2,11 @@
 //! (frames injected on ports, table edits), compared after every event with
 //! a small reference bridge written here: which frames come out of which
 //! port, in which order, byte for byte; the table's entries; the per-port
-//! counters; the table's totals.
+//! counters; the table's totals. A single frame is also put through the
+//! forwarding pipeline directly, without a worker (`bridge::forward`: the
+//! ingress and lookup stages in a read section, then the fan-out over
+//! plain views of the ports), and its verdict and egress ports compared
+//! with the reference's.
 //!
 //! The reference follows docs/design.md: drop runts and frames from group
 //! or zero sources; drop frames to 01:80:C2:00:00:0x; flood group and
@@ -20,10 +24,11 @@ use std::sync::Arc;
 
 use arbitrary::Arbitrary;
 use bridge::counters::PortStats;
-use bridge::forward::DropReason;
+use bridge::forward::{self, DropReason, EgressPort, Egresses, Gate, IngressPort, PortFlags};
 use bridge::fdb::{FdbKey, FdbRecord};
 use bridge::PortId;
 use bridge::port::{MemoryPeer, MemoryQueue};
+use bridge::vlan::PortVlans;
 use bridge::wire::MacAddr;
 use bridge::{FdbConfig, MacTable, SectionMode, Worker, WorkerConfig};
 use libfuzzer_sys::fuzz_target;
@@ -289,18 +294,12 @@ impl Model {
             let rx = &mut self.stats[ingress];
             rx.rx_frames += 1;
             rx.rx_bytes += frame.len() as u64;
-            let egress: Vec<usize> = match *verdict {
-                Verdict::Drop(reason) => {
-                    rx.drops[reason.index()] += 1;
-                    vec![]
-                }
-                Verdict::Unicast(port) if usize::from(port) >= self.ports => {
-                    rx.tx_errors += 1;
-                    vec![]
-                }
-                Verdict::Unicast(port) => vec![usize::from(port)],
-                Verdict::Flood => (0..self.ports).filter(|&p| p != ingress).collect(),
-            };
+            match *verdict {
+                Verdict::Drop(reason) => rx.drops[reason.index()] += 1,
+                Verdict::Unicast(port) if usize::from(port) >= self.ports => rx.tx_errors += 1,
+                _ => {}
+            }
+            let egress = self.egress(ingress, *verdict);
             for port in egress {
                 self.stats[port].tx_frames += 1;
                 self.stats[port].tx_bytes += frame.len() as u64;
@@ -373,6 +372,68 @@ impl Model {
             })
             .collect()
     }
+}
+
+impl Model {
+    /// The ports a frame with `verdict` from `ingress` leaves by.
+    fn egress(&self, ingress: usize, verdict: Verdict) -> Vec<usize> {
+        match verdict {
+            Verdict::Drop(_) => vec![],
+            Verdict::Unicast(port) if usize::from(port) >= self.ports => vec![],
+            Verdict::Unicast(port) => vec![usize::from(port)],
+            Verdict::Flood => (0..self.ports).filter(|&p| p != ingress).collect(),
+        }
+    }
+}
+
+/// One frame through the pipeline without a worker, against the table as
+/// it is: its verdict and the ports it leaves by.
+fn pipeline<S: Strategy>(
+    fdb: &MacTable<S>,
+    ports: usize,
+    ingress: usize,
+    frame: &[u8],
+) -> (Verdict, Vec<usize>) {
+    let port = IngressPort {
+        port: PortId(ingress as u16),
+        vlans: None,
+        intercept: None,
+        flags: PortFlags::default(),
+        gate: Gate::OPEN,
+        disabled: false,
+    };
+    let (verdict, _) = fdb.read(|section| forward::ingress_and_lookup(&port, frame, section));
+    let decided = match verdict.decision {
+        forward::Decision::Drop(reason) => Verdict::Drop(reason),
+        forward::Decision::Unicast(port) => Verdict::Unicast(port.0),
+        forward::Decision::Flood => Verdict::Flood,
+    };
+    let vlans = PortVlans::default();
+    let views: Vec<Option<EgressPort<'_>>> = (0..ports)
+        .map(|_| {
+            Some(EgressPort {
+                vlans: &vlans,
+                flags: PortFlags::default(),
+                bpdu_filter: false,
+            })
+        })
+        .collect();
+    let egresses = Egresses {
+        ports: &views[..],
+        flag_rules: false,
+        bpdu_filters: false,
+    };
+    let mut verdicts = [verdict];
+    let mut deliveries = Vec::new();
+    forward::fan_out(
+        &mut verdicts,
+        std::iter::once(frame),
+        ingress,
+        PortFlags::default(),
+        &egresses,
+        &mut deliveries,
+    );
+    (decided, deliveries.iter().map(|d| d.port).collect())
 }
 
 fn run<S: Strategy>(input: &Input) {
@@ -452,6 +513,16 @@ fn run<S: Strategy>(input: &Input) {
                 let removed = before - model.table.len();
                 model.learned -= removed;
                 assert_eq!(fdb.flush_port(PortId(port)), removed, "step {step}");
+            }
+        }
+
+        if let Event::Frame { port, frame } = event {
+            let (ingress, frame) = (port_of(*port), frame.build());
+            if frame.len() <= FRAME_CAPACITY {
+                let verdict = model.decide(ingress as u16, &frame);
+                let want = (verdict, model.egress(ingress, verdict));
+                let got = pipeline(&fdb, ports, ingress, &frame);
+                assert_eq!(got, want, "step {step}: the pipeline on {frame:02x?}");
             }
         }
 
