@@ -24,12 +24,12 @@ use std::sync::Arc;
 
 use arbitrary::Arbitrary;
 use bridge::counters::PortStats;
-use bridge::forward::{self, DropReason, EgressPort, Egresses, Gate, IngressPort, PortFlags};
 use bridge::fdb::{FdbKey, FdbRecord};
-use bridge::PortId;
+use bridge::forward::{self, DropReason, EgressPort, Egresses, Gate, IngressPort, PortFlags};
 use bridge::port::{MemoryPeer, MemoryQueue};
 use bridge::vlan::PortVlans;
 use bridge::wire::MacAddr;
+use bridge::PortId;
 use bridge::{FdbConfig, MacTable, SectionMode, Worker, WorkerConfig};
 use libfuzzer_sys::fuzz_target;
 use locks::{Strategy, StrategyKind};
