@@ -427,7 +427,7 @@ fn pipeline<S: Strategy>(
     let mut deliveries = Vec::new();
     forward::fan_out(
         &mut verdicts,
-        std::iter::once(frame),
+        |_| frame,
         ingress,
         PortFlags::default(),
         &egresses,

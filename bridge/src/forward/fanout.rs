@@ -69,9 +69,9 @@ pub struct Egresses<'a, E: EgressPorts + ?Sized> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Delivery {
     /// The frame's index in its batch.
-    pub frame: usize,
+    pub frame: u32,
     /// The egress port's index.
-    pub port: usize,
+    pub port: u16,
     /// The form it leaves in.
     pub form: Egress,
 }
@@ -86,15 +86,17 @@ fn form(to: &EgressPort<'_>, vlan: &Option<Admitted>) -> Option<Egress> {
     }
 }
 
-/// Fans out a batch received on port `ingress` (flags `from`): appends to
+/// Fans out a batch received on port `ingress` (flags `from`; `frame_of`
+/// gives a frame of the batch, looked at only to flood it): appends to
 /// `deliveries` every (frame, egress port, form) to send, in frame order,
 /// and settles each verdict: known unicast refused by isolation or VLAN
 /// egress becomes a drop for that reason; a hairpin turn becomes unicast
 /// back to the ingress port. Returns how many frames went to a port the
 /// bridge lacks (a static entry naming it).
+#[inline]
 pub fn fan_out<'a, E: EgressPorts + ?Sized>(
     verdicts: &mut [Verdict],
-    frames: impl Iterator<Item = &'a [u8]>,
+    frame_of: impl Fn(usize) -> &'a [u8],
     ingress: usize,
     from: PortFlags,
     egresses: &Egresses<'_, E>,
@@ -106,11 +108,13 @@ pub fn fan_out<'a, E: EgressPorts + ?Sized>(
         bpdu_filters,
     } = *egresses;
     let mut missing = 0;
-    for (index, (verdict, frame)) in verdicts.iter_mut().zip(frames).enumerate() {
+    for (index, verdict) in verdicts.iter_mut().enumerate() {
+        // Batches and port ids fit: a batch is at most a ring's frames,
+        // a port id is a u16.
         let mut deliver = |port: usize, form: Egress| {
             deliveries.push(Delivery {
-                frame: index,
-                port,
+                frame: index as u32,
+                port: port as u16,
                 form,
             })
         };
@@ -164,6 +168,7 @@ pub fn fan_out<'a, E: EgressPorts + ?Sized>(
                     }
                 }
                 None => {
+                    let frame = frame_of(index);
                     let bpdu = bpdu_filters && is_bpdu(frame);
                     let class = flag_rules.then(|| FloodClass::of(frame));
                     for egress in 0..ports.count() {

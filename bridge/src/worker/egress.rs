@@ -29,6 +29,7 @@ impl Rewrites {
     /// The output index of frame `index` of `batch` (buffers with
     /// `metadata` bytes before the frame) in `form`: the frame itself, or
     /// its rewrite, made once per form and batch.
+    #[inline(always)]
     pub(super) fn frame_for(
         &mut self,
         batch: &RxBatch,
@@ -36,11 +37,23 @@ impl Rewrites {
         form: Egress,
         metadata: usize,
     ) -> usize {
-        let slot = match form {
-            Egress::AsIs => return index,
-            Egress::Untagged => 0,
-            Egress::Tagged(_) => 1,
-        };
+        match form {
+            Egress::AsIs => index,
+            Egress::Untagged => self.rewrite(batch, index, form, 0, metadata),
+            Egress::Tagged(_) => self.rewrite(batch, index, form, 1, metadata),
+        }
+    }
+
+    /// [`frame_for`](Self::frame_for) of a form that changes the frame
+    /// (`slot` 0 untagged, 1 tagged).
+    fn rewrite(
+        &mut self,
+        batch: &RxBatch,
+        index: usize,
+        form: Egress,
+        slot: usize,
+        metadata: usize,
+    ) -> usize {
         if self.forms.len() < batch.len() {
             self.forms.resize(batch.len(), [None; 2]);
         }

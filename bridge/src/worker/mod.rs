@@ -655,7 +655,7 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         if self.config.stp {
             self.hand_over_bpdus(ingress);
         }
-        if forward::trip_guard(&mut self.verdicts).is_some() {
+        if self.slots[ingress].policy.guard && forward::trip_guard(&mut self.verdicts).is_some() {
             // Nothing in or out from here on, and nothing of the batch
             // learned.
             self.slots[ingress].disabled = true;
@@ -880,11 +880,12 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             bpdu_filters: self.bpdu_filters,
         };
         let from = self.slots[ingress].policy.flags;
-        let frames = self.batch.iter().map(ethernet::<P>);
+        let batch = &self.batch;
+        let frame_of = |index: usize| ethernet::<P>(batch.frame(index));
         self.deliveries.clear();
         let missing = forward::fan_out(
             &mut self.verdicts,
-            frames,
+            frame_of,
             ingress,
             from,
             &egresses,
@@ -904,13 +905,11 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         self.slots[ingress].stats += rx;
         self.rewrites.clear();
         for delivery in &self.deliveries {
-            let out = self.rewrites.frame_for(
-                &self.batch,
-                delivery.frame,
-                delivery.form,
-                P::METADATA_LEN,
-            );
-            self.slots[delivery.port].output.push(out);
+            let (frame, port) = (delivery.frame as usize, usize::from(delivery.port));
+            let out = self
+                .rewrites
+                .frame_for(&self.batch, frame, delivery.form, P::METADATA_LEN);
+            self.slots[port].output.push(out);
         }
         for egress in 0..n {
             let slot = &mut self.slots[egress];

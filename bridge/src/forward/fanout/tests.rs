@@ -50,7 +50,7 @@ fn one(
     };
     let missing = fan_out(
         &mut verdicts,
-        std::iter::once(frame),
+        |_| frame,
         0,
         from,
         &egresses,
@@ -60,7 +60,7 @@ fn one(
         .iter()
         .map(|d| {
             assert_eq!(d.frame, 0);
-            (d.port, d.form)
+            (usize::from(d.port), d.form)
         })
         .collect();
     (sent, verdicts[0].decision, missing)
@@ -248,13 +248,17 @@ fn drops_stay_drops_and_deliveries_keep_frame_order() {
     };
     fan_out(
         &mut verdicts,
-        frames.iter().map(Vec::as_slice),
+        |index| &frames[index][..],
         0,
         PortFlags::default(),
         &egresses,
         &mut deliveries,
     );
     let order: Vec<_> = deliveries.iter().map(|d| (d.frame, d.port)).collect();
+    let order: Vec<(usize, usize)> = order
+        .into_iter()
+        .map(|(f, p)| (f as usize, usize::from(p)))
+        .collect();
     assert_eq!(order, [(0, 2), (2, 1), (2, 2)]);
     assert_eq!(verdicts[1].decision, Decision::Drop(DropReason::Runt));
 }
