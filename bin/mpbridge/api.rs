@@ -712,8 +712,8 @@ impl BridgeState {
             log::debug!("aged out {aged} stations");
         }
         if !self.link_events {
-            let events = self.monitor.tick(&*self.fdb);
-            self.report_links(events);
+            let events = self.monitor.tick();
+            self.take_links(events);
         }
         if let Some(stp) = &mut self.stp {
             stp.tick();
@@ -786,14 +786,17 @@ impl BridgeState {
     pub fn links(&mut self, news: bridge::monitor::Received) {
         self.links_changed();
         let events = match news {
-            bridge::monitor::Received::Updates(updates) => self.monitor.apply(&updates, &*self.fdb),
+            bridge::monitor::Received::Updates(updates) => self.monitor.apply(&updates),
             bridge::monitor::Received::Overrun => {
                 log::info!("link news overran; looking at every link again");
-                self.monitor.tick(&*self.fdb)
+                self.monitor.tick()
             }
         };
-        self.tell_workers(&events);
-        self.report_links(events);
+        // Flushed before the workers hear of it, as they flush a faulted
+        // port themselves: the count logged is the owner's.
+        let applied = apply_links(&*self.fdb, events);
+        self.tell_workers(&applied);
+        self.report_links(applied);
         self.refresh_stp();
         self.refresh_mcast();
     }
@@ -803,10 +806,10 @@ impl BridgeState {
     /// when one finds the link down itself) until it is back, however
     /// briefly it was down. A raw port's workers hear it from their
     /// sockets.
-    fn tell_workers(&self, events: &[LinkEvent]) {
-        for event in events {
+    fn tell_workers(&self, applied: &[(LinkEvent, usize)]) {
+        for (event, _) in applied {
             let (port, up) = match *event {
-                LinkEvent::Down { port, .. } => (port, false),
+                LinkEvent::Down { port } => (port, false),
                 LinkEvent::Up { port } => (port, true),
                 _ => continue,
             };
@@ -824,19 +827,25 @@ impl BridgeState {
         }
     }
 
-    /// Logs what the link monitor saw.
-    pub fn report_links(&self, events: Vec<LinkEvent>) {
-        for event in events {
+    /// Applies what the link monitor saw to the MAC table, and logs it.
+    fn take_links(&self, events: Vec<LinkEvent>) {
+        let applied = apply_links(&*self.fdb, events);
+        self.report_links(applied);
+    }
+
+    /// Logs what the link monitor saw, with what applying it flushed.
+    pub fn report_links(&self, applied: Vec<(LinkEvent, usize)>) {
+        for (event, flushed) in applied {
             match event {
-                LinkEvent::Down { port, flushed } => log::warn!(
+                LinkEvent::Down { port } => log::warn!(
                     "{}: link down; flushed {flushed} learned stations",
                     self.label(port)
                 ),
                 LinkEvent::Up { port } => log::info!("{}: link up", self.label(port)),
-                LinkEvent::Address { port, addr } => {
+                LinkEvent::Address { port, addr, .. } => {
                     log::info!("{}: own address {addr}, kept for the host", self.label(port))
                 }
-                LinkEvent::Gone { port, flushed } => log::warn!(
+                LinkEvent::Gone { port, .. } => log::warn!(
                     "{}: interface deleted; the port is out of the bridge (flushed {flushed} stations)",
                     self.label(port)
                 ),
@@ -1273,8 +1282,8 @@ impl BridgeState {
         }
         if spec.kind == Kind::Raw {
             self.monitor.watch(port, &spec.name);
-            let events = self.monitor.tick(&*self.fdb);
-            self.report_links(events);
+            let events = self.monitor.tick();
+            self.take_links(events);
         }
         if spec.kind == Kind::Tap {
             self.monitor.watch_tap(port, &spec.name);
@@ -1342,7 +1351,9 @@ impl BridgeState {
             stp.remove(port);
         }
         self.apply_stp();
-        self.monitor.unwatch(port, &*self.fdb);
+        if let Some(addr) = self.monitor.unwatch(port) {
+            self.fdb.remove_static(FdbKey::new(0, addr));
+        }
         let flushed = self.fdb.purge_port(port);
         self.fdb.set_port_limit(port, 0);
         self.vxlans.remove(&spec.label());
@@ -1790,6 +1801,36 @@ impl BridgeState {
     }
 }
 
+/// Applies the link monitor's events to `fdb`, in order: a link down or
+/// an interface gone has the port's learned stations flushed (a gone one
+/// its local entry too), a new address replaces the port's local entry at
+/// VLAN 0. Returns each event with the stations it flushed.
+pub fn apply_links(fdb: &dyn Table, events: Vec<LinkEvent>) -> Vec<(LinkEvent, usize)> {
+    events
+        .into_iter()
+        .map(|event| {
+            let flushed = match event {
+                LinkEvent::Down { port } => fdb.flush_port(port),
+                LinkEvent::Up { .. } => 0,
+                LinkEvent::Address { port, addr, old } => {
+                    if let Some(old) = old {
+                        fdb.remove_static(FdbKey::new(0, old));
+                    }
+                    fdb.add_local(FdbKey::new(0, addr), port);
+                    0
+                }
+                LinkEvent::Gone { port, local } => {
+                    if let Some(addr) = local {
+                        fdb.remove_static(FdbKey::new(0, addr));
+                    }
+                    fdb.flush_port(port)
+                }
+            };
+            (event, flushed)
+        })
+        .collect()
+}
+
 /// Waits for each worker's answer, all within `within` (together, not
 /// each); returns the workers that did not answer in time, in order.
 fn await_answers(
@@ -1824,4 +1865,51 @@ fn with_port_caps<T>(keep_caps: bool, f: impl FnOnce() -> T) -> T {
         log::warn!("cannot drop the capabilities raised to open a port: {error}");
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bridge::wire::MacAddr;
+
+    const OWN: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x0a]);
+    const NEW: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x0b]);
+    const STATION: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x01]);
+    const ELSEWHERE: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x02]);
+
+    fn locate(fdb: &dyn Table, mac: MacAddr) -> Option<Location> {
+        fdb.locate(&FdbKey::new(0, mac))
+    }
+
+    #[test]
+    fn link_events_are_applied_to_the_table_by_their_owner() {
+        let fdb = bridge::MacTable::<locks::Mutex>::new(bridge::FdbConfig::default());
+        let (port, other) = (PortId(0), PortId(1));
+        let learn = |mac| fdb.learn(FdbKey::new(0, mac), port, fdb.now());
+        let address = |addr, old| LinkEvent::Address { port, addr, old };
+        apply_links(&fdb, vec![address(OWN, None)]);
+        assert_eq!(locate(&fdb, OWN), Some(Location::Local(port)));
+        learn(STATION);
+        fdb.learn(FdbKey::new(0, ELSEWHERE), other, fdb.now());
+        // A link down flushes the port's learned stations, not its own
+        // address, nor another port's stations.
+        let applied = apply_links(&fdb, vec![LinkEvent::Down { port }]);
+        assert_eq!(applied, [(LinkEvent::Down { port }, 1)]);
+        assert_eq!(locate(&fdb, STATION), None);
+        assert_eq!(locate(&fdb, OWN), Some(Location::Local(port)));
+        assert_eq!(fdb.learned_len(), 1);
+        // A new address replaces the old one's local entry.
+        apply_links(&fdb, vec![address(NEW, Some(OWN))]);
+        assert_eq!(locate(&fdb, OWN), None);
+        assert_eq!(locate(&fdb, NEW), Some(Location::Local(port)));
+        // Gone: the learned stations and the local entry go.
+        learn(STATION);
+        let gone = LinkEvent::Gone {
+            port,
+            local: Some(NEW),
+        };
+        assert_eq!(apply_links(&fdb, vec![gone.clone()]), [(gone, 1)]);
+        assert_eq!(locate(&fdb, NEW), None);
+        assert_eq!(fdb.learned_len(), 1);
+    }
 }

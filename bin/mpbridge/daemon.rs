@@ -115,7 +115,9 @@ pub fn run<S: Strategy>(
             _ => {}
         }
     }
-    let first_events = monitor.tick(&*fdb);
+    // Before any worker starts, so that no frame to a port's own address
+    // is forwarded.
+    let first_events = api::apply_links(&*fdb, monitor.tick());
     let stopper = Arc::new(Stopper::new().map_err(|e| format!("cannot create an eventfd: {e}"))?);
     let worker_config = WorkerConfig {
         frame_capacity: FRAME_CAPACITY,

@@ -11,7 +11,6 @@
 
 use super::rtnetlink::{LinkQuery, LinkUpdate};
 use super::LinkEvent;
-use crate::fdb::Table;
 use crate::port::netdev;
 use crate::port_id::PortId;
 use crate::wire::MacAddr;
@@ -59,16 +58,10 @@ impl WatchedTap {
     }
 
     /// Takes one update: the tap's, if it comes from where the tap is, or
-    /// if the tap is lost and this is a tun device with its address. A
-    /// link that stopped passing frames has the port's learned stations
-    /// flushed from `fdb` (as the Linux bridge flushes a port whose device
-    /// goes down); each change is recorded in `events`.
-    pub(super) fn apply(
-        &mut self,
-        update: &LinkUpdate,
-        fdb: &dyn Table,
-        events: &mut Vec<LinkEvent>,
-    ) {
+    /// if the tap is lost and this is a tun device with its address. Each
+    /// change of its link is recorded in `events` (the owner flushes a port
+    /// whose device goes down, as the Linux bridge does).
+    pub(super) fn apply(&mut self, update: &LinkUpdate, events: &mut Vec<LinkEvent>) {
         let here = self.at == Some((update.nsid, update.ifindex));
         let Some(state) = update.state else {
             // Deleted, or moved away: where it went, its next news says
@@ -87,7 +80,7 @@ impl WatchedTap {
         if state.addr.is_some() {
             self.mac = state.addr;
         }
-        super::follow_running(self.port, &mut self.running, state.running, fdb, events);
+        super::follow_running(self.port, &mut self.running, state.running, events);
     }
 }
 
@@ -95,7 +88,6 @@ impl WatchedTap {
 mod tests {
     use super::super::rtnetlink::LinkState;
     use super::*;
-    use crate::fdb::{FdbConfig, MacTable};
 
     const MAC: MacAddr = MacAddr([0x32, 0x32, 0xfe, 5, 0xd3, 0xc4]);
 
@@ -120,25 +112,11 @@ mod tests {
         }
     }
 
-    fn table() -> MacTable<locks::Mutex> {
-        MacTable::new(FdbConfig::default())
-    }
-
-    fn kinds(events: &[LinkEvent]) -> Vec<&'static str> {
-        events
-            .iter()
-            .map(|event| match event {
-                LinkEvent::Down { .. } => "down",
-                LinkEvent::Up { .. } => "up",
-                LinkEvent::Address { .. } => "address",
-                LinkEvent::Gone { .. } => "gone",
-            })
-            .collect()
-    }
+    const DOWN: LinkEvent = LinkEvent::Down { port: PortId(1) };
+    const UP: LinkEvent = LinkEvent::Up { port: PortId(1) };
 
     #[test]
     fn a_tap_moved_away_is_followed_and_each_brief_down_is_heard() {
-        let fdb = table();
         let mut tap = tap();
         let mut events = Vec::new();
         // `ip link set mpb0 netns left`: down here, gone from here, down
@@ -152,32 +130,31 @@ mod tests {
             news(Some(0), 9, Some(false), MAC),
             news(Some(0), 9, Some(true), MAC),
         ] {
-            tap.apply(&update, &fdb, &mut events);
+            tap.apply(&update, &mut events);
         }
-        assert_eq!(kinds(&events), ["down", "up", "down", "up"]);
+        assert_eq!(events, [DOWN, UP, DOWN, UP]);
         assert_eq!(tap.at, Some((Some(0), 9)));
         assert_eq!(tap.running, Some(true));
     }
 
     #[test]
     fn another_device_is_not_taken_for_the_tap() {
-        let fdb = table();
         let mut tap = tap();
         let mut events = Vec::new();
         let other = MacAddr([0x02, 0, 0, 0, 0, 0x42]);
         // Index 5 in another namespace, and a device with the tap's
         // address while the tap is where it was.
-        tap.apply(&news(Some(3), 5, Some(false), other), &fdb, &mut events);
-        tap.apply(&news(Some(3), 6, Some(false), MAC), &fdb, &mut events);
+        tap.apply(&news(Some(3), 5, Some(false), other), &mut events);
+        tap.apply(&news(Some(3), 6, Some(false), MAC), &mut events);
         assert!(events.is_empty(), "{events:?}");
         // Once lost, a veth with its address is not it either.
         tap.lose_track();
         let mut veth = news(Some(3), 6, Some(false), MAC);
         veth.tun = false;
-        tap.apply(&veth, &fdb, &mut events);
+        tap.apply(&veth, &mut events);
         assert!(events.is_empty(), "{events:?}");
-        tap.apply(&news(Some(3), 7, Some(false), MAC), &fdb, &mut events);
-        assert_eq!(kinds(&events), ["down"]);
+        tap.apply(&news(Some(3), 7, Some(false), MAC), &mut events);
+        assert_eq!(events, [DOWN]);
         assert_eq!(tap.at, Some((Some(3), 7)));
     }
 }
