@@ -6,10 +6,10 @@ use std::path::Path;
 
 use locks::StrategyKind;
 
+use crate::cli::{Command, FdbCommand, LockCommand, MdbCommand, PortCommand};
 use crate::client::{self, Failure};
 use crate::ports::PortSpec;
 use crate::protocol::{self, Request};
-use crate::{Command, FdbCommand, LockCommand, MdbCommand, PortCommand};
 
 /// Runs one client command against the bridge at `socket`.
 pub fn operate(name: &str, socket: &Path, command: Command) -> Result<(), Failure> {

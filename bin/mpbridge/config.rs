@@ -39,6 +39,7 @@ use bridge::wire::StationMac;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::cli::{self, RunArgs};
 use crate::ports::PortSpec;
 
 /// The file as written.
@@ -193,7 +194,7 @@ pub fn load(path: &Path) -> Result<Config, String> {
         }
     }
     if let Some(name) = &file.name {
-        crate::bridge_name(name.get_ref()).map_err(|e| at(name.span(), e))?;
+        cli::bridge_name(name.get_ref()).map_err(|e| at(name.span(), e))?;
     }
     if let Some(limit) = &file.move_limit {
         if *limit.get_ref() == 0 {
@@ -210,7 +211,7 @@ pub fn load(path: &Path) -> Result<Config, String> {
     }
     let group_fwd_mask = match &file.group_fwd_mask {
         Some(mask) => {
-            Some(crate::parse_group_fwd_mask(mask.get_ref()).map_err(|e| at(mask.span(), e))?)
+            Some(cli::parse_group_fwd_mask(mask.get_ref()).map_err(|e| at(mask.span(), e))?)
         }
         None => None,
     };
@@ -237,7 +238,7 @@ pub fn load(path: &Path) -> Result<Config, String> {
         ),
     ] {
         if let Some(value) = value {
-            let time = crate::parse_seconds(&value.get_ref().to_string())
+            let time = cli::parse_seconds(&value.get_ref().to_string())
                 .map_err(|e| at(value.span(), format!("{key}: {e}")))?;
             mcast.times.push((key, time));
         }
@@ -306,6 +307,128 @@ pub fn load(path: &Path) -> Result<Config, String> {
         ports,
         statics,
     })
+}
+
+/// Reads `--config` and fills in what the command line left to it (an
+/// option given on the command line wins); returns the file and its
+/// contents for reloads.
+pub fn merge(
+    name: &mut String,
+    args: &mut RunArgs,
+    matches: &clap::ArgMatches,
+) -> Result<Option<(std::path::PathBuf, Config)>, String> {
+    use clap::parser::ValueSource;
+    let Some(path) = args.config.clone() else {
+        return Ok(None);
+    };
+    let config = load(&path)?;
+    let run = matches.subcommand_matches("run");
+    // Whether option `id` was on the command line (global ones such as
+    // --name may stand before or after `run`).
+    let given = |id: &str| {
+        let source = |m: &clap::ArgMatches| {
+            m.ids().any(|known| known.as_str() == id)
+                && m.value_source(id) == Some(ValueSource::CommandLine)
+        };
+        source(matches) || run.is_some_and(source)
+    };
+    if !args.ports.is_empty() {
+        return Err(format!(
+            "the ports come from {}: give no --port with --config",
+            path.display()
+        ));
+    }
+    args.ports = config.ports.clone();
+    if !given("vlan_filtering") {
+        if let Some(filtering) = config.vlan_filtering {
+            args.vlan_filtering = filtering;
+        }
+    }
+    if !given("lock") {
+        if let Some(lock) = config.lock {
+            args.lock = lock;
+        }
+    }
+    if !given("workers") {
+        if let Some(workers) = config.workers {
+            args.workers = workers;
+        }
+    }
+    if !given("age") {
+        if let Some(age) = config.age {
+            args.age = age;
+        }
+    }
+    if !given("max_entries") {
+        if let Some(max) = config.max_entries {
+            args.max_entries = max;
+        }
+    }
+    if !given("name") {
+        if let Some(file_name) = &config.name {
+            *name = file_name.clone();
+        }
+    }
+    let stp = &config.stp;
+    if !given("stp") {
+        args.stp |= stp.stp.unwrap_or(false);
+    }
+    for (id, field, value) in [
+        ("stp_hello", &mut args.stp_hello, stp.hello),
+        (
+            "stp_forward_delay",
+            &mut args.stp_forward_delay,
+            stp.forward_delay,
+        ),
+        ("stp_max_age", &mut args.stp_max_age, stp.max_age),
+    ] {
+        if let (false, Some(value)) = (given(id), value) {
+            *field = value;
+        }
+    }
+    if let (false, Some(priority)) = (given("stp_priority"), stp.priority) {
+        args.stp_priority = priority;
+    }
+    if let (false, Some(limit)) = (given("move_limit"), config.move_limit) {
+        args.move_limit = Some(limit);
+    }
+    if let (false, Some(hold)) = (given("move_hold"), config.move_hold) {
+        args.move_hold = hold;
+    }
+    if let (false, Some(mask)) = (given("group_fwd_mask"), config.group_fwd_mask) {
+        args.group_fwd_mask = mask;
+    }
+    let mcast = &config.mcast;
+    if !given("mcast_snooping") {
+        args.mcast_snooping |= mcast.snooping.unwrap_or(false);
+    }
+    if !given("mcast_querier") {
+        args.mcast_querier |= mcast.querier.unwrap_or(false);
+    }
+    for &(key, time) in &mcast.times {
+        if given(key) {
+            continue;
+        }
+        match key {
+            "mcast_query_interval" => args.mcast_query_interval = time,
+            "mcast_query_response_interval" => args.mcast_query_response_interval = time,
+            "mcast_membership_interval" => args.mcast_membership_interval = time,
+            "mcast_querier_interval" => args.mcast_querier_interval = time,
+            "mcast_last_member_interval" => args.mcast_last_member_interval = time,
+            _ => args.mcast_startup_query_interval = time,
+        }
+    }
+    for &(key, count) in &mcast.counts {
+        if given(key) {
+            continue;
+        }
+        match key {
+            "mcast_last_member_count" => args.mcast_last_member_count = count,
+            "mcast_startup_query_count" => args.mcast_startup_query_count = count,
+            _ => args.mcast_hash_max = count,
+        }
+    }
+    Ok(Some((path, config)))
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! stop everything and report the final counters.
 
 use std::fmt::Write as _;
+use std::process::ExitCode;
 use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -17,24 +18,59 @@ use locks::Strategy;
 use nix::sys::signal::SigSet;
 
 use crate::api::{self, BridgeState, Caller, Event};
+use crate::cli::{self, Cli, InjectedFault, ModeArg, RunArgs, RxRingArg};
 use crate::ports::{self, open_ports, Kind, PortSpec};
 use crate::queue::{self, EventQueue};
-use crate::{control, metrics, say, system, workers, InjectedFault, ModeArg, RunArgs, RxRingArg};
+use crate::system::say;
+use crate::{config, control, metrics, system, workers};
 
 /// Receive buffers hold a whole 64 KiB offloaded segment and its header.
 const FRAME_CAPACITY: usize = 65_536 + 64;
 /// How often the owner ages the table, looks at links and at the workers.
 const TICK: Duration = Duration::from_secs(1);
 
+/// `mpbridge run`: fills in what the configuration file gives, checks the
+/// options together, and runs the bridge; the exit code says how it ended
+/// (2: the options, 1: the bridge failed).
+pub fn main(mut cli: Cli, mut args: RunArgs, matches: &clap::ArgMatches) -> ExitCode {
+    let file = match config::merge(&mut cli.name, &mut args, matches) {
+        Ok(file) => file,
+        Err(error) => {
+            say(&format!("mpbridge: {error}\n"));
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(error) = cli::check(&args) {
+        say(&format!("mpbridge: {error}\n"));
+        return ExitCode::from(2);
+    }
+    let socket = cli.socket();
+    let signals = match system::block_signals() {
+        Ok(signals) => signals,
+        Err(error) => {
+            say(&format!("mpbridge: {error}\n"));
+            return ExitCode::FAILURE;
+        }
+    };
+    match locks::with_strategy!(args.lock, S => run::<S>(&args, signals, &cli.name, &socket, file))
+    {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            say(&format!("mpbridge: {error}\n"));
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Runs the bridge until SIGINT or SIGTERM, or until a fault stops it.
-pub fn run<S: Strategy>(
+fn run<S: Strategy>(
     args: &RunArgs,
-    specs: &[PortSpec],
     signals: SigSet,
     name: &str,
     socket: &std::path::Path,
-    file: Option<(std::path::PathBuf, crate::config::Config)>,
+    file: Option<(std::path::PathBuf, config::Config)>,
 ) -> Result<(), String> {
+    let specs = &args.ports[..];
     let workers = usize::from(args.workers);
     let config = FdbConfig {
         max_entries: args.max_entries,
@@ -177,7 +213,7 @@ pub fn run<S: Strategy>(
     for (index, spec) in specs.iter().enumerate() {
         fdb.set_port_limit(PortId(index as u16), spec.options.max_learned.unwrap_or(0));
     }
-    let snoop_config = crate::snoop_config(args)?;
+    let snoop_config = cli::snoop_config(args)?;
     let groups = args
         .mcast_snooping
         .then(|| Arc::new(bridge::mcast::GroupTable::<S>::new()));
@@ -200,7 +236,7 @@ pub fn run<S: Strategy>(
             .iter()
             .min_by_key(|mac| mac.to_u64())
             .expect("two ports");
-        let mut stp = crate::stp::SpanningTree::new(crate::stp_config(args), mac);
+        let mut stp = crate::stp::SpanningTree::new(cli::stp_config(args), mac);
         for (index, (spec, mac)) in specs.iter().zip(macs).enumerate() {
             stp.add(PortId(index as u16), spec, mac);
         }

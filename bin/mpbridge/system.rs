@@ -1,9 +1,17 @@
 //! What the daemon asks of the system beside its ports: signals, the
-//! service manager's readiness notice, capabilities, CPU pinning.
+//! service manager's readiness notice, capabilities, CPU pinning, and
+//! standard error.
 
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::api::Caller;
+
+/// Writes `text` to standard error; a closed or broken stderr (a service
+/// manager's log gone, a pipe's reader gone) is not a reason to fail.
+pub fn say(text: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stderr().write_all(text.as_bytes());
+}
 
 /// The signals the daemon acts on.
 const HANDLED: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
