@@ -7,7 +7,7 @@ use bridge::fdb::Seconds;
 use bridge::vlan::FdbVlan;
 use bridge::wire::StationMac;
 use bridge::FdbConfig;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use locks::StrategyKind;
 
 use crate::metrics;
@@ -118,6 +118,15 @@ pub enum Command {
         /// JSON instead of text.
         #[arg(short = 'j', long)]
         json: bool,
+    },
+    /// Print the completion script of a shell (bash: save it as
+    /// /usr/share/bash-completion/completions/mpbridge; zsh: as _mpbridge
+    /// in a directory of $fpath; fish: as
+    /// ~/.config/fish/completions/mpbridge.fish).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
     },
 }
 
@@ -232,17 +241,56 @@ pub struct RunArgs {
     /// ,mcast_flood=off ,bcast_flood=off ,locked=on ,max_learned=N
     /// ,mcast_router=0|1|2 ,mcast_fast_leave=on ,mcast_max_groups=N; README).
     #[arg(
+        help_heading = "Ports",
         long = "port",
         value_name = "tap:NAME|raw:IFNAME|vxlan:NAME,...|vhost:PATH[,OPTIONS]",
         required_unless_present = "config",
         value_parser = parse_port
     )]
     pub ports: Vec<PortSpec>,
+    /// A TOML file with the bridge's settings, ports and static entries
+    /// (docs/control.md); options given on the command line win over it.
+    /// SIGHUP or `mpbridge reload` applies its ports and static entries
+    /// again.
+    #[arg(help_heading = "Ports", long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+    /// How raw ports' receive rings hand frames over. frame: each frame as
+    /// it arrives (TPACKET_V2). block: in blocks, when one is full or after
+    /// 1 ms (TPACKET_V3): fewer wake-ups under load, up to 1 ms more
+    /// latency per frame on a quiet link.
+    #[arg(help_heading = "Ports", long, value_enum, default_value_t = RxRingArg::Frame)]
+    pub rx_ring: RxRingArg,
+    /// bridge: a learning bridge. relay: exactly two ports, every frame to
+    /// the other one, no MAC table (a reference for measurements, like
+    /// OpenBSD's tpmr).
+    #[arg(help_heading = "Forwarding", long, value_enum, default_value_t = ModeArg::Bridge)]
+    pub mode: ModeArg,
+    /// Seconds after which a silent station is forgotten.
+    #[arg(help_heading = "Forwarding", long, value_name = "SECONDS", default_value_t = FdbConfig::DEFAULT_AGE_SECS)]
+    pub age: Seconds,
+    /// Most learned stations (0: no limit). Beyond it new stations are not
+    /// learned; their frames are still forwarded (flooded).
+    #[arg(help_heading = "Forwarding", long, value_name = "N", default_value_t = FdbConfig::DEFAULT_MAX_ENTRIES)]
+    pub max_entries: usize,
+    /// Station moves a second beyond which a station's frames are dropped
+    /// for --move-hold seconds (a loop, or two stations with one address).
+    /// Without it, frequent moves are only warned of.
+    #[arg(help_heading = "Forwarding", long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub move_limit: Option<u32>,
+    /// How long a station over the move limit is held.
+    #[arg(help_heading = "Forwarding", long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub move_hold: u64,
+    /// The link-local groups 01:80:C2:00:00:0X to forward, bit X set for
+    /// each (LLDP is bit 14: 0x4000; 802.1X bit 3: 0x8), as the Linux
+    /// bridge's group_fwd_mask; hex with 0x, or decimal. Bits 0 to 2 (STP,
+    /// MAC pause, LACP) are refused, as Linux refuses them.
+    #[arg(help_heading = "Forwarding", long, value_name = "MASK", default_value = "0", value_parser = parse_group_fwd_mask)]
+    pub group_fwd_mask: u16,
     /// 802.1Q VLAN filtering, as the Linux bridge's vlan_filtering 1: ports
     /// are members of VLANs (their --port options; without any, VLAN 1
     /// untagged), frames enter and leave only member ports, and learning
     /// and flooding are per VLAN.
-    #[arg(long)]
+    #[arg(help_heading = "VLANs", long)]
     pub vlan_filtering: bool,
     /// Run spanning tree: RSTP (IEEE 802.1D-2004 clause 17), speaking
     /// 802.1D on ports where a neighbour does (the Linux bridge with
@@ -250,145 +298,132 @@ pub struct RunArgs {
     /// Ports take ,cost=N ,priority=N (0-240, steps of 16) ,edge=on
     /// ,restricted_role=on ,restricted_tcn=on (and, with or without it,
     /// ,guard=on ,bpdu_filter=on ,storm=PPS).
-    #[arg(long)]
+    #[arg(help_heading = "Spanning tree", long)]
     pub stp: bool,
     /// Bridge priority: 0 to 61440 in steps of 4096 (the lowest bridge id
     /// is the root).
-    #[arg(long, value_name = "N", default_value_t = 32768)]
+    #[arg(
+        help_heading = "Spanning tree",
+        long,
+        value_name = "N",
+        default_value_t = 32768
+    )]
     pub stp_priority: u16,
     /// Seconds between BPDUs: 1 or 2.
-    #[arg(long, value_name = "SECONDS", default_value_t = 2)]
+    #[arg(
+        help_heading = "Spanning tree",
+        long,
+        value_name = "SECONDS",
+        default_value_t = 2
+    )]
     pub stp_hello: u8,
     /// Seconds a port spends discarding and learning where proposal and
     /// agreement cannot make it forward at once: 4 to 30.
-    #[arg(long, value_name = "SECONDS", default_value_t = 15)]
+    #[arg(
+        help_heading = "Spanning tree",
+        long,
+        value_name = "SECONDS",
+        default_value_t = 15
+    )]
     pub stp_forward_delay: u8,
     /// Seconds a root's information lasts: 6 to 40, with 2 x (forward delay
     /// - 1) >= max age >= 2 x (hello + 1).
-    #[arg(long, value_name = "SECONDS", default_value_t = 20)]
+    #[arg(
+        help_heading = "Spanning tree",
+        long,
+        value_name = "SECONDS",
+        default_value_t = 20
+    )]
     pub stp_max_age: u8,
-    /// Station moves a second beyond which a station's frames are dropped
-    /// for --move-hold seconds (a loop, or two stations with one address).
-    /// Without it, frequent moves are only warned of.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub move_limit: Option<u32>,
-    /// The link-local groups 01:80:C2:00:00:0X to forward, bit X set for
-    /// each (LLDP is bit 14: 0x4000; 802.1X bit 3: 0x8), as the Linux
-    /// bridge's group_fwd_mask; hex with 0x, or decimal. Bits 0 to 2 (STP,
-    /// MAC pause, LACP) are refused, as Linux refuses them.
-    #[arg(long, value_name = "MASK", default_value = "0", value_parser = parse_group_fwd_mask)]
-    pub group_fwd_mask: u16,
     /// IGMP (v2, v3) and MLD (v1, v2) snooping per VLAN, as the Linux
     /// bridge's mcast_snooping 1: once a querier is present, IP multicast
     /// goes only to ports with members of its group and to router ports
     /// (where queries come in); groups nobody joined go to router ports
     /// only; link-local groups (224.0.0.x, ff02::1) always flood; without
     /// a querier everything floods. `mpbridge mdb show` lists the groups.
-    #[arg(long)]
+    #[arg(help_heading = "Multicast snooping", long)]
     pub mcast_snooping: bool,
     /// With --mcast-snooping: send general queries (IGMPv2 from 0.0.0.0,
     /// MLDv1 from the bridge's link-local address) while no other querier
     /// is heard, as the Linux bridge's mcast_querier 1.
-    #[arg(long)]
+    #[arg(help_heading = "Multicast snooping", long)]
     pub mcast_querier: bool,
     /// Seconds between the querier's general queries.
-    #[arg(long, value_name = "SECONDS", default_value = "125", value_parser = parse_seconds)]
+    #[arg(help_heading = "Multicast snooping", long, value_name = "SECONDS", default_value = "125", value_parser = parse_seconds)]
     pub mcast_query_interval: Seconds64,
     /// Seconds a host has to answer a general query (the queries' maximum
     /// response time), below the query interval.
-    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = parse_seconds)]
+    #[arg(help_heading = "Multicast snooping", long, value_name = "SECONDS", default_value = "10", value_parser = parse_seconds)]
     pub mcast_query_response_interval: Seconds64,
     /// Seconds a membership lasts without a report (Linux: 2 x query
     /// interval + response interval).
-    #[arg(long, value_name = "SECONDS", default_value = "260", value_parser = parse_seconds)]
+    #[arg(help_heading = "Multicast snooping", long, value_name = "SECONDS", default_value = "260", value_parser = parse_seconds)]
     pub mcast_membership_interval: Seconds64,
     /// Seconds another querier counts as present after its last query.
-    #[arg(long, value_name = "SECONDS", default_value = "255", value_parser = parse_seconds)]
+    #[arg(help_heading = "Multicast snooping", long, value_name = "SECONDS", default_value = "255", value_parser = parse_seconds)]
     pub mcast_querier_interval: Seconds64,
     /// Group-specific queries after a leave, and the factor of the time
     /// the leaving port keeps the group.
-    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=255))]
+    #[arg(help_heading = "Multicast snooping", long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=255))]
     pub mcast_last_member_count: u32,
     /// Seconds between group-specific queries after a leave.
-    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = parse_seconds)]
+    #[arg(help_heading = "Multicast snooping", long, value_name = "SECONDS", default_value = "1", value_parser = parse_seconds)]
     pub mcast_last_member_interval: Seconds64,
     /// General queries sent at start, at the startup query interval.
-    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=255))]
+    #[arg(help_heading = "Multicast snooping", long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=255))]
     pub mcast_startup_query_count: u32,
     /// Seconds between the startup queries (Linux: query interval / 4).
-    #[arg(long, value_name = "SECONDS", default_value = "31.25", value_parser = parse_seconds)]
+    #[arg(help_heading = "Multicast snooping", long, value_name = "SECONDS", default_value = "31.25", value_parser = parse_seconds)]
     pub mcast_startup_query_interval: Seconds64,
     /// Most groups; beyond it snooping turns itself off (everything
     /// floods), as the Linux bridge's mcast_hash_max.
-    #[arg(long, value_name = "N", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(help_heading = "Multicast snooping", long, value_name = "N", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
     pub mcast_hash_max: u32,
-    /// How long a station over the move limit is held.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    pub move_hold: u64,
-    /// A TOML file with the bridge's settings, ports and static entries
-    /// (docs/control.md); options given on the command line win over it.
-    /// SIGHUP or `mpbridge reload` applies its ports and static entries
-    /// again.
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<std::path::PathBuf>,
-    /// MAC table lock strategy [possible values: mutex, rwlock, rmlock,
-    /// sharded, rcu, epoch].
-    #[arg(long, value_name = "STRATEGY", default_value_t = DEFAULT_LOCK, value_parser = parse_lock)]
-    pub lock: StrategyKind,
-    /// Forwarding threads; each owns one queue of every port.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
-    pub workers: u16,
-    /// Seconds after which a silent station is forgotten.
-    #[arg(long, value_name = "SECONDS", default_value_t = FdbConfig::DEFAULT_AGE_SECS)]
-    pub age: Seconds,
-    /// Most learned stations (0: no limit). Beyond it new stations are not
-    /// learned; their frames are still forwarded (flooded).
-    #[arg(long, value_name = "N", default_value_t = FdbConfig::DEFAULT_MAX_ENTRIES)]
-    pub max_entries: usize,
-    /// bridge: a learning bridge. relay: exactly two ports, every frame to
-    /// the other one, no MAC table (a reference for measurements, like
-    /// OpenBSD's tpmr).
-    #[arg(long, value_enum, default_value_t = ModeArg::Bridge)]
-    pub mode: ModeArg,
-    /// Workers busy-poll their queues instead of sleeping until frames
-    /// arrive (lower latency, one core per worker always busy).
-    #[arg(long)]
-    pub poll: bool,
-    /// How raw ports' receive rings hand frames over. frame: each frame as
-    /// it arrives (TPACKET_V2). block: in blocks, when one is full or after
-    /// 1 ms (TPACKET_V3): fewer wake-ups under load, up to 1 ms more
-    /// latency per frame on a quiet link.
-    #[arg(long, value_enum, default_value_t = RxRingArg::Frame)]
-    pub rx_ring: RxRingArg,
-    /// Keep every capability after the ports are open (by default all are
-    /// dropped, and no-new-privileges is set).
-    #[arg(long)]
-    pub keep_caps: bool,
     /// The group that may use the control socket besides root: every
     /// request, including opening any interface as a raw port.
-    #[arg(long, value_name = "GROUP")]
+    #[arg(help_heading = "Control and metrics", long, value_name = "GROUP")]
     pub ctl_group: Option<String>,
     /// A group that may use the control socket read-only: fdb show, port
     /// show, stats.
-    #[arg(long, value_name = "GROUP")]
+    #[arg(help_heading = "Control and metrics", long, value_name = "GROUP")]
     pub ctl_ro_group: Option<String>,
     /// Where a control client other than root may put vhost-user sockets
     /// (`port add vhost:DIR/NAME`); made, mode 0755, with --ctl-group.
-    #[arg(long, value_name = "DIR", default_value = "/run/mpbridge/vhost")]
+    #[arg(
+        help_heading = "Control and metrics",
+        long,
+        value_name = "DIR",
+        default_value = "/run/mpbridge/vhost"
+    )]
     pub vhost_dir: std::path::PathBuf,
+    /// Keep every capability after the ports are open (by default all are
+    /// dropped, and no-new-privileges is set).
+    #[arg(help_heading = "Control and metrics", long)]
+    pub keep_caps: bool,
     /// Serve the counters for Prometheus at http://ADDR:PORT/metrics
     /// (PORT alone: 127.0.0.1:PORT; [ADDR6]:PORT for IPv6).
-    #[arg(long, value_name = "ADDR:PORT", value_parser = metrics::parse_listen)]
+    #[arg(help_heading = "Control and metrics", long, value_name = "ADDR:PORT", value_parser = metrics::parse_listen)]
     pub metrics: Option<std::net::SocketAddr>,
+    /// MAC table lock strategy [possible values: mutex, rwlock, rmlock,
+    /// sharded, rcu, epoch].
+    #[arg(help_heading = "Performance", long, value_name = "STRATEGY", default_value_t = DEFAULT_LOCK, value_parser = parse_lock)]
+    pub lock: StrategyKind,
+    /// Forwarding threads; each owns one queue of every port.
+    #[arg(help_heading = "Performance", long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub workers: u16,
+    /// Workers busy-poll their queues instead of sleeping until frames
+    /// arrive (lower latency, one core per worker always busy).
+    #[arg(help_heading = "Performance", long)]
+    pub poll: bool,
     /// CPUs the workers may run on (a list like 0-3,8), each worker pinned
     /// to one in turn. By default workers are pinned away from the CPUs
     /// that take raw ports' receive work, where those are known and others
     /// are free.
-    #[arg(long, value_name = "LIST", value_parser = bridge::port::placement::parse_cpu_list)]
+    #[arg(help_heading = "Performance", long, value_name = "LIST", value_parser = bridge::port::placement::parse_cpu_list)]
     pub cpus: Option<bridge::port::placement::CpuSet>,
     /// Count the MAC table's lock statistics (lock-based strategies), for
     /// `mpbridge stats`; each lock is then tried before it is taken.
-    #[arg(long)]
+    #[arg(help_heading = "Performance", long)]
     pub lockstat: bool,
     /// Fault injection for tests of the daemon's own fault handling.
     #[arg(long, value_enum, hide = true)]
@@ -528,4 +563,103 @@ pub fn check(args: &RunArgs) -> Result<(), String> {
     }
     snoop_config(args)?;
     Ok(())
+}
+
+/// Writes `shell`'s completion script for every subcommand and option.
+pub fn completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
+    clap_complete::generate(shell, &mut Cli::command(), "mpbridge", out);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// The man pages: `mpbridge.1`, and one per subcommand, nested ones
+    /// too (`mpbridge-run.1`, `mpbridge-fdb-show.1`, ...), by file name.
+    fn man_pages() -> Vec<(String, Vec<u8>)> {
+        fn render(name: &str, command: &clap::Command, pages: &mut Vec<(String, Vec<u8>)>) {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(command.clone())
+                .render(&mut page)
+                .expect("a man page renders");
+            pages.push((format!("{name}.1"), page));
+            for sub in command.get_subcommands() {
+                if !sub.is_hide_set() && sub.get_name() != "help" {
+                    render(&format!("{name}-{}", sub.get_name()), sub, pages);
+                }
+            }
+        }
+        let mut command = Cli::command();
+        command.build();
+        let mut pages = Vec::new();
+        render("mpbridge", &command, &mut pages);
+        pages
+    }
+
+    /// docs/man/ holds what the clap definitions give; with
+    /// MPBRIDGE_WRITE_MAN=1 this test writes it.
+    #[test]
+    fn man_pages_are_those_of_the_command_line() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/man");
+        let pages = man_pages();
+        if std::env::var_os("MPBRIDGE_WRITE_MAN").is_some() {
+            std::fs::create_dir_all(&dir).unwrap();
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                std::fs::remove_file(entry.unwrap().path()).unwrap();
+            }
+            for (name, page) in &pages {
+                std::fs::write(dir.join(name), page).unwrap();
+            }
+        }
+        let regenerate = "regenerate them with \
+                          MPBRIDGE_WRITE_MAN=1 cargo test -p mpbridge --bin mpbridge man_pages";
+        for (name, page) in &pages {
+            let committed = std::fs::read(dir.join(name)).unwrap_or_default();
+            assert!(
+                committed == *page,
+                "docs/man/{name} is not what the command line gives: {regenerate}"
+            );
+        }
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        let mut expected: Vec<String> = pages.into_iter().map(|(name, _)| name).collect();
+        expected.sort();
+        assert_eq!(names, expected, "docs/man/ has other pages: {regenerate}");
+    }
+
+    /// Every option of `run` is in each shell's completions.
+    #[test]
+    fn completions_offer_every_run_option() {
+        let command = Cli::command();
+        let run = command.find_subcommand("run").expect("run");
+        let options: Vec<String> = run
+            .get_arguments()
+            .filter(|arg| !arg.is_hide_set())
+            .filter_map(|arg| arg.get_long())
+            .map(|long| format!("--{long}"))
+            .collect();
+        assert!(options.len() > 30, "{options:?}");
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            let mut script = Vec::new();
+            completions(shell, &mut script);
+            let script = String::from_utf8(script).unwrap();
+            for option in &options {
+                // fish names options without their dashes.
+                let bare = option.trim_start_matches('-');
+                let found = match shell {
+                    clap_complete::Shell::Fish => script.contains(&format!("-l {bare}")),
+                    _ => script.contains(option.as_str()),
+                };
+                assert!(found, "{shell}: {option} missing");
+            }
+        }
+    }
 }

@@ -14,7 +14,7 @@ use crate::protocol::{self, Request};
 /// Runs one client command against the bridge at `socket`.
 pub fn operate(name: &str, socket: &Path, command: Command) -> Result<(), Failure> {
     match command {
-        Command::Run(_) => unreachable!("handled by main"),
+        Command::Run(_) | Command::Completions { .. } => unreachable!("handled by main"),
         Command::Stats { json } => {
             let stats: protocol::Stats = client::call(name, socket, Request::Stats)?;
             if json {

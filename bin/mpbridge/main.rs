@@ -67,6 +67,11 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
     match std::mem::replace(&mut cli.command, Command::Reload) {
         Command::Run(args) => daemon::main(cli, *args, &matches),
+        Command::Completions { shell } => {
+            system::default_sigpipe();
+            cli::completions(shell, &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
         other => {
             system::default_sigpipe();
             let socket = cli.socket();
