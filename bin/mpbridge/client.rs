@@ -240,30 +240,15 @@ pub fn print_stats(stats: &protocol::Stats) {
         stats.uptime_s
     );
     for port in &stats.ports {
-        let c = &port.counters;
-        let drops: Vec<String> = c
-            .drops_by_name()
-            .map(|(reason, n)| format!("{reason}={n}"))
-            .collect();
         println!(
-            "  {}{}: link {} {}, rx {} frames {} bytes, tx {} frames {} bytes, drops {}, \
-             rx_oversize {}, rx_errors {}, tx_dropped {}, tx_errors {}, moves {}",
+            "  {}{}: link {} {}, {}",
             port.name,
             port.vlans
                 .as_ref()
                 .map_or(String::new(), |vlans| format!(" ({vlans})")),
             port.link,
             port.state,
-            c.rx_frames,
-            c.rx_bytes,
-            c.tx_frames,
-            c.tx_bytes,
-            drops.join(" "),
-            c.rx_oversize,
-            c.rx_errors,
-            c.tx_dropped,
-            c.tx_errors,
-            c.moves
+            protocol::CounterLine(&port.counters)
         );
         if let (Some(n), Some(max), Some(refused)) = (
             port.mcast_n_groups,

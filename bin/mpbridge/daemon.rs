@@ -13,13 +13,14 @@ use std::time::{Duration, Instant};
 use bridge::counters::{self, PortCounters};
 use bridge::monitor::LinkMonitor;
 use bridge::port::raw::RingKind;
-use bridge::{DropReason, FdbConfig, MacTable, Mode, PortId, Stopper, WorkerConfig};
+use bridge::{FdbConfig, MacTable, Mode, PortId, Stopper, WorkerConfig};
 use locks::Strategy;
 use nix::sys::signal::SigSet;
 
 use crate::api::{self, BridgeState, Caller, Event};
 use crate::cli::{self, Cli, InjectedFault, ModeArg, RunArgs, RxRingArg};
 use crate::ports::{self, open_ports, Kind, PortSpec};
+use crate::protocol::CounterLine;
 use crate::queue::{self, EventQueue};
 use crate::system::say;
 use crate::{config, control, metrics, system, workers};
@@ -561,25 +562,7 @@ fn report(ports: &[(PortId, PortSpec)], sets: &[Arc<[PortCounters]>], fdb: Strin
     let mut out = String::from("final counters:\n");
     for (id, spec) in ports {
         let stats = totals.get(id.index()).copied().unwrap_or_default();
-        let drops: Vec<String> = DropReason::ALL
-            .iter()
-            .map(|r| format!("{}={}", r.name(), stats.dropped(*r)))
-            .collect();
-        let _ = writeln!(
-            out,
-            "  {}: rx {} frames {} bytes, tx {} frames {} bytes, drops {}, rx_oversize {}, rx_errors {}, tx_dropped {}, tx_errors {}, moves {}",
-            spec.label(),
-            stats.rx_frames,
-            stats.rx_bytes,
-            stats.tx_frames,
-            stats.tx_bytes,
-            drops.join(" "),
-            stats.rx_oversize,
-            stats.rx_errors,
-            stats.tx_dropped,
-            stats.tx_errors,
-            stats.moves
-        );
+        let _ = writeln!(out, "  {}: {}", spec.label(), CounterLine(&stats));
     }
     out.push_str(&fdb);
     out

@@ -691,6 +691,41 @@ pub struct PortStats {
     pub vhost: Option<std::collections::BTreeMap<String, u64>>,
 }
 
+/// A port's counters as one line of text, as `stats` and the daemon's
+/// exit summary print them: the drop reasons that are not zero, as `ip -s`
+/// leaves out what did not happen (`stats -j` has every reason).
+pub struct CounterLine<'a>(pub &'a bridge::counters::PortStats);
+
+impl std::fmt::Display for CounterLine<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let c = self.0;
+        let drops: Vec<String> = c
+            .drops_by_name()
+            .filter(|(_, n)| *n != 0)
+            .map(|(reason, n)| format!("{reason}={n}"))
+            .collect();
+        let total: u64 = c.drops.iter().sum();
+        let drops = match drops.is_empty() {
+            true => "0".to_owned(),
+            false => format!("{total} ({})", drops.join(" ")),
+        };
+        write!(
+            f,
+            "rx {} frames {} bytes, tx {} frames {} bytes, drops {drops}, rx_oversize {}, \
+             rx_errors {}, tx_dropped {}, tx_errors {}, moves {}",
+            c.rx_frames,
+            c.rx_bytes,
+            c.tx_frames,
+            c.tx_bytes,
+            c.rx_oversize,
+            c.rx_errors,
+            c.tx_dropped,
+            c.tx_errors,
+            c.moves
+        )
+    }
+}
+
 /// One worker's counters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkerStats {
@@ -917,5 +952,25 @@ mod tests {
         assert_eq!(reasons, bridge::DropReason::ALL.len());
         let back: PortStats = serde_json::from_value(json).unwrap();
         assert_eq!(back, port);
+    }
+
+    /// The text form leaves out the drop reasons that did not happen.
+    #[test]
+    fn a_counter_line_names_only_the_drops_that_happened() {
+        let mut counters = bridge::counters::PortStats {
+            rx_frames: 3,
+            ..Default::default()
+        };
+        let line = CounterLine(&counters).to_string();
+        assert!(line.contains(", drops 0, "), "{line}");
+        counters.drops[bridge::DropReason::SamePort.index()] = 7;
+        counters.drops[bridge::DropReason::Reserved.index()] = 1;
+        let line = CounterLine(&counters).to_string();
+        assert!(
+            line.starts_with(
+                "rx 3 frames 0 bytes, tx 0 frames 0 bytes, drops 8 (reserved=1 same_port=7), "
+            ) && line.ends_with("moves 0"),
+            "{line}"
+        );
     }
 }
