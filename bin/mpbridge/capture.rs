@@ -24,13 +24,51 @@ use pcap_file::pcapng::blocks::interface_statistics::{
 use pcap_file::pcapng::{Block, PcapNgReader, PcapNgWriter};
 use pcap_file::DataLink;
 
-use crate::api::CaptureGrant;
 use crate::protocol::{CaptureStarted, ReplyLine, Response};
+
+/// Captures running at once, per bridge: each makes every worker copy the
+/// port's frames once more, so they are few.
+pub const MAX_CAPTURES: usize = 4;
+
+/// What a capture follows, and its place among the bridge's captures
+/// (given back when dropped).
+pub struct CaptureGrant {
+    /// The port and directions.
+    pub request: Request,
+    /// The workers' hubs to attach to.
+    pub hubs: Vec<Arc<CaptureHub>>,
+    /// Holds one of [`MAX_CAPTURES`] places.
+    pub slot: CaptureSlot,
+}
+
+/// One running capture's place; dropping it frees the place.
+pub struct CaptureSlot(Arc<AtomicUsize>);
+
+impl CaptureSlot {
+    /// One of the [`MAX_CAPTURES`] places counted in `running`, if one is
+    /// free. Only the owner thread takes places.
+    pub fn take(running: &Arc<AtomicUsize>) -> Option<CaptureSlot> {
+        // Relaxed: only the owner thread takes places, so the check and the
+        // increment cannot race another taker; drops only free places.
+        if running.load(Ordering::Relaxed) >= MAX_CAPTURES {
+            return None;
+        }
+        running.fetch_add(1, Ordering::Relaxed);
+        Some(CaptureSlot(Arc::clone(running)))
+    }
+}
+
+impl Drop for CaptureSlot {
+    fn drop(&mut self) {
+        // Relaxed: a count, read only to refuse the next capture.
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// Frames waiting for a slow reader before the next ones are lost.
 const BACKLOG: usize = 8192;
 /// Bytes of frames waiting for a slow reader before the next ones are
-/// lost: with [`crate::api::MAX_CAPTURES`], what captures may hold at most.
+/// lost: with [`MAX_CAPTURES`], what captures may hold at most.
 pub const BACKLOG_BYTES: usize = 8 * 1024 * 1024;
 /// How long a reader may take nothing before its capture ends (its place
 /// is then free for another): frames meanwhile are lost, and counted.

@@ -20,8 +20,10 @@ use bridge::Stopper;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::unistd::Gid;
 
-use crate::api::{Board, Caller, CaptureGrant, CALL_TIMEOUT};
+use crate::api::{Board, Caller, CALL_TIMEOUT};
+use crate::capture::CaptureGrant;
 use crate::protocol::{self, ApiError, ReplyLine, Request, Response};
+use crate::queue::Reply;
 
 /// The most clients served at once; one more is told so and closed.
 pub const MAX_CLIENTS: usize = 64;
@@ -300,7 +302,7 @@ struct Client {
     closing: bool,
     /// A capture it was granted: the client leaves this loop for a thread
     /// that streams to it.
-    capture: Option<crate::api::CaptureGrant>,
+    capture: Option<CaptureGrant>,
 }
 
 impl Client {
@@ -404,7 +406,7 @@ impl Answers {
     fn reply<T: Send + 'static>(
         &mut self,
         wrap: fn(u64, Result<T, ApiError>) -> Answer,
-    ) -> (u64, crate::api::Reply<T>) {
+    ) -> (u64, Reply<T>) {
         self.next_id += 1;
         let id = self.next_id;
         let sender = self.sender.clone();

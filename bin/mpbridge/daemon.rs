@@ -17,11 +17,11 @@ use bridge::{FdbConfig, MacTable, Mode, PortId, Stopper, WorkerConfig};
 use locks::Strategy;
 use nix::sys::signal::SigSet;
 
-use crate::api::{self, BridgeState, Caller, Event};
+use crate::api::{self, BridgeState, Caller};
 use crate::cli::{self, Cli, InjectedFault, ModeArg, RunArgs, RxRingArg};
 use crate::ports::{self, open_ports, Kind, PortSpec};
 use crate::protocol::CounterLine;
-use crate::queue::{self, EventQueue};
+use crate::queue::{self, Event, EventQueue};
 use crate::system::say;
 use crate::{config, control, metrics, system, workers};
 
@@ -323,7 +323,10 @@ fn run<S: Strategy>(
         log::info!("control socket {path}");
         thread
     };
-    system::forward_signals(signals, caller.clone())?;
+    {
+        let caller = caller.clone();
+        system::forward_signals(signals, move |signal| caller.signal(signal))?;
+    }
     let links_thread = link_news
         .map(|news| forward_links(news, caller, Arc::clone(&stopper)))
         .transpose()?;

@@ -80,11 +80,19 @@ pub const FLAG_KEYS: [&str; 7] = [
     "locked",
 ];
 
+/// The value of option `key` among `items`, if given.
+pub fn option<'a>(items: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    items
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
 impl PortOptions {
     /// The options among `items` (key and value pairs of one port). A
     /// VXLAN port's `learning=` is its own (of remote VTEPs), not the flag.
     pub fn parse(items: &[(String, String)], vxlan: bool) -> Result<PortOptions, String> {
-        let get = |key: &str| crate::ports::option(items, key);
+        let get = |key: &str| option(items, key);
         let cost = get("cost")
             .map(|text| match text.parse::<u32>() {
                 Ok(cost) if (1..=200_000_000).contains(&cost) => Ok(cost),

@@ -15,7 +15,7 @@ use bridge::vlan::{self, PortVlans, VlanSet};
 use bridge::wire::vxlan::MAX_VNI;
 use std::path::Path;
 
-use crate::port_options::{PortOptions, FLAG_KEYS};
+use crate::port_options::{option, PortOptions, FLAG_KEYS};
 
 /// What kind of port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -353,14 +353,6 @@ fn describe_size(bytes: u64) -> String {
         }
     }
     bytes.to_string()
-}
-
-/// The value of option `key` among `items`, if given.
-pub fn option<'a>(items: &'a [(String, String)], key: &str) -> Option<&'a str> {
-    items
-        .iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.as_str())
 }
 
 /// The VLAN options among `items`, if any.

@@ -22,8 +22,26 @@ use std::time::{Duration, Instant};
 
 use bridge::worker::PortEvent;
 
-use crate::api::Event;
-use crate::protocol::OwnerQueueStats;
+use crate::capture::CaptureGrant;
+use crate::protocol::{ApiError, OwnerQueueStats, Request, Response};
+
+/// Where the owner's answer goes: called once, on the owner thread, so it
+/// must not wait (a channel's `send`, a wake-up).
+pub type Reply<T> = Box<dyn FnOnce(Result<T, ApiError>) + Send>;
+
+/// What reaches the owner thread.
+pub enum Event {
+    /// A request, and where its reply goes.
+    Call(Request, Reply<Response>),
+    /// A capture request: the reply is what the capture thread follows.
+    Capture(Request, Reply<CaptureGrant>),
+    /// A signal (SIGHUP, SIGINT, SIGTERM).
+    Signal(libc::c_int),
+    /// What rtnetlink said of interfaces.
+    Links(bridge::monitor::Received),
+    /// What a worker reported: a BPDU for spanning tree, a guard tripped.
+    Port(PortEvent),
+}
 
 /// How many events and bytes (of the frames they carry) a lane holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -299,7 +317,7 @@ mod tests {
         mpsc::Receiver<Result<crate::protocol::Response, crate::protocol::ApiError>>,
     ) {
         let (tx, answer) = mpsc::sync_channel(1);
-        let reply: crate::api::Reply<crate::protocol::Response> = Box::new(move |result| {
+        let reply: Reply<crate::protocol::Response> = Box::new(move |result| {
             let _ = tx.send(result);
         });
         (Event::Call(Request::Stats, reply), answer)

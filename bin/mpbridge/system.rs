@@ -4,8 +4,6 @@
 
 use nix::sys::signal::{SigSet, Signal};
 
-use crate::api::Caller;
-
 /// Writes `text` to standard error; a closed or broken stderr (a service
 /// manager's log gone, a pipe's reader gone) is not a reason to fail.
 pub fn say(text: &str) {
@@ -29,14 +27,17 @@ pub fn block_signals() -> Result<SigSet, String> {
 }
 
 /// Starts the thread that waits for the blocked signals and hands each to
-/// the bridge's owner; it ends after SIGINT or SIGTERM, or when the owner
-/// is gone.
-pub fn forward_signals(set: SigSet, caller: Caller) -> Result<(), String> {
+/// `deliver` (the bridge's owner); it ends after SIGINT or SIGTERM, or once
+/// `deliver` says the owner is gone (false).
+pub fn forward_signals(
+    set: SigSet,
+    deliver: impl Fn(libc::c_int) -> bool + Send + 'static,
+) -> Result<(), String> {
     std::thread::Builder::new()
         .name("signals".to_owned())
         .spawn(move || loop {
             let Ok(signal) = set.wait() else { continue };
-            if !caller.signal(signal as libc::c_int) || signal != Signal::SIGHUP {
+            if !deliver(signal as libc::c_int) || signal != Signal::SIGHUP {
                 return;
             }
         })
