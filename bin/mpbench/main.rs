@@ -1,5 +1,7 @@
 //! mpbench: forwarding and lock-contention experiments on mpbridge's core.
 
+#![deny(unsafe_code)]
+
 mod contention;
 mod cpuload;
 mod flags;

@@ -4,6 +4,8 @@
 //! entry: it parses the command line (`cli`) and hands over to the daemon
 //! (`daemon`) or the client (`commands`).
 
+#![deny(unsafe_code)]
+
 mod api;
 mod capture;
 mod cli;

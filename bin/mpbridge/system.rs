@@ -45,11 +45,13 @@ pub fn forward_signals(
         .map_err(|e| format!("cannot start the signal thread: {e}"))
 }
 
-/// Tells a service manager we are ready, when one asked (sd_notify).
 /// For the client: a closed standard output (`mpbridge stats | head -1`)
 /// ends the process quietly, as it ends other command-line tools, rather
 /// than failing the next print. The daemon keeps Rust's default (SIGPIPE
 /// ignored), so that a control client that goes away is a write error.
+// nix's `signal` is unsafe (a handler of ours would run in signal
+// context); this is the daemon's one unsafe call.
+#[allow(unsafe_code)]
 pub fn default_sigpipe() {
     use nix::sys::signal::{signal, SigHandler};
     // SAFETY: SIG_DFL installs no handler of ours, so nothing runs in
@@ -57,6 +59,7 @@ pub fn default_sigpipe() {
     let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
 }
 
+/// Tells a service manager we are ready, when one asked (sd_notify).
 pub fn notify_ready() {
     if let Err(error) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
         log::warn!("cannot notify the service manager: {error}");

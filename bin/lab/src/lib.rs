@@ -5,6 +5,8 @@
 //! table workloads (`workload`) are shared by `mpbench locks` and the
 //! criterion benchmarks.
 
+#![deny(unsafe_code)]
+
 pub mod guest;
 mod netns;
 mod privileges;

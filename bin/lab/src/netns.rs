@@ -1,8 +1,6 @@
 //! Network namespaces and veth links, removed on drop.
 
 use std::fs::File;
-use std::io;
-use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
@@ -100,13 +98,9 @@ impl Netns {
         let path = format!("/run/netns/{}", self.name);
         thread::spawn(move || {
             let file = File::open(&path).map_err(|e| format!("{path}: {e}"))?;
-            // SAFETY: `file` is an open namespace file; setns moves only the
-            // calling thread.
-            #[allow(unsafe_code)]
-            let ret = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-            if ret != 0 {
-                return Err(format!("setns: {}", io::Error::last_os_error()));
-            }
+            // setns moves only the calling thread.
+            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+                .map_err(|e| format!("setns: {e}"))?;
             Ok(f())
         })
     }

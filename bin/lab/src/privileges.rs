@@ -30,22 +30,19 @@ fn probe_privileges() -> Option<String> {
         if let Err(e) = bridge::port::TapQueue::open("probe0", 1) {
             return Some(format!("cannot make a tap (needs CAP_NET_ADMIN): {e}"));
         }
-        // SAFETY: a constant-argument socket call; the result is closed at
-        // once.
-        #[allow(unsafe_code)]
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            let e = std::io::Error::last_os_error();
-            return Some(format!(
+        use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
+        // Closed at once, when dropped.
+        match socket(
+            AddressFamily::Packet,
+            SockType::Raw,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        ) {
+            Ok(_) => None,
+            Err(e) => Some(format!(
                 "cannot open a packet socket (needs CAP_NET_RAW): {e}"
-            ));
+            )),
         }
-        // SAFETY: `fd` was just opened here and is closed once.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::close(fd);
-        }
-        None
     });
     probed.unwrap_or_else(Some)
 }

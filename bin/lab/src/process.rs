@@ -8,6 +8,9 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
 use crate::Netns;
 
 /// A bridge process under test, stopped on drop.
@@ -62,11 +65,7 @@ pub fn stop_child(child: &mut Child) {
     if !matches!(child.try_wait(), Ok(None)) {
         return;
     }
-    // SAFETY: kill has no memory preconditions; the pid is our child's.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
-    }
+    let _ = kill(Pid::from_raw(child.id() as libc::pid_t), Signal::SIGTERM);
     let deadline = Instant::now() + Duration::from_secs(3);
     while Instant::now() < deadline {
         if let Ok(Some(_)) = child.try_wait() {
@@ -80,21 +79,12 @@ pub fn stop_child(child: &mut Child) {
 
 /// Pins the calling thread to `cpu`.
 pub fn pin_to(cpu: usize) -> Result<(), String> {
-    // SAFETY: cpu_set_t is plain data, set up by CPU_ZERO/CPU_SET before
-    // sched_setaffinity reads it; pid 0 means the calling thread.
-    #[allow(unsafe_code)]
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_ZERO(&mut set);
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(format!(
-                "cannot pin to CPU {cpu}: {}",
-                io::Error::last_os_error()
-            ));
-        }
-    }
-    Ok(())
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu)
+        .map_err(|e| format!("cannot pin to CPU {cpu}: {e}"))?;
+    // Pid 0: the calling thread.
+    nix::sched::sched_setaffinity(Pid::from_raw(0), &set)
+        .map_err(|e| format!("cannot pin to CPU {cpu}: {e}"))
 }
 
 /// A program that daemonises itself (writing its pid to a file), stopped
@@ -156,22 +146,14 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        // SAFETY: kill has no memory preconditions; the pid is the one the
-        // daemon we started wrote.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::kill(self.pid, libc::SIGTERM);
-        }
+        // The pid is the one the daemon we started wrote.
+        let _ = kill(Pid::from_raw(self.pid), Signal::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(3);
         while Instant::now() < deadline && Path::new(&format!("/proc/{}", self.pid)).exists() {
             thread::sleep(Duration::from_millis(10));
         }
         if Path::new(&format!("/proc/{}", self.pid)).exists() {
-            // SAFETY: as above.
-            #[allow(unsafe_code)]
-            unsafe {
-                libc::kill(self.pid, libc::SIGKILL);
-            }
+            let _ = kill(Pid::from_raw(self.pid), Signal::SIGKILL);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }

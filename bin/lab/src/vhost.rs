@@ -6,7 +6,7 @@
 //! [`Frontend::layout`].
 
 use std::fs::File;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -74,13 +74,9 @@ pub struct Frontend {
 }
 
 fn memfd(size: u64) -> File {
-    // SAFETY: a constant, NUL-terminated name; the result is checked.
-    #[allow(unsafe_code)]
-    let fd = unsafe { libc::memfd_create(c"lab-vhost".as_ptr(), libc::MFD_CLOEXEC) };
-    assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
-    // SAFETY: `fd` was just created and is owned by nobody else.
-    #[allow(unsafe_code)]
-    let file = unsafe { File::from_raw_fd(fd) };
+    use nix::sys::memfd::{memfd_create, MFdFlags};
+    let fd = memfd_create(c"lab-vhost", MFdFlags::MFD_CLOEXEC).expect("memfd_create");
+    let file = File::from(fd);
     file.set_len(size).expect("memfd size");
     file
 }

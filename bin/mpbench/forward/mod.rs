@@ -45,10 +45,7 @@ const SETTLE: Duration = Duration::from_millis(700);
 
 /// Fails with one line unless this process runs as root.
 pub fn require_root() -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions.
-    #[allow(unsafe_code)]
-    let euid = unsafe { libc::geteuid() };
-    if euid == 0 {
+    if nix::unistd::geteuid().is_root() {
         Ok(())
     } else {
         Err("this experiment needs root (network namespaces, veth, packet sockets): run it with sudo".to_owned())
