@@ -487,11 +487,16 @@ fn write_families(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Resul
             .map(|port| (port_labels(port), Value::Int(field(port))));
         family(out, name, Kind::Counter, help, samples)?;
     }
+    // The reasons from their own list, so that a new one is named here too.
+    let reasons: Vec<&str> = bridge::DropReason::ALL.iter().map(|r| r.name()).collect();
     family(
         out,
         "port_drops_total",
         Kind::Counter,
-        "Received frames not forwarded, by reason (runt, bad_source, reserved, same_port, local, vlan_*, stp, bpdu_filter, guard, port_state, storm, move_limit, isolated, locked, snooped, mcast_parse).",
+        &format!(
+            "Received frames not forwarded, by reason ({}).",
+            reasons.join(", ")
+        ),
         stats.ports.iter().flat_map(|port| {
             port.counters.drops_by_name().map(move |(reason, count)| {
                 let mut labels = vec![("bridge", bridge), ("port", port.name.as_str())];
