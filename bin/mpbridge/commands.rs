@@ -40,7 +40,7 @@ pub fn operate(name: &str, socket: &Path, command: Command) -> Result<(), Failur
             client::capture(name, socket, request, file.as_deref())
         }
         Command::Port(PortCommand::Add { port }) => {
-            PortSpec::parse(&port).map_err(|message| Failure { code: 2, message })?;
+            let port = PortSpec::parse(&port).map_err(|message| Failure { code: 2, message })?;
             let added: protocol::PortAdded = client::call(name, socket, Request::PortAdd { port })?;
             println!("added {}", added.port);
             Ok(())
@@ -87,12 +87,12 @@ pub fn operate(name: &str, socket: &Path, command: Command) -> Result<(), Failur
             Ok(())
         }
         Command::Lock(LockCommand::Set { strategy }) => {
-            strategy.parse::<StrategyKind>().map_err(|e| Failure {
+            let lock = strategy.parse::<StrategyKind>().map_err(|e| Failure {
                 code: 2,
                 message: e.to_string(),
             })?;
             let switched: protocol::LockSwitched =
-                client::call(name, socket, Request::LockSet { lock: strategy })?;
+                client::call(name, socket, Request::LockSet { lock })?;
             println!(
                 "lock {}: {} entries moved, forwarding paused {} us",
                 switched.lock, switched.entries, switched.pause_us

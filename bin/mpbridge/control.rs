@@ -22,6 +22,7 @@ use nix::unistd::Gid;
 
 use crate::api::{Board, Caller, CALL_TIMEOUT};
 use crate::capture::CaptureGrant;
+use crate::ports::{Kind, PortSpec};
 use crate::protocol::{self, ApiError, ReplyLine, Request, Response};
 use crate::queue::Reply;
 
@@ -119,14 +120,12 @@ impl Access {
     /// Whether a client with `grant` may add `port`: a client other than
     /// root only puts a vhost-user socket directly in the vhost socket
     /// directory, which it names without `..`.
-    fn may_add(&self, grant: Grant, port: &str) -> Result<(), String> {
-        let Some(path) = port.strip_prefix("vhost:") else {
-            return Ok(());
-        };
-        if grant != Grant::Group {
+    fn may_add(&self, grant: Grant, port: &PortSpec) -> Result<(), String> {
+        if port.kind != Kind::Vhost || grant != Grant::Group {
             return Ok(());
         }
-        let path = Path::new(path.split(',').next().unwrap_or_default());
+        // A vhost-user port's name is its socket's path.
+        let path = Path::new(&port.name);
         let plain = path.components().all(|c| {
             matches!(
                 c,
@@ -850,7 +849,8 @@ mod tests {
             vhost_dir: PathBuf::from("/run/mpbridge/vhost"),
             ..Access::default()
         };
-        let ok = |grant, port: &str| access.may_add(grant, port).is_ok();
+        let spec = |text: &str| PortSpec::parse(text).unwrap();
+        let ok = |grant, port: &str| access.may_add(grant, &spec(port)).is_ok();
         assert!(ok(Grant::Group, "vhost:/run/mpbridge/vhost/vm0.sock"));
         assert!(ok(
             Grant::Group,
@@ -867,7 +867,7 @@ mod tests {
             "vhost:run/mpbridge/vhost/x.sock",
             "vhost:/run/mpbridge/vhost",
         ] {
-            let error = access.may_add(Grant::Group, bad).unwrap_err();
+            let error = access.may_add(Grant::Group, &spec(bad)).unwrap_err();
             assert!(error.contains("--vhost-dir"), "{bad}: {error}");
         }
     }

@@ -41,7 +41,7 @@ use tokio::runtime::Runtime;
 use tokio::sync::Notify;
 use tokio::task::{AbortHandle, LocalSet};
 
-use crate::protocol::{PortStats, Stats};
+use crate::protocol::{Link, PortState, PortStats, Stats};
 
 /// The longest request head read; a longer one gets 431.
 const MAX_HEAD: usize = 8 * 1024;
@@ -510,10 +510,12 @@ fn write_families(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Resul
         "port_up",
         Kind::Gauge,
         "1 if the port's link is up (running), else 0 (down, deleted, or not visible).",
-        stats
-            .ports
-            .iter()
-            .map(|port| (port_labels(port), Value::Int(u64::from(port.link == "up")))),
+        stats.ports.iter().map(|port| {
+            (
+                port_labels(port),
+                Value::Int(u64::from(port.link == Link::Up)),
+            )
+        }),
     )?;
     family(
         out,
@@ -521,7 +523,7 @@ fn write_families(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Resul
         Kind::Gauge,
         "1 if every worker forwards on the port, else 0 (faulted or gone).",
         stats.ports.iter().map(|port| {
-            let forwarding = port.state == "forwarding";
+            let forwarding = port.state == PortState::Forwarding;
             (port_labels(port), Value::Int(u64::from(forwarding)))
         }),
     )?;
@@ -962,7 +964,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::Instant;
 
-    fn port(name: &str, base: u64, link: &str, state: &str) -> PortStats {
+    fn port(name: &str, base: u64, link: Link, state: PortState) -> PortStats {
         PortStats {
             vlans: None,
             vxlan: None,
@@ -975,8 +977,8 @@ mod tests {
             mcast_max_groups: None,
             mcast_max_groups_refused: None,
             name: name.to_owned(),
-            link: link.to_owned(),
-            state: state.to_owned(),
+            link,
+            state,
             counters: bridge::counters::PortStats {
                 rx_frames: base + 1,
                 rx_bytes: base + 2,
@@ -999,8 +1001,8 @@ mod tests {
             lock: "mutex".to_owned(),
             uptime_s: 4321,
             ports: vec![
-                port("raw:eth1", 100, "up", "forwarding"),
-                port("tap:vm0", 200_000_000_000, "down", "faulted"),
+                port("raw:eth1", 100, Link::Up, PortState::Forwarding),
+                port("tap:vm0", 200_000_000_000, Link::Down, PortState::Faulted),
             ],
             workers: vec![WorkerStats {
                 id: 0,

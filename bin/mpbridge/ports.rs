@@ -237,6 +237,21 @@ impl PortSpec {
     }
 }
 
+impl std::fmt::Display for PortSpec {
+    /// The port with every option, as `--port` takes it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+impl std::str::FromStr for PortSpec {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<PortSpec, String> {
+        PortSpec::parse(text)
+    }
+}
+
 /// The options after a port's name, by key; `trunk=` takes the bare
 /// numbers and ranges that follow it, `remote=` may repeat.
 fn split_options(options: &str, keys: &[&str]) -> Result<Vec<(String, String)>, String> {

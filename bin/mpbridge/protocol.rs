@@ -11,7 +11,10 @@
 
 use bridge::vlan::FdbVlan;
 use bridge::wire::StationMac;
+use locks::StrategyKind;
 use serde::{Deserialize, Serialize};
+
+use crate::ports::PortSpec;
 
 /// The protocol version this build speaks.
 pub const VERSION: u32 = 1;
@@ -94,8 +97,10 @@ pub enum Request {
     Stats,
     /// Adds a port while the bridge runs.
     PortAdd {
-        /// As `--port` takes it: `tap:NAME`, `raw:IFNAME` or `vxlan:NAME,...`, with options.
-        port: String,
+        /// As `--port` takes it: `tap:NAME`, `raw:IFNAME`, `vxlan:NAME,...`
+        /// or `vhost:PATH`, with options; a string on the wire.
+        #[serde(with = "as_text")]
+        port: PortSpec,
     },
     /// Streams a port's frames as pcapng after the reply line, until
     /// `count` frames or the client closes.
@@ -117,8 +122,10 @@ pub enum Request {
     Reload,
     /// Moves the MAC table to another lock strategy while traffic flows.
     LockSet {
-        /// mutex, rwlock, rmlock, sharded, rcu or epoch.
-        lock: String,
+        /// mutex, rwlock, rmlock, sharded, rcu or epoch; a string on the
+        /// wire.
+        #[serde(with = "as_text")]
+        lock: StrategyKind,
     },
     /// Removes a port while the bridge runs.
     PortDel {
@@ -134,6 +141,29 @@ pub enum Request {
     },
     /// Multicast snooping's groups, router ports and queriers.
     MdbShow,
+}
+
+/// A value that travels as the text the command line takes: written with
+/// its `Display`, read with its `FromStr`, whose error is the reply's.
+mod as_text {
+    use std::fmt::Display;
+    use std::str::FromStr;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<T: Display, S: Serializer>(value: &T, out: S) -> Result<S::Ok, S::Error> {
+        out.collect_str(value)
+    }
+
+    pub fn deserialize<'de, T, D>(input: D) -> Result<T, D::Error>
+    where
+        T: FromStr,
+        T::Err: Display,
+        D: Deserializer<'de>,
+    {
+        let text = String::deserialize(input)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 impl Request {
@@ -364,7 +394,7 @@ pub struct PortInfo {
     /// The port with every option, as `--port` and `port add` take it.
     pub options: String,
     /// The interface's link, as `stats` gives it.
-    pub link: String,
+    pub link: Link,
     /// Spanning tree's view of it, and its guard (as `stats` gives them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stp: Option<PortStp>,
@@ -634,12 +664,10 @@ pub struct McastStats {
 pub struct PortStats {
     /// As given to `--port`.
     pub name: String,
-    /// The interface's link: "up", "down", "gone", or "unknown" (a tap whose
-    /// kernel side is in another network namespace, before any news of it
-    /// came from there; after, as that news said).
-    pub link: String,
-    /// "forwarding", "faulted" or "gone", as the workers see the port.
-    pub state: String,
+    /// The interface's link.
+    pub link: Link,
+    /// The port as the workers see it.
+    pub state: PortState,
     /// Its counters, summed over the workers.
     #[serde(flatten)]
     pub counters: bridge::counters::PortStats,
@@ -723,6 +751,64 @@ impl std::fmt::Display for CounterLine<'_> {
             c.tx_errors,
             c.moves
         )
+    }
+}
+
+/// A port's link, as `stats` and `port show` give it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Link {
+    /// Passing frames (running).
+    Up,
+    /// Not passing frames.
+    Down,
+    /// The interface was deleted.
+    Gone,
+    /// A tap whose kernel side is in another network namespace, before any
+    /// news of it came from there (after, as that news said).
+    Unknown,
+}
+
+impl std::fmt::Display for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Link::Up => "up",
+            Link::Down => "down",
+            Link::Gone => "gone",
+            Link::Unknown => "unknown",
+        })
+    }
+}
+
+/// A port as the workers see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PortState {
+    /// Passing frames.
+    Forwarding,
+    /// Faulted (link down, an error), retried until it passes frames again.
+    Faulted,
+    /// The device is gone; the port is out of the bridge.
+    Gone,
+}
+
+impl From<bridge::counters::PortState> for PortState {
+    fn from(state: bridge::counters::PortState) -> PortState {
+        match state {
+            bridge::counters::PortState::Forwarding => PortState::Forwarding,
+            bridge::counters::PortState::Faulted => PortState::Faulted,
+            bridge::counters::PortState::Gone => PortState::Gone,
+        }
+    }
+}
+
+impl std::fmt::Display for PortState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PortState::Forwarding => "forwarding",
+            PortState::Faulted => "faulted",
+            PortState::Gone => "gone",
+        })
     }
 }
 
@@ -929,8 +1015,8 @@ mod tests {
         counters.drops[bridge::DropReason::SamePort.index()] = 7;
         let port = PortStats {
             name: "raw:p1".to_owned(),
-            link: "up".to_owned(),
-            state: "forwarding".to_owned(),
+            link: Link::Up,
+            state: PortState::Forwarding,
             counters,
             vlans: None,
             vxlan: None,
@@ -972,5 +1058,26 @@ mod tests {
             ) && line.ends_with("moves 0"),
             "{line}"
         );
+    }
+
+    /// A port and a strategy travel as the text the command line takes,
+    /// and are refused at the edge with their parser's words.
+    #[test]
+    fn port_add_and_lock_set_carry_their_types_as_text() {
+        let port = r#"{"version":1,"command":"port-add","port":"tap:vm2,access=10"}"#;
+        let lock = r#"{"version":1,"command":"lock-set","lock":"rcu"}"#;
+        for json in [port, lock] {
+            let request = read(json).unwrap();
+            assert_eq!(line(request), json);
+        }
+        match read(port).unwrap() {
+            Request::PortAdd { port } => assert_eq!(port.label(), "tap:vm2"),
+            other => panic!("{other:?}"),
+        }
+        let error = read(r#"{"version":1,"command":"lock-set","lock":"spinlock"}"#).unwrap_err();
+        assert!(error.contains("spinlock"), "{error}");
+        let error = read(r#"{"version":1,"command":"port-add","port":"eth9"}"#).unwrap_err();
+        let expected = PortSpec::parse("eth9").unwrap_err();
+        assert!(error.contains(&expected), "{error}");
     }
 }

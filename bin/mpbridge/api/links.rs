@@ -9,6 +9,7 @@ use bridge::port::netdev;
 use bridge::PortId;
 
 use crate::ports::{Kind, PortSpec};
+use crate::protocol::Link;
 
 use super::ports::with_port_caps;
 use super::BridgeState;
@@ -72,7 +73,7 @@ impl BridgeState {
                 // A tap whose kernel side moved to another namespace
                 // shows no link here ("unknown" until its news is heard), yet forwards.
                 let link = self.link(id, &spec, state);
-                (id, !tripped && !matches!(link, "down" | "gone"))
+                (id, !tripped && !matches!(link, Link::Down | Link::Gone))
             })
             .collect()
     }
@@ -167,29 +168,28 @@ impl BridgeState {
     }
 
     /// The link of a port, as `stats` and `port show` give it.
-    pub(super) fn link(
-        &self,
-        id: PortId,
-        spec: &PortSpec,
-        state: counters::PortState,
-    ) -> &'static str {
+    pub(super) fn link(&self, id: PortId, spec: &PortSpec, state: counters::PortState) -> Link {
         if let Some(device) = self.vhosts.get(&spec.label()) {
             // Up while a frontend runs the port's first queue pair.
-            return if device.link_up() { "up" } else { "down" };
+            return if device.link_up() {
+                Link::Up
+            } else {
+                Link::Down
+            };
         }
         match netdev::link_state(&spec.name) {
-            _ if state == counters::PortState::Gone => "gone",
+            _ if state == counters::PortState::Gone => Link::Gone,
             // No interface of its own: its underlay is the host's.
-            _ if spec.kind == Kind::Vxlan => "up",
-            Ok(link) if link.running => "up",
-            Ok(_) => "down",
-            Err(_) if spec.kind == Kind::Raw => "gone",
+            _ if spec.kind == Kind::Vxlan => Link::Up,
+            Ok(link) if link.running => Link::Up,
+            Ok(_) => Link::Down,
+            Err(_) if spec.kind == Kind::Raw => Link::Gone,
             // A tap whose kernel side moved to another namespace: as its
             // last news there said.
             Err(_) => match self.monitor.tap_running(id) {
-                Some(true) => "up",
-                Some(false) => "down",
-                None => "unknown",
+                Some(true) => Link::Up,
+                Some(false) => Link::Down,
+                None => Link::Unknown,
             },
         }
     }

@@ -25,16 +25,16 @@ pub(super) type Switch = Box<
 >;
 
 impl BridgeState {
-    /// Moves the bridge to a MAC table of strategy `name` while it runs:
+    /// Moves the bridge to a MAC table of strategy `kind` while it runs:
     /// the workers finish their batch and stop, the table's entries (ages,
     /// kinds) move into a table of the new strategy, and workers of that
     /// strategy take over the same queues and counters. If the old workers
     /// cannot all be taken back, or the new ones cannot start, the bridge
     /// cannot forward all its traffic any more and stops (non-zero).
-    pub(super) fn switch_lock(&mut self, name: &str) -> Result<protocol::LockSwitched, ApiError> {
-        let kind: locks::StrategyKind = name
-            .parse()
-            .map_err(|e: locks::UnknownStrategy| e.to_string())?;
+    pub(super) fn switch_lock(
+        &mut self,
+        kind: locks::StrategyKind,
+    ) -> Result<protocol::LockSwitched, ApiError> {
         if self.relay {
             return Err(ApiError::from("a relay has no MAC table"));
         }

@@ -323,15 +323,13 @@ impl BridgeState {
                 Response::Flushed(protocol::Flushed { flushed })
             }
             Request::Stats => Response::Stats(Box::new(self.stats())),
-            Request::PortAdd { port } => {
-                Response::PortAdded(self.add_port(&PortSpec::parse(&port)?)?)
-            }
+            Request::PortAdd { port } => Response::PortAdded(self.add_port(&port)?),
             Request::PortDel { port } => Response::PortRemoved(self.remove_port(&port)?),
             Request::PortShow => Response::Ports(self.port_list()),
             Request::PortEnable { port } => Response::PortEnabled(self.enable_port(&port)?),
             Request::MdbShow => Response::Mdb(self.mdb_show()?),
             Request::Reload => Response::Reloaded(self.reload()?),
-            Request::LockSet { lock } => Response::LockSwitched(self.switch_lock(&lock)?),
+            Request::LockSet { lock } => Response::LockSwitched(self.switch_lock(lock)?),
             Request::Capture { .. } => {
                 return Err(ApiError::from(
                     "a capture is asked for on a stream of its own",

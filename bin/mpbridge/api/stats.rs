@@ -48,7 +48,7 @@ impl BridgeState {
                     }
                     .to_owned(),
                     options: spec.describe(),
-                    link: self.link(id, &spec, state).to_owned(),
+                    link: self.link(id, &spec, state),
                     stp: self.port_stp(id),
                     flags: spec.options.flag_map(),
                     max_learned: spec.options.max_learned,
@@ -133,8 +133,8 @@ impl BridgeState {
                             .map(|(name, n)| (name.to_owned(), n))
                             .collect()
                     }),
-                    link: self.link(id, &spec, state).to_owned(),
-                    state: state.name().to_owned(),
+                    link: self.link(id, &spec, state),
+                    state: state.into(),
                     stp: self.port_stp(id),
                     flags: spec.options.flag_map(),
                     max_learned: spec.options.max_learned,
