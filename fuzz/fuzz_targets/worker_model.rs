@@ -431,9 +431,9 @@ fn pipeline<S: Strategy>(
         ingress,
         PortFlags::default(),
         &egresses,
-        &mut deliveries,
+        |_, port, _| deliveries.push(port),
     );
-    (decided, deliveries.iter().map(|d| d.port).collect())
+    (decided, deliveries)
 }
 
 fn run<S: Strategy>(input: &Input) {

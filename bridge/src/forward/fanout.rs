@@ -4,8 +4,8 @@
 //! hairpin, isolation, a flood narrowed by snooping, the flood flags of
 //! each class, BPDU filters, and the VLAN egress rules (membership, tagged
 //! or untagged). It takes plain views of the egress ports
-//! ([`EgressPorts`]) and lists the deliveries; the worker makes each form
-//! once and sends.
+//! ([`EgressPorts`]) and hands each frame to send, with its port and
+//! form, to the worker, which makes each form once and sends.
 
 use super::port::{EgressPort, EgressPorts, PortFlags};
 use super::vlan::{self, Admitted};
@@ -65,17 +65,6 @@ pub struct Egresses<'a, E: EgressPorts + ?Sized> {
     pub bpdu_filters: bool,
 }
 
-/// One frame to send out of one port.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Delivery {
-    /// The frame's index in its batch.
-    pub frame: u32,
-    /// The egress port's index.
-    pub port: u16,
-    /// The form it leaves in.
-    pub form: Egress,
-}
-
 /// The form a frame leaves `to` in: as it came without VLAN filtering
 /// (`vlan` none), else as the port's VLANs say (`None`: not a member).
 #[inline(always)]
@@ -87,9 +76,9 @@ fn form(to: &EgressPort<'_>, vlan: &Option<Admitted>) -> Option<Egress> {
 }
 
 /// Fans out a batch received on port `ingress` (flags `from`; `frame_of`
-/// gives a frame of the batch, looked at only to flood it): appends to
-/// `deliveries` every (frame, egress port, form) to send, in frame order,
-/// and settles each verdict: known unicast refused by isolation or VLAN
+/// gives a frame of the batch, looked at only to flood it): calls
+/// `deliver(frame index, egress port, form)` for each frame to send, in
+/// frame order, and settles each verdict: known unicast refused by isolation or VLAN
 /// egress becomes a drop for that reason; a hairpin turn becomes unicast
 /// back to the ingress port. Returns how many frames went to a port the
 /// bridge lacks (a static entry naming it).
@@ -100,7 +89,7 @@ pub fn fan_out<'a, E: EgressPorts + ?Sized>(
     ingress: usize,
     from: PortFlags,
     egresses: &Egresses<'_, E>,
-    deliveries: &mut Vec<Delivery>,
+    mut deliver: impl FnMut(usize, usize, Egress),
 ) -> u64 {
     let Egresses {
         ports,
@@ -109,15 +98,7 @@ pub fn fan_out<'a, E: EgressPorts + ?Sized>(
     } = *egresses;
     let mut missing = 0;
     for (index, verdict) in verdicts.iter_mut().enumerate() {
-        // Batches and port ids fit: a batch is at most a ring's frames,
-        // a port id is a u16.
-        let mut deliver = |port: usize, form: Egress| {
-            deliveries.push(Delivery {
-                frame: index as u32,
-                port: port as u16,
-                form,
-            })
-        };
+        let mut deliver = |port: usize, form: Egress| deliver(index, port, form);
         match verdict.decision {
             // Hairpin: known unicast may go back out of its port, in the
             // form that port sends.

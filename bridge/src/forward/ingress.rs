@@ -22,15 +22,12 @@ pub fn is_bpdu(frame: &[u8]) -> bool {
 /// goes no further.
 #[inline(always)]
 pub fn admit(port: &IngressPort<'_>, frame: &[u8]) -> Result<Option<Admitted>, DropReason> {
-    if port.disabled {
-        return Err(DropReason::PortState);
-    }
     if let Some(reason) = port.intercept {
-        if is_bpdu(frame) {
+        if !port.disabled && is_bpdu(frame) {
             return Err(reason);
         }
     }
-    if !port.gate.learning {
+    if !port.looks_up() {
         return Err(DropReason::PortState);
     }
     match port.vlans {
@@ -52,10 +49,10 @@ pub fn without_lookup(port: &IngressPort<'_>, frame: &[u8]) -> Verdict {
 /// learned) is not forwarded (802.1D-2004 7.4).
 #[inline(always)]
 pub fn gate_out(port: &IngressPort<'_>, decision: Decision) -> Decision {
-    match decision {
-        Decision::Drop(_) => decision,
-        _ if !port.gate.forwarding => Decision::Drop(DropReason::PortState),
-        _ => decision,
+    if port.gate.forwarding || matches!(decision, Decision::Drop(_)) {
+        decision
+    } else {
+        Decision::Drop(DropReason::PortState)
     }
 }
 

@@ -19,7 +19,8 @@
 //! 3. policy (`policy.rs`, `snooping.rs`): the group forward mask,
 //!    snooping's narrowing, the storm limit, the move limit.
 //! 4. fan-out (`fanout.rs`): hairpin, isolation, flood classes, BPDU
-//!    filters and the VLAN egress rules, port by port.
+//!    filters and the VLAN egress rules, port by port; each frame to send
+//!    handed to the worker with its egress port and form.
 //!
 //! - `port.rs`: what the stages know of a port ([`IngressPort`],
 //!   [`EgressPorts`], [`PortFlags`], [`Gate`]).
@@ -34,7 +35,7 @@ mod reason;
 mod snooping;
 mod vlan;
 
-pub use fanout::{fan_out, Delivery, Egresses, FloodClass};
+pub use fanout::{fan_out, Egresses, FloodClass};
 pub use ingress::{admit, gate_out, is_bpdu, trip_guard, without_lookup};
 pub use lookup::{classify, classify_in, decide, decide_in, decide_to, look_up, Decision};
 pub use policy::{forward_groups, hold_movers, limit_storm, MoveLimit, Movers, StormBucket};

@@ -256,10 +256,8 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                 } => {
                     let index = id.index();
                     if index >= self.slots.len() {
-                        let batch_size = self.config.batch_size;
-                        self.slots.resize_with(index + 1, || {
-                            PortSlot::new(None, PortSetup::default(), batch_size)
-                        });
+                        self.slots
+                            .resize_with(index + 1, || PortSlot::new(None, PortSetup::default()));
                     }
                     self.counters[index].reset();
                     self.slots[index].fill(queue, setup);

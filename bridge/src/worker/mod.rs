@@ -40,9 +40,7 @@ pub use stopper::Stopper;
 use crate::capture::{self, CaptureHub};
 use crate::counters::{PortCounters, PortStats, WorkerCounters};
 use crate::fdb::{FdbReader, FdbSection, MacTable, Seconds, Source, SourceState};
-use crate::forward::{
-    self, Decision, Delivery, DropReason, Egresses, IngressPort, Movers, Verdict,
-};
+use crate::forward::{self, Decision, DropReason, Egresses, IngressPort, Movers, Verdict};
 use crate::mcast::GroupTable;
 use crate::port::{wake, PortError, Queue, RxBatch};
 use crate::port_id::PortId;
@@ -113,8 +111,9 @@ pub struct Worker<S: Strategy, P: Queue> {
     /// Whether the last round left every port's queue empty (no batch came
     /// back full) and every such empty read cost a system call.
     drained_by_syscalls: bool,
-    /// The batch's frames to send, by egress port (the fan-out's list).
-    deliveries: Vec<Delivery>,
+    /// Per port, the batch's frames to send out of it (output indices:
+    /// a frame of the batch, or past them a rewrite).
+    outputs: Vec<Vec<usize>>,
     /// Frames rewritten for egress (a tag removed, added or changed).
     rewrites: Rewrites,
     /// The batch's IGMP and MLD messages for the control plane.
@@ -180,7 +179,7 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         let slots: Vec<PortSlot<P>> = ports
             .into_iter()
             .zip(setups)
-            .map(|(queue, setup)| PortSlot::new(queue, setup, config.batch_size))
+            .map(|(queue, setup)| PortSlot::new(queue, setup))
             .collect();
         let bpdu_filters = slots.iter().any(|slot| slot.policy.bpdu_filter);
         let flag_rules = slots
@@ -210,7 +209,7 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             polled: Vec::with_capacity(n),
             readable: None,
             drained_by_syscalls: false,
-            deliveries: Vec::new(),
+            outputs: Vec::new(),
             rewrites: Rewrites::default(),
             handed: Vec::new(),
             events: parts.events,
@@ -259,10 +258,8 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
     pub fn set_vlans(&mut self, port: PortId, vlans: PortVlans) {
         let index = port.index();
         if index >= self.slots.len() {
-            let batch_size = self.config.batch_size;
-            self.slots.resize_with(index + 1, || {
-                PortSlot::new(None, PortSetup::default(), batch_size)
-            });
+            self.slots
+                .resize_with(index + 1, || PortSlot::new(None, PortSetup::default()));
         }
         self.slots[index].vlans = vlans;
     }
@@ -880,16 +877,24 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             bpdu_filters: self.bpdu_filters,
         };
         let from = self.slots[ingress].policy.flags;
-        let batch = &self.batch;
+        if self.outputs.len() < n {
+            self.outputs.resize_with(n, Vec::new);
+        }
+        self.rewrites.clear();
+        let (batch, rewrites, outputs) = (&self.batch, &mut self.rewrites, &mut self.outputs);
         let frame_of = |index: usize| ethernet::<P>(batch.frame(index));
-        self.deliveries.clear();
+        // Each form of a frame made once, whichever ports it goes to.
+        let deliver = |index: usize, egress: usize, form| {
+            let out = rewrites.frame_for(batch, index, form, P::METADATA_LEN);
+            outputs[egress].push(out);
+        };
         let missing = forward::fan_out(
             &mut self.verdicts,
             frame_of,
             ingress,
             from,
             &egresses,
-            &mut self.deliveries,
+            deliver,
         );
         // The ingress port's counts.
         let mut rx = PortStats::default();
@@ -903,17 +908,9 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         // A static entry naming a port this bridge lacks.
         rx.tx_errors += missing;
         self.slots[ingress].stats += rx;
-        self.rewrites.clear();
-        for delivery in &self.deliveries {
-            let (frame, port) = (delivery.frame as usize, usize::from(delivery.port));
-            let out = self
-                .rewrites
-                .frame_for(&self.batch, frame, delivery.form, P::METADATA_LEN);
-            self.slots[port].output.push(out);
-        }
         for egress in 0..n {
-            let slot = &mut self.slots[egress];
-            if slot.output.is_empty() {
+            let (slot, output) = (&mut self.slots[egress], &mut self.outputs[egress]);
+            if output.is_empty() {
                 continue;
             }
             // A faulted port is out of forwarding until it is retried, as a
@@ -921,10 +918,9 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             // (nor to a port id not in use, which floods also name, nor to
             // one that spanning tree or a guard keeps from forwarding).
             if !slot.forwards() {
-                slot.output.clear();
+                output.clear();
                 continue;
             }
-            let output = &mut slot.output;
             let (batch, rewrites) = (&self.batch, &self.rewrites);
             let frames = output.iter().map(|&out| rewrites.frame(batch, out).0);
             let offered = output.len() as u64;

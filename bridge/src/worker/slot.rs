@@ -33,8 +33,6 @@ pub(super) struct PortSlot<P> {
     pub(super) flaps: Flaps,
     /// Its VLANs (with VLAN filtering).
     pub(super) vlans: PortVlans,
-    /// The indices of the batch's frames to send out of it.
-    pub(super) output: Vec<usize>,
     /// Its BPDU and storm options.
     pub(super) policy: PortPolicy,
     /// What spanning tree lets through it.
@@ -53,7 +51,7 @@ pub(super) struct PortSlot<P> {
 
 impl<P> PortSlot<P> {
     /// A slot holding `queue` (or none), set up as `setup` says.
-    pub(super) fn new(queue: Option<P>, setup: PortSetup, batch_size: usize) -> PortSlot<P> {
+    pub(super) fn new(queue: Option<P>, setup: PortSetup) -> PortSlot<P> {
         let fault = match queue {
             Some(_) => Fault::default(),
             None => Fault::VACANT,
@@ -64,7 +62,6 @@ impl<P> PortSlot<P> {
             fault,
             flaps: Flaps::default(),
             vlans: PortVlans::default(),
-            output: Vec::with_capacity(batch_size),
             policy: PortPolicy::default(),
             gate: Gate::OPEN,
             disabled: false,
@@ -103,7 +100,6 @@ impl<P> PortSlot<P> {
         self.fault = Fault::default();
         self.flaps = Flaps::default();
         self.bpdus = (0, None);
-        self.output.clear();
     }
 
     /// Empties the slot: dropping the queue closes it.
@@ -111,7 +107,6 @@ impl<P> PortSlot<P> {
         self.queue = None;
         self.fault = Fault::VACANT;
         self.stats = PortStats::default();
-        self.output.clear();
     }
 
     /// Whether frames may be sent out of it now (spanning tree's own
@@ -153,7 +148,7 @@ mod tests {
 
     #[test]
     fn filling_and_vacating_a_slot_starts_it_afresh() {
-        let mut slot: PortSlot<u8> = PortSlot::new(None, PortSetup::default(), 4);
+        let mut slot: PortSlot<u8> = PortSlot::new(None, PortSetup::default());
         assert!(!slot.sendable());
         assert_eq!(slot.fault.health, Health::Vacant);
         slot.fill(7, PortSetup::with_vlans(PortVlans::access(10)));
@@ -161,13 +156,11 @@ mod tests {
         assert!(slot.vlans.is_member(10));
         slot.stats.rx_frames = 3;
         slot.flaps.moves = 9;
-        slot.output.push(1);
         slot.fault.back_off();
         assert!(!slot.sendable());
         slot.vacate();
         assert_eq!(slot.queue, None);
         assert_eq!(slot.stats, PortStats::default());
-        assert!(slot.output.is_empty());
         slot.fill(8, PortSetup::default());
         assert_eq!(slot.fault.health, Health::Up);
         assert_eq!(slot.flaps.moves, 0);

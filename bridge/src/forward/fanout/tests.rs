@@ -54,13 +54,13 @@ fn one(
         0,
         from,
         &egresses,
-        &mut deliveries,
+        |frame, port, form| deliveries.push((frame, port, form)),
     );
     let sent = deliveries
         .iter()
-        .map(|d| {
-            assert_eq!(d.frame, 0);
-            (usize::from(d.port), d.form)
+        .map(|&(frame, port, form)| {
+            assert_eq!(frame, 0);
+            (port, form)
         })
         .collect();
     (sent, verdicts[0].decision, missing)
@@ -252,13 +252,9 @@ fn drops_stay_drops_and_deliveries_keep_frame_order() {
         0,
         PortFlags::default(),
         &egresses,
-        &mut deliveries,
+        |frame, port, _| deliveries.push((frame, port)),
     );
-    let order: Vec<_> = deliveries.iter().map(|d| (d.frame, d.port)).collect();
-    let order: Vec<(usize, usize)> = order
-        .into_iter()
-        .map(|(f, p)| (f as usize, usize::from(p)))
-        .collect();
+    let order = deliveries;
     assert_eq!(order, [(0, 2), (2, 1), (2, 2)]);
     assert_eq!(verdicts[1].decision, Decision::Drop(DropReason::Runt));
 }
