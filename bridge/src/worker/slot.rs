@@ -1,7 +1,9 @@
 //! One port as one worker holds it: its queue, the counts of the round in
-//! progress, its health, its station moves, its VLANs and the frames of
-//! the batch in hand that go out of it. One struct per port, so that the
-//! worker's per-port state is resized, reset and dropped in one piece.
+//! progress, its health, its station moves, its VLANs and options. One
+//! struct per port, so that the worker's per-port state is resized, reset
+//! and dropped in one piece. (The batch's frames for each port are the
+//! worker's `outputs`, beside the slots: the fan-out reads the slots as
+//! egress views while it fills them.)
 
 use crate::counters::PortStats;
 use crate::forward::{EgressPort, EgressPorts};
