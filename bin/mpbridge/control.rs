@@ -21,9 +21,10 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::unistd::Gid;
 
 use crate::api::{Board, Caller, CALL_TIMEOUT};
+use crate::api_error::ApiError;
 use crate::capture::CaptureGrant;
 use crate::ports::{Kind, PortSpec};
-use crate::protocol::{self, ApiError, ReplyLine, Request, Response};
+use crate::protocol::{self, ReplyLine, Request, Response};
 use crate::queue::Reply;
 
 /// The most clients served at once; one more is told so and closed.
@@ -572,7 +573,7 @@ fn take_answer(clients: &mut [Client], answer: Answer, now: Instant) {
             client.capture = Some(grant);
             client.input.clear();
         }
-        Answer::Capture(_, Err(error)) => client.reply(&ReplyLine::error(error.0)),
+        Answer::Capture(_, Err(error)) => client.reply(&ReplyLine::error(error.to_string())),
     }
     write_some(client);
 }
@@ -797,7 +798,7 @@ fn answer_lines(
                     changes,
                 });
             }
-            Err(error) => client.reply(&ReplyLine::error(error.0)),
+            Err(error) => client.reply(&ReplyLine::error(error.to_string())),
         }
     }
     if !client.has_line() && client.input.len() > protocol::MAX_LINE {

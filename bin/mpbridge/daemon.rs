@@ -280,7 +280,9 @@ fn run<S: Strategy>(
     });
     state.report_links(first_events);
     if let Some((_, file)) = &file {
-        state.add_statics(&file.statics)?;
+        state
+            .add_statics(&file.statics)
+            .map_err(|e| e.to_string())?;
     }
     let caller = Caller::new(Arc::clone(&events));
     // Published before any other thread starts, so that none finds it empty.

@@ -7,6 +7,7 @@
 #![deny(unsafe_code)]
 
 mod api;
+mod api_error;
 mod capture;
 mod cli;
 mod client;

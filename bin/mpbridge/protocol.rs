@@ -14,6 +14,7 @@ use bridge::wire::StationMac;
 use locks::StrategyKind;
 use serde::{Deserialize, Serialize};
 
+use crate::api_error::ApiError;
 use crate::ports::PortSpec;
 
 /// The protocol version this build speaks.
@@ -541,28 +542,6 @@ pub struct CaptureStarted {
     pub port: String,
 }
 
-/// Why a request was not carried out: one line for the operator.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiError(pub String);
-
-impl std::fmt::Display for ApiError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl From<String> for ApiError {
-    fn from(message: String) -> ApiError {
-        ApiError(message)
-    }
-}
-
-impl From<&str> for ApiError {
-    fn from(message: &str) -> ApiError {
-        ApiError(message.to_owned())
-    }
-}
-
 impl ReplyLine {
     /// The reply line for a request's outcome.
     pub fn of(outcome: Result<Response, ApiError>) -> ReplyLine {
@@ -571,7 +550,7 @@ impl ReplyLine {
             Ok(response) => {
                 ReplyLine::ok(serde_json::to_value(response).expect("a response serialises"))
             }
-            Err(error) => ReplyLine::error(error.0),
+            Err(error) => ReplyLine::error(error.to_string()),
         }
     }
 }

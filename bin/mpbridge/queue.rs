@@ -22,8 +22,9 @@ use std::time::{Duration, Instant};
 
 use bridge::worker::PortEvent;
 
+use crate::api_error::ApiError;
 use crate::capture::CaptureGrant;
-use crate::protocol::{ApiError, OwnerQueueStats, Request, Response};
+use crate::protocol::{OwnerQueueStats, Request, Response};
 
 /// Where the owner's answer goes: called once, on the owner thread, so it
 /// must not wait (a channel's `send`, a wake-up).
@@ -314,7 +315,7 @@ mod tests {
     /// the receiver.
     fn call() -> (
         Event,
-        mpsc::Receiver<Result<crate::protocol::Response, crate::protocol::ApiError>>,
+        mpsc::Receiver<Result<crate::protocol::Response, crate::api_error::ApiError>>,
     ) {
         let (tx, answer) = mpsc::sync_channel(1);
         let reply: Reply<crate::protocol::Response> = Box::new(move |result| {

@@ -9,8 +9,9 @@ use bridge::fdb::Table;
 use bridge::port::vxlan::VxlanShared;
 use bridge::vlan::FdbVlan;
 
+use crate::api_error::ApiError;
 use crate::ports::PortSpec;
-use crate::protocol::{self, ApiError, FdbEntry};
+use crate::protocol::{self, FdbEntry};
 
 use super::ports::{find_port, port_label};
 

@@ -1,7 +1,8 @@
 //! `capture`: a request checked and given the workers' hubs to follow.
 
+use crate::api_error::ApiError;
 use crate::capture::{CaptureGrant, CaptureSlot, MAX_CAPTURES};
-use crate::protocol::{ApiError, Request};
+use crate::protocol::Request;
 
 use super::BridgeState;
 
@@ -15,26 +16,25 @@ impl BridgeState {
             queue,
         } = request
         else {
-            return Err(ApiError::from("not a capture request"));
+            return Err(ApiError::NotCapture);
         };
         let id = self.port(&port)?;
         let (inbound, outbound) = direction.takes();
         let hubs = match queue {
             None => self.captures.clone(),
-            Some(queue) => vec![self.captures.get(queue).cloned().ok_or_else(|| {
-                format!(
-                    "no queue {queue} (the bridge has {} workers, queues 0 to {})",
-                    self.captures.len(),
-                    self.captures.len() - 1
-                )
-            })?],
+            Some(queue) => {
+                vec![self
+                    .captures
+                    .get(queue)
+                    .cloned()
+                    .ok_or(ApiError::NoSuchQueue {
+                        queue,
+                        workers: self.captures.len(),
+                    })?]
+            }
         };
-        let slot = CaptureSlot::take(&self.running_captures).ok_or_else(|| {
-            ApiError(format!(
-                "{MAX_CAPTURES} captures are running already (the most a bridge runs at once); \
-                 stop one first"
-            ))
-        })?;
+        let slot = CaptureSlot::take(&self.running_captures)
+            .ok_or(ApiError::TooManyCaptures { most: MAX_CAPTURES })?;
         Ok(CaptureGrant {
             request: crate::capture::Request {
                 port: id,

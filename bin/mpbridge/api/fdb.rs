@@ -5,17 +5,18 @@ use bridge::vlan::FdbVlan;
 use bridge::wire::StationMac;
 use bridge::PortId;
 
+use crate::api_error::ApiError;
 use crate::config::StaticEntry;
 use crate::ports::{self};
-use crate::protocol::{self, ApiError};
+use crate::protocol;
 
 use super::BridgeState;
 
 impl BridgeState {
     /// Adds the static entries of the configuration file.
-    pub fn add_statics(&mut self, statics: &[StaticEntry]) -> Result<(), String> {
+    pub fn add_statics(&mut self, statics: &[StaticEntry]) -> Result<(), ApiError> {
         for entry in statics {
-            let port = self.port(&entry.port).map_err(|e| e.0)?;
+            let port = self.port(&entry.port)?;
             self.fdb
                 .add_static(FdbKey::new(entry.vlan.get(), entry.mac.get()), port, None);
         }
@@ -32,37 +33,34 @@ impl BridgeState {
         let key = FdbKey::new(vlan.get(), mac.get());
         let port = self.port(port)?;
         if let Some(local) = self.local_port(&key) {
-            return Err(ApiError(format!(
-                "{mac} is the address of {}'s own interface",
-                self.label(local)
-            )));
+            return Err(ApiError::LocalEntry {
+                mac,
+                port: self.label(local),
+            });
         }
         let label = self.label(port);
         let vtep = match (dst, self.vxlans.get(&label)) {
             (Some(dst), Some(vxlan)) => {
-                let ip: std::net::IpAddr = dst
-                    .parse()
-                    .map_err(|_| format!("invalid dst address '{dst}'"))?;
-                if ip.is_unspecified() {
-                    return Err(ApiError(format!("dst {ip}: name the VTEP's own address")));
-                }
-                ports::unscoped_unicast(ip, "dst")?;
-                if ip.is_ipv4() != vxlan.config.local.is_ipv4() {
-                    return Err(ApiError(format!("dst {ip} is not of {label}'s IP version")));
-                }
-                let vtep = vxlan.vteps.handle(ip).ok_or_else(|| {
-                    format!(
-                        "{label} names {} VTEPs already, its most",
-                        bridge::port::vxlan::vteps::MAX_VTEPS
-                    )
+                let ip: std::net::IpAddr = dst.parse().map_err(|_| ApiError::DstInvalid {
+                    dst: dst.to_owned(),
                 })?;
+                if ip.is_unspecified() {
+                    return Err(ApiError::DstUnspecified { ip });
+                }
+                ports::unscoped_unicast(ip, "dst").map_err(ApiError::DstRefused)?;
+                if ip.is_ipv4() != vxlan.config.local.is_ipv4() {
+                    return Err(ApiError::DstFamily { ip, port: label });
+                }
+                let vtep = vxlan
+                    .vteps
+                    .handle(ip)
+                    .ok_or_else(|| ApiError::TooManyVteps {
+                        port: label.clone(),
+                        most: bridge::port::vxlan::vteps::MAX_VTEPS,
+                    })?;
                 Some(vtep)
             }
-            (Some(_), None) => {
-                return Err(ApiError(format!(
-                    "dst is for VXLAN ports; {label} is not one"
-                )))
-            }
+            (Some(_), None) => return Err(ApiError::DstNotVxlan { port: label }),
             (None, _) => None,
         };
         let replaced_learned = self.fdb.add_static(key, port, vtep);
@@ -77,16 +75,16 @@ impl BridgeState {
     ) -> Result<protocol::FdbRemoved, ApiError> {
         let key = FdbKey::new(vlan.get(), mac.get());
         if let Some(local) = self.local_port(&key) {
-            return Err(ApiError(format!(
-                "{mac} is the address of {}'s own interface, which stays",
-                self.label(local)
-            )));
+            return Err(ApiError::LocalEntryStays {
+                mac,
+                port: self.label(local),
+            });
         }
         if self.fdb.remove_static(key) || self.fdb.forget(key) {
             self.sync_static_vteps();
             Ok(protocol::FdbRemoved { removed: true })
         } else {
-            Err(ApiError(format!("no entry for {mac} in vlan {vlan}")))
+            Err(ApiError::NoSuchEntry { mac, vlan })
         }
     }
 

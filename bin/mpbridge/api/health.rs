@@ -5,8 +5,8 @@ use std::io;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::protocol::ApiError;
-use crate::watchdog::{self, name_workers};
+use crate::api_error::ApiError;
+use crate::watchdog;
 
 use super::{BridgeState, STOP_TIMEOUT};
 
@@ -67,24 +67,28 @@ impl BridgeState {
                 .map(|health| health.silent.as_secs())
                 .max()
                 .unwrap_or_default();
-            return Err(ApiError(format!(
-                "{what}: {} stuck (no heartbeat for {silent} s or more); nothing changed",
-                name_workers(&stuck)
-            )));
+            return Err(ApiError::WorkersStuck {
+                what: what.to_owned(),
+                workers: stuck,
+                silent_s: silent,
+            });
         }
         let pings = self
             .controls
             .iter()
             .map(|control| control.ping())
             .collect::<io::Result<Vec<_>>>()
-            .map_err(|e| format!("{what}: cannot reach the workers: {e}"))?;
+            .map_err(|e| ApiError::PingUnsent {
+                what: what.to_owned(),
+                reason: e.to_string(),
+            })?;
         let silent = await_answers(pings.into_iter().enumerate(), PING_TIMEOUT);
         if !silent.is_empty() {
-            return Err(ApiError(format!(
-                "{what}: {} did not answer within {} s (stuck?); nothing changed",
-                name_workers(&silent),
-                PING_TIMEOUT.as_secs()
-            )));
+            return Err(ApiError::PingUnanswered {
+                what: what.to_owned(),
+                workers: silent,
+                within_s: PING_TIMEOUT.as_secs(),
+            });
         }
         Ok(())
     }

@@ -7,8 +7,9 @@ use std::time::Instant;
 use bridge::fdb::Table;
 use bridge::PortId;
 
+use crate::api_error::ApiError;
 use crate::mcast::Snooper;
-use crate::protocol::{self, ApiError};
+use crate::protocol;
 
 use super::{BridgeState, STOP_TIMEOUT};
 
@@ -36,7 +37,7 @@ impl BridgeState {
         kind: locks::StrategyKind,
     ) -> Result<protocol::LockSwitched, ApiError> {
         if self.relay {
-            return Err(ApiError::from("a relay has no MAC table"));
+            return Err(ApiError::NoMacTable);
         }
         let old = Arc::clone(&self.fdb);
         if old.kind() == kind {
@@ -91,12 +92,13 @@ impl BridgeState {
             Ok(switch) => switch,
             Err(error) => {
                 self.lock_set_failed += 1;
-                let message = format!(
-                    "lock set {kind}: {error}; nothing changed, the bridge forwards on with {}",
-                    old.kind()
-                );
-                log::warn!("{message}");
-                return Err(ApiError(message));
+                let error = ApiError::LockPrepare {
+                    lock: kind,
+                    reason: error,
+                    kept: old.kind(),
+                };
+                log::warn!("{error}");
+                return Err(error);
             }
         };
         let paused = Instant::now();
@@ -104,13 +106,13 @@ impl BridgeState {
         // got stuck since, and the others have stopped already.
         let sets = match self.generation.stop(STOP_TIMEOUT) {
             Ok(sets) => sets,
-            Err(error) => return Err(self.fail(format!("lock set {kind}: {error}"))),
+            Err(error) => return Err(self.fail(kind, error)),
         };
         let entries = old.records();
         let totals = old.stats();
         let (started, table) = match switch(sets, &entries, totals, self.mcast.as_mut()) {
             Ok(started) => started,
-            Err(error) => return Err(self.fail(format!("lock set {kind}: {error}"))),
+            Err(error) => return Err(self.fail(kind, error)),
         };
         let pause = paused.elapsed();
         self.fdb = table;
@@ -136,10 +138,10 @@ impl BridgeState {
 
     /// Records a fault the bridge cannot carry on after; the main loop
     /// stops the bridge on its next look. Returns the error for the reply.
-    pub(super) fn fail(&mut self, message: String) -> ApiError {
-        let fatal = format!("{message}; stopping the bridge");
-        log::error!("{fatal}");
-        self.fatal = Some(fatal.clone());
-        ApiError(fatal)
+    pub(super) fn fail(&mut self, lock: locks::StrategyKind, reason: String) -> ApiError {
+        let error = ApiError::LockSwitchLost { lock, reason };
+        log::error!("{error}");
+        self.fatal = Some(error.to_string());
+        error
     }
 }

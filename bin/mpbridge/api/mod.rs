@@ -44,11 +44,12 @@ use bridge::port::LinkQueue;
 use bridge::worker::{PortControl, PortEvent};
 use bridge::{PortId, WorkerConfig};
 
+use crate::api_error::ApiError;
 use crate::capture::CaptureGrant;
 use crate::config::Config;
 use crate::mcast::Snooper;
 use crate::ports::{PortSettings, PortSpec};
-use crate::protocol::{self, ApiError, Request, Response};
+use crate::protocol::{self, Request, Response};
 use crate::queue::{Event, EventQueue, Refused, Reply};
 use crate::stp::SpanningTree;
 use crate::watchdog::{self, Watchdog};
@@ -109,8 +110,8 @@ impl Caller {
 /// A request the queue did not take, as the caller's error.
 fn refused(refused: Refused) -> ApiError {
     match refused {
-        Refused::Closed => ApiError::from("the bridge is stopping"),
-        Refused::Full => ApiError::from("the bridge is busy: too many requests waiting"),
+        Refused::Closed => ApiError::Stopping,
+        Refused::Full => ApiError::Busy,
     }
 }
 
@@ -330,11 +331,7 @@ impl BridgeState {
             Request::MdbShow => Response::Mdb(self.mdb_show()?),
             Request::Reload => Response::Reloaded(self.reload()?),
             Request::LockSet { lock } => Response::LockSwitched(self.switch_lock(lock)?),
-            Request::Capture { .. } => {
-                return Err(ApiError::from(
-                    "a capture is asked for on a stream of its own",
-                ))
-            }
+            Request::Capture { .. } => return Err(ApiError::CaptureNotStreamed),
         })
     }
 

@@ -11,8 +11,9 @@ use bridge::worker::PortSetup;
 use bridge::PortId;
 use bridge::MAX_PORTS;
 
+use crate::api_error::ApiError;
 use crate::ports::{self, Kind, PortSpec};
-use crate::protocol::{self, ApiError};
+use crate::protocol;
 use crate::stp::SpanningTree;
 use crate::watchdog::name_workers;
 
@@ -52,9 +53,9 @@ pub(super) fn find_port(ports: &[Option<PortSpec>], name: &str) -> Result<PortId
     by_label
         .or_else(by_interface)
         .map(|(id, _)| *id)
-        .ok_or_else(|| {
-            let labels: Vec<String> = live.iter().map(|(_, spec)| spec.label()).collect();
-            ApiError(format!("no port '{name}' (ports: {})", labels.join(", ")))
+        .ok_or_else(|| ApiError::NoSuchPort {
+            name: name.to_owned(),
+            ports: live.iter().map(|(_, spec)| spec.label()).collect(),
         })
 }
 
@@ -130,15 +131,12 @@ impl BridgeState {
     /// be handed to every worker is taken back from those that had it.
     pub(super) fn add_port(&mut self, spec: &PortSpec) -> Result<protocol::PortAdded, ApiError> {
         if self.relay {
-            return Err(ApiError::from(
-                "a relay has exactly two ports; none can be added",
-            ));
+            return Err(ApiError::RelayPortAdd);
         }
         if spec.vlans.is_some() && !self.worker_config.vlan_filtering {
-            return Err(ApiError(format!(
-                "port {} has VLAN options: they need a bridge run with --vlan-filtering",
-                spec.describe()
-            )));
+            return Err(ApiError::VlanFilteringNeeded {
+                port: spec.describe(),
+            });
         }
         if self
             .ports
@@ -146,10 +144,9 @@ impl BridgeState {
             .flatten()
             .any(|port| port.name == spec.name)
         {
-            return Err(ApiError(format!(
-                "{} is already a port of this bridge",
-                spec.name
-            )));
+            return Err(ApiError::PortExists {
+                name: spec.name.clone(),
+            });
         }
         let id = self
             .ports
@@ -157,13 +154,14 @@ impl BridgeState {
             .position(Option::is_none)
             .unwrap_or(self.ports.len());
         if id >= MAX_PORTS {
-            return Err(ApiError(format!("a bridge has at most {MAX_PORTS} ports")));
+            return Err(ApiError::TooManyPorts);
         }
         let what = format!("port add {}", spec.label());
         self.check_responsive(&what)?;
         let queues = with_port_caps(self.keep_caps, || {
             ports::open_queues(spec, self.controls.len(), self.port_settings)
-        })?;
+        })
+        .map_err(ApiError::PortOpen)?;
         let shared = match queues.first() {
             Some(LinkQueue::Vxlan(port)) => Some(Arc::clone(port.shared())),
             _ => None,
@@ -186,9 +184,9 @@ impl BridgeState {
                     // Those that took the port give it back.
                     self.take_back(&what, port, answers.len(), &[]);
                     self.fdb.set_port_limit(port, 0);
-                    return Err(ApiError(format!(
-                        "cannot hand the port to the workers: {error}"
-                    )));
+                    return Err(ApiError::HandOver {
+                        reason: error.to_string(),
+                    });
                 }
             }
         }
@@ -203,13 +201,13 @@ impl BridgeState {
             if raised {
                 self.put_down(&spec.name);
             }
-            let message = format!(
-                "{what}: {} did not take the port within {} s (stuck?); the port was not added",
-                name_workers(&silent),
-                CHANGE_TIMEOUT.as_secs()
-            );
-            log::warn!("{message}");
-            return Err(ApiError(message));
+            let error = ApiError::PortNotTaken {
+                what,
+                workers: silent,
+                within_s: CHANGE_TIMEOUT.as_secs(),
+            };
+            log::warn!("{error}");
+            return Err(error);
         }
         if id == self.ports.len() {
             self.ports.push(Some(spec.clone()));
@@ -257,9 +255,9 @@ impl BridgeState {
     /// between batches, and once all have, the port's entries go.
     pub(super) fn remove_port(&mut self, name: &str) -> Result<protocol::PortRemoved, ApiError> {
         if self.ports.iter().flatten().count() <= 2 && !self.relay {
-            return Err(ApiError(format!(
-                "a bridge keeps at least two ports; add another before removing {name}"
-            )));
+            return Err(ApiError::TooFewPorts {
+                name: name.to_owned(),
+            });
         }
         self.take_port(name)
     }
@@ -267,9 +265,7 @@ impl BridgeState {
     /// Removes a port, however many stay (to add it again at once).
     pub(super) fn take_port(&mut self, name: &str) -> Result<protocol::PortRemoved, ApiError> {
         if self.relay {
-            return Err(ApiError::from(
-                "a relay has exactly two ports; none can be removed",
-            ));
+            return Err(ApiError::RelayPortRemove);
         }
         let port = self.port(name)?;
         let what = format!("port del {name}");
@@ -279,7 +275,9 @@ impl BridgeState {
             .iter()
             .map(|control| control.remove(port))
             .collect::<io::Result<Vec<_>>>()
-            .map_err(|e| format!("cannot reach the workers: {e}"))?;
+            .map_err(|e| ApiError::WorkersUnreachable {
+                reason: e.to_string(),
+            })?;
         // A worker that got stuck since it answered the ping closes its
         // queue when it runs again (the removal waits in its queue of
         // changes); the others have closed theirs, so the port leaves the
@@ -312,14 +310,13 @@ impl BridgeState {
             port.0
         );
         if !silent.is_empty() {
-            let message = format!(
-                "{what}: {} did not close its queue within {} s (stuck?): the port is out \
-                 of the bridge, and that queue closes when the worker runs again",
-                name_workers(&silent),
-                CHANGE_TIMEOUT.as_secs()
-            );
-            log::warn!("{message}");
-            return Err(ApiError(message));
+            let error = ApiError::QueueNotClosed {
+                what,
+                workers: silent,
+                within_s: CHANGE_TIMEOUT.as_secs(),
+            };
+            log::warn!("{error}");
+            return Err(error);
         }
         Ok(protocol::PortRemoved {
             removed: spec.label(),
@@ -368,7 +365,9 @@ impl BridgeState {
             for control in &self.controls {
                 control
                     .set_disabled(port, false)
-                    .map_err(|e| format!("cannot reach the workers: {e}"))?;
+                    .map_err(|e| ApiError::WorkersUnreachable {
+                        reason: e.to_string(),
+                    })?;
             }
             log::info!("{label}: enabled again");
             self.refresh_stp();

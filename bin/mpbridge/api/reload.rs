@@ -4,9 +4,10 @@
 use bridge::fdb::FdbKey;
 use bridge::PortId;
 
+use crate::api_error::ApiError;
 use crate::config::StaticEntry;
 use crate::ports::PortSpec;
-use crate::protocol::{self, ApiError};
+use crate::protocol;
 
 use super::BridgeState;
 
@@ -17,25 +18,21 @@ impl BridgeState {
     /// comes back with them, keeping the static entries that still fit it.
     pub fn reload(&mut self) -> Result<protocol::Reloaded, ApiError> {
         let Some((path, old)) = self.config.clone() else {
-            return Err(ApiError::from(
-                "the bridge runs without --config: nothing to reload",
-            ));
+            return Err(ApiError::NoConfig);
         };
-        let new = crate::config::load(&path)?;
+        let new = crate::config::load(&path).map_err(ApiError::ConfigLoad)?;
         if new.ports.len() < 2 {
-            return Err(ApiError(format!(
-                "{}: a bridge needs at least two ports (the file has {})",
-                path.display(),
-                new.ports.len()
-            )));
+            return Err(ApiError::ConfigTooFewPorts {
+                path,
+                ports: new.ports.len(),
+            });
         }
         if let Some(spec) = new.ports.iter().find(|s| s.vlans.is_some()) {
             if !self.worker_config.vlan_filtering {
-                return Err(ApiError(format!(
-                    "{}: port {} has VLAN options: they need a bridge run with --vlan-filtering",
-                    path.display(),
-                    spec.describe()
-                )));
+                return Err(ApiError::ConfigVlanFilteringNeeded {
+                    path,
+                    port: spec.describe(),
+                });
             }
         }
         let mut restart = Vec::new();
@@ -132,7 +129,7 @@ impl BridgeState {
             .filter(|entry| !old.statics.contains(entry))
             .cloned()
             .collect();
-        self.add_statics(&fresh).map_err(ApiError)?;
+        self.add_statics(&fresh)?;
         reply.static_added = fresh.len();
         self.config = Some((path, new));
         Ok(reply)

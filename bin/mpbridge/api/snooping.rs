@@ -5,8 +5,9 @@ use std::time::Instant;
 
 use bridge::PortId;
 
+use crate::api_error::ApiError;
 use crate::mcast::Snooper;
-use crate::protocol::{self, ApiError};
+use crate::protocol;
 
 use super::BridgeState;
 
@@ -55,9 +56,7 @@ impl BridgeState {
     /// `mdb show`.
     pub(super) fn mdb_show(&self) -> Result<protocol::Mdb, ApiError> {
         let Some(mcast) = &self.mcast else {
-            return Err(ApiError::from(
-                "multicast snooping is off (start the bridge with --mcast-snooping)",
-            ));
+            return Err(ApiError::SnoopingOff);
         };
         Ok(mcast.show(|id| self.label(id)))
     }
