@@ -136,7 +136,8 @@ pub fn stream(mut stream: UnixStream, grant: CaptureGrant, stopper: Arc<Stopper>
             format: "pcapng".to_owned(),
             port: request.label.clone(),
         });
-        let line = serde_json::to_string(&ReplyLine::of(Ok(reply))).expect("a reply serialises");
+        let started: Result<_, std::convert::Infallible> = Ok(reply);
+        let line = serde_json::to_string(&ReplyLine::of(started)).expect("a reply serialises");
         stream.write_all(format!("{line}\n").as_bytes())?;
         let mut writer = PcapNgWriter::new(BufWriter::new(&stream)).map_err(io::Error::other)?;
         let interface = InterfaceDescriptionBlock {
