@@ -23,7 +23,7 @@ use nix::unistd::Gid;
 use crate::api::{Board, Caller, CALL_TIMEOUT};
 use crate::api_error::ApiError;
 use crate::capture::CaptureGrant;
-use crate::ports::{Kind, PortSpec};
+use crate::ports::{PortKind, PortSpec};
 use crate::protocol::{self, ReplyLine, Request, Response};
 use crate::queue::Reply;
 
@@ -122,7 +122,7 @@ impl Access {
     /// root only puts a vhost-user socket directly in the vhost socket
     /// directory, which it names without `..`.
     fn may_add(&self, grant: Grant, port: &PortSpec) -> Result<(), String> {
-        if port.kind != Kind::Vhost || grant != Grant::Group {
+        if !matches!(port.kind, PortKind::Vhost(_)) || grant != Grant::Group {
             return Ok(());
         }
         // A vhost-user port's name is its socket's path.

@@ -19,7 +19,7 @@ use nix::sys::signal::SigSet;
 
 use crate::api::{self, BridgeState, Caller};
 use crate::cli::{self, Cli, InjectedFault, ModeArg, RunArgs, RxRingArg};
-use crate::ports::{self, open_ports, Kind, PortSpec};
+use crate::ports::{self, open_ports, PortKind, PortSpec};
 use crate::protocol::CounterLine;
 use crate::queue::{self, Event, EventQueue};
 use crate::system::say;
@@ -147,8 +147,8 @@ fn run<S: Strategy>(
     };
     for (index, spec) in specs.iter().enumerate() {
         match spec.kind {
-            Kind::Raw => monitor.watch(PortId(index as u16), &spec.name),
-            Kind::Tap => monitor.watch_tap(PortId(index as u16), &spec.name),
+            PortKind::Raw => monitor.watch(PortId(index as u16), &spec.name),
+            PortKind::Tap => monitor.watch_tap(PortId(index as u16), &spec.name),
             _ => {}
         }
     }
@@ -606,7 +606,7 @@ fn place_workers(
     let system = System::default();
     let ports: Vec<(String, ReceiveCpus)> = specs
         .iter()
-        .filter(|spec| spec.kind == Kind::Raw)
+        .filter(|spec| spec.kind == PortKind::Raw)
         .map(|spec| (spec.label(), system.receive_cpus(&spec.name)))
         .collect();
     let plan = placement::place(&allowed, cpus.is_some(), workers, &ports);

@@ -1,6 +1,8 @@
-//! Port specifications (`tap:NAME`, `raw:IFNAME`, each with VLAN options
-//! such as `,access=10` or `,trunk=10,20,native=30`) and opening their
-//! queues, at start and when a port is added while running.
+//! Port specifications (`tap:NAME`, `raw:IFNAME`, `vxlan:NAME,...`,
+//! `vhost:PATH`, each with VLAN options such as `,access=10` or
+//! `,trunk=10,20,native=30`) and opening their queues, at start and when a
+//! port is added while running. What every kind has sits in `PortSpec`;
+//! what only one kind has, in its `PortKind` variant.
 
 use std::io;
 
@@ -17,34 +19,44 @@ use std::path::Path;
 
 use crate::port_options::{option, PortOptions, FLAG_KEYS};
 
-/// What kind of port.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+/// What kind of port, with what only that kind has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortKind {
     /// A tap mpbridge owns.
     Tap,
     /// An existing interface, through AF_PACKET.
     Raw,
-    /// A VXLAN segment over UDP.
-    Vxlan,
-    /// A vhost-user socket: a VM or a DPDK application.
-    Vhost,
+    /// A VXLAN segment over UDP, with its VNI, underlay and VTEPs.
+    Vxlan(VxlanConfig),
+    /// A vhost-user socket (a VM or a DPDK application), with the
+    /// bridge's side of it and the guest memory it maps at most.
+    Vhost(VhostConfig),
 }
 
-/// A port as `--port` gives it.
+impl PortKind {
+    /// The kind's prefix in `--port` (`tap`, `raw`, `vxlan`, `vhost`), and
+    /// its name in `port show`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            PortKind::Tap => "tap",
+            PortKind::Raw => "raw",
+            PortKind::Vxlan(_) => "vxlan",
+            PortKind::Vhost(_) => "vhost",
+        }
+    }
+}
+
+/// A port as `--port` gives it: what every kind has, and its kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PortSpec {
-    /// Tap, raw or VXLAN.
-    pub kind: Kind,
-    /// The interface's name.
+    /// The interface's name; a vhost-user port's socket path.
     pub name: String,
     /// Its VLANs, when given (they need VLAN filtering).
     pub vlans: Option<PortVlans>,
-    /// A VXLAN port's settings.
-    pub vxlan: Option<VxlanConfig>,
-    /// A vhost-user port's side of its socket and its memory limit.
-    pub vhost: Option<VhostConfig>,
     /// Its spanning tree, guard and storm options.
     pub options: PortOptions,
+    /// Tap, raw, VXLAN or vhost-user, with that kind's settings.
+    pub kind: PortKind,
 }
 
 impl PortSpec {
@@ -57,12 +69,12 @@ impl PortSpec {
             Some((port, options)) => (port, Some(options)),
             None => (spec, None),
         };
-        let mut parsed = PortSpec::parse_port(port, spec)?;
+        let (prefix, name) = parse_port(port, spec)?;
         // A vhost port's one flag has no value.
         let mut client = false;
         let kept: String;
-        let options = match (parsed.kind, options) {
-            (Kind::Vhost, Some(options)) => {
+        let options = match (prefix, options) {
+            ("vhost", Some(options)) => {
                 let rest: Vec<&str> = options
                     .split(',')
                     .filter(|item| {
@@ -76,21 +88,17 @@ impl PortSpec {
             }
             (_, options) => options,
         };
-        let keys: Vec<&str> = match parsed.kind {
-            Kind::Vxlan => VXLAN_KEYS
-                .iter()
-                .chain(&PORT_KEYS)
-                .chain(&FLAG_KEYS)
-                .copied()
-                .collect(),
-            Kind::Vhost => VHOST_KEYS
-                .iter()
-                .chain(&PORT_KEYS)
-                .chain(&FLAG_KEYS)
-                .copied()
-                .collect(),
-            _ => PORT_KEYS.iter().chain(&FLAG_KEYS).copied().collect(),
+        let own: &[&str] = match prefix {
+            "vxlan" => &VXLAN_KEYS,
+            "vhost" => &VHOST_KEYS,
+            _ => &[],
         };
+        let keys: Vec<&str> = own
+            .iter()
+            .chain(&PORT_KEYS)
+            .chain(&FLAG_KEYS)
+            .copied()
+            .collect();
         let in_spec = |e: String| format!("port '{spec}': {e}");
         let items = match options {
             Some(options) => split_options(options, &keys).map_err(in_spec)?,
@@ -99,84 +107,19 @@ impl PortSpec {
         if options.is_some() && items.is_empty() && !client {
             return Err(in_spec("no options after ','".to_owned()));
         }
-        parsed.vlans = vlan_options(&items).map_err(in_spec)?;
-        parsed.options = PortOptions::parse(&items, parsed.kind == Kind::Vxlan).map_err(in_spec)?;
-        if parsed.kind == Kind::Vxlan {
-            parsed.vxlan = Some(vxlan_options(&items).map_err(in_spec)?);
-        }
-        if parsed.kind == Kind::Vhost {
-            let max_memory = option(&items, "max_memory")
-                .map(|text| {
-                    parse_size(text).ok_or_else(|| {
-                        format!(
-                            "max_memory={text}: a size in bytes, with K, M, G or T for \
-                             binary multiples (256G by default)"
-                        )
-                    })
-                })
-                .transpose()
-                .map_err(in_spec)?;
-            let access = socket_access(&items).map_err(in_spec)?;
-            if client && access != SocketAccess::default() {
-                return Err(in_spec(
-                    "socket_owner, socket_group and socket_mode are for a socket the bridge \
-                     serves, not with client"
-                        .to_owned(),
-                ));
-            }
-            parsed.vhost = Some(VhostConfig {
-                mode: if client {
-                    VhostMode::Client
-                } else {
-                    VhostMode::Server
-                },
-                max_memory: max_memory.unwrap_or(vhost::DEFAULT_MAX_MEMORY),
-                access,
-            });
-        }
-        Ok(parsed)
-    }
-
-    fn parse_port(port: &str, spec: &str) -> Result<PortSpec, String> {
-        let (kind, name) = match port.split_once(':') {
-            Some(("tap", name)) => (Kind::Tap, name),
-            Some(("raw", name)) => (Kind::Raw, name),
-            Some(("vxlan", name)) => (Kind::Vxlan, name),
-            Some(("vhost", path)) => {
-                // sun_path holds 108 bytes with the terminating NUL.
-                if path.is_empty() || path.len() > 107 {
-                    return Err(format!(
-                        "invalid socket path in port '{spec}' (1 to 107 bytes, no ',')"
-                    ));
-                }
-                return Ok(PortSpec {
-                    kind: Kind::Vhost,
-                    name: path.to_owned(),
-                    vlans: None,
-                    vxlan: None,
-                    vhost: None,
-                    options: PortOptions::default(),
-                });
-            }
-            _ => {
-                return Err(format!(
-                    "invalid port '{spec}' (expected tap:NAME, raw:IFNAME, \
-                     vxlan:NAME,vni=N,local=IP or vhost:PATH[,client])"
-                ))
-            }
+        let vlans = vlan_options(&items).map_err(in_spec)?;
+        let options = PortOptions::parse(&items, prefix == "vxlan").map_err(in_spec)?;
+        let kind = match prefix {
+            "tap" => PortKind::Tap,
+            "raw" => PortKind::Raw,
+            "vxlan" => PortKind::Vxlan(vxlan_options(&items).map_err(in_spec)?),
+            _ => PortKind::Vhost(vhost_options(&items, client).map_err(in_spec)?),
         };
-        if name.is_empty() || name.len() >= 16 || name.contains(['/', ' ', ':']) {
-            return Err(format!(
-                "invalid interface name in port '{spec}' (1 to 15 characters)"
-            ));
-        }
         Ok(PortSpec {
-            kind,
             name: name.to_owned(),
-            vlans: None,
-            vxlan: None,
-            vhost: None,
-            options: PortOptions::default(),
+            vlans,
+            options,
+            kind,
         })
     }
 
@@ -189,7 +132,7 @@ impl PortSpec {
     /// The port and its options, as `--port` takes them.
     pub fn describe(&self) -> String {
         let mut text = self.label();
-        if let Some(v) = &self.vxlan {
+        if let PortKind::Vxlan(v) = &self.kind {
             text += &format!(
                 ",vni={},local={},port={}",
                 v.vni,
@@ -203,7 +146,7 @@ impl PortSpec {
                 text += ",learning=off";
             }
         }
-        if let Some(config) = &self.vhost {
+        if let PortKind::Vhost(config) = &self.kind {
             if config.mode == VhostMode::Client {
                 text += ",client";
             }
@@ -228,12 +171,7 @@ impl PortSpec {
 
     /// The port as `--port` gives it.
     pub fn label(&self) -> String {
-        match self.kind {
-            Kind::Tap => format!("tap:{}", self.name),
-            Kind::Raw => format!("raw:{}", self.name),
-            Kind::Vxlan => format!("vxlan:{}", self.name),
-            Kind::Vhost => format!("vhost:{}", self.name),
-        }
+        format!("{}:{}", self.kind.name(), self.name)
     }
 }
 
@@ -249,6 +187,34 @@ impl std::str::FromStr for PortSpec {
 
     fn from_str(text: &str) -> Result<PortSpec, String> {
         PortSpec::parse(text)
+    }
+}
+
+/// The kind's prefix (`tap`, `raw`, `vxlan`, `vhost`) and the name after
+/// it, checked: an interface name or a socket path.
+fn parse_port<'a>(port: &'a str, spec: &str) -> Result<(&'a str, &'a str), String> {
+    match port.split_once(':') {
+        Some((prefix @ ("tap" | "raw" | "vxlan"), name)) => {
+            if name.is_empty() || name.len() >= 16 || name.contains(['/', ' ', ':']) {
+                return Err(format!(
+                    "invalid interface name in port '{spec}' (1 to 15 characters)"
+                ));
+            }
+            Ok((prefix, name))
+        }
+        Some(("vhost", path)) => {
+            // sun_path holds 108 bytes with the terminating NUL.
+            if path.is_empty() || path.len() > 107 {
+                return Err(format!(
+                    "invalid socket path in port '{spec}' (1 to 107 bytes, no ',')"
+                ));
+            }
+            Ok(("vhost", path))
+        }
+        _ => Err(format!(
+            "invalid port '{spec}' (expected tap:NAME, raw:IFNAME, \
+             vxlan:NAME,vni=N,local=IP or vhost:PATH[,client])"
+        )),
     }
 }
 
@@ -308,6 +274,38 @@ const VXLAN_KEYS: [&str; 5] = ["vni", "local", "port", "remote", "learning"];
 
 /// A vhost-user port's own keys (`client` is a flag without a value).
 const VHOST_KEYS: [&str; 4] = ["max_memory", "socket_owner", "socket_group", "socket_mode"];
+
+/// A vhost-user port's settings among `items`; `client` when the flag
+/// was given.
+fn vhost_options(items: &[(String, String)], client: bool) -> Result<VhostConfig, String> {
+    let max_memory = option(items, "max_memory")
+        .map(|text| {
+            parse_size(text).ok_or_else(|| {
+                format!(
+                    "max_memory={text}: a size in bytes, with K, M, G or T for \
+                     binary multiples (256G by default)"
+                )
+            })
+        })
+        .transpose()?;
+    let access = socket_access(items)?;
+    if client && access != SocketAccess::default() {
+        return Err(
+            "socket_owner, socket_group and socket_mode are for a socket the bridge \
+             serves, not with client"
+                .to_owned(),
+        );
+    }
+    Ok(VhostConfig {
+        mode: if client {
+            VhostMode::Client
+        } else {
+            VhostMode::Server
+        },
+        max_memory: max_memory.unwrap_or(vhost::DEFAULT_MAX_MEMORY),
+        access,
+    })
+}
 
 /// A server socket's `socket_owner=USER`, `socket_group=GROUP` (names or
 /// numbers) and `socket_mode=MODE` (octal, at most 0777).
@@ -456,19 +454,19 @@ pub fn unscoped_unicast(address: IpAddr, what: &str) -> Result<(), String> {
 
 /// One line saying why a port could not be opened.
 fn open_error(spec: &PortSpec, error: &io::Error) -> String {
-    let reason = match (error.raw_os_error(), spec.kind) {
+    let reason = match (error.raw_os_error(), &spec.kind) {
         (Some(libc::ENODEV), _) => "no such interface".to_owned(),
-        (Some(libc::EPERM | libc::EACCES), Kind::Raw) => {
+        (Some(libc::EPERM | libc::EACCES), PortKind::Raw) => {
             "permission denied (a raw port needs CAP_NET_RAW, and CAP_NET_ADMIN if its link is down)"
                 .to_owned()
         }
-        (Some(libc::EPERM | libc::EACCES), Kind::Tap) => {
+        (Some(libc::EPERM | libc::EACCES), PortKind::Tap) => {
             "permission denied (a tap port needs CAP_NET_ADMIN)".to_owned()
         }
-        (Some(libc::EPERM | libc::EACCES), Kind::Vxlan | Kind::Vhost) => {
+        (Some(libc::EPERM | libc::EACCES), PortKind::Vxlan(_) | PortKind::Vhost(_)) => {
             "permission denied".to_owned()
         }
-        (Some(libc::EBUSY), Kind::Tap) => {
+        (Some(libc::EBUSY), PortKind::Tap) => {
             "busy: another program has the tap's queue (a VM?); bridge it as raw:NAME".to_owned()
         }
         _ => error.to_string(),
@@ -496,33 +494,29 @@ pub fn open_queues(
     workers: usize,
     settings: PortSettings,
 ) -> Result<Vec<LinkQueue>, String> {
-    Ok(match spec.kind {
-        Kind::Vxlan => {
-            let config = spec.vxlan.clone().expect("a vxlan port has its settings");
+    Ok(match &spec.kind {
+        PortKind::Vxlan(config) => {
             // An address that cannot be bound comes with the reason (none
             // of this host's, or IPv6 still tentative).
-            VxlanQueue::open(&spec.name, config, workers)
+            VxlanQueue::open(&spec.name, config.clone(), workers)
                 .map_err(|e| format!("cannot open port {}: {e}", spec.label()))?
                 .into_iter()
                 .map(LinkQueue::Vxlan)
                 .collect()
         }
-        Kind::Tap => {
+        PortKind::Tap => {
             let tap = TapQueue::open(&spec.name, workers).map_err(|e| tap_error(spec, &e))?;
             if tap.existed {
                 log::info!("tap {} existed before and will stay", spec.name);
             }
             tap.queues.into_iter().map(LinkQueue::Tap).collect()
         }
-        Kind::Vhost => {
-            let config = spec.vhost.unwrap_or_default();
-            vhost::open(Path::new(&spec.name), config, workers)
-                .map_err(|e| format!("cannot open port {}: {e}", spec.label()))?
-                .into_iter()
-                .map(LinkQueue::Vhost)
-                .collect()
-        }
-        Kind::Raw => RawQueue::open_with(&spec.name, workers, settings.rx_ring)
+        PortKind::Vhost(config) => vhost::open(Path::new(&spec.name), *config, workers)
+            .map_err(|e| format!("cannot open port {}: {e}", spec.label()))?
+            .into_iter()
+            .map(LinkQueue::Vhost)
+            .collect(),
+        PortKind::Raw => RawQueue::open_with(&spec.name, workers, settings.rx_ring)
             .map_err(|e| open_error(spec, &e))?
             .into_iter()
             .map(LinkQueue::Raw)
@@ -552,12 +546,56 @@ pub fn open_ports(
 mod tests {
     use super::*;
 
+    fn vxlan(spec: &PortSpec) -> VxlanConfig {
+        match &spec.kind {
+            PortKind::Vxlan(config) => config.clone(),
+            other => panic!("not a vxlan port: {other:?}"),
+        }
+    }
+
+    fn vhost(spec: &PortSpec) -> VhostConfig {
+        match &spec.kind {
+            PortKind::Vhost(config) => *config,
+            other => panic!("not a vhost port: {other:?}"),
+        }
+    }
+
+    // Every kind: the description parses back to the same port, and
+    // prints as it was given.
+    #[test]
+    fn every_kind_prints_as_it_parses() {
+        for text in [
+            "tap:t0",
+            "tap:t0,access=10",
+            "raw:eth1,trunk=10,100-102,native=20",
+            "vxlan:seg,vni=42,local=198.18.1.1,port=4789,remote=198.18.1.2,learning=off",
+            "vxlan:s6,vni=9,local=2001:2::1,port=8472,access=3",
+            "vhost:/run/vm0.sock",
+            "vhost:vm1.sock,client,max_memory=16G,access=10",
+            "vhost:v.sock,socket_owner=0,socket_group=0,socket_mode=0660",
+        ] {
+            let spec: PortSpec = text.parse().unwrap();
+            assert_eq!(spec.to_string(), text);
+            assert_eq!(spec.to_string().parse::<PortSpec>().unwrap(), spec);
+        }
+        let kinds: Vec<&str> = [
+            "tap:a",
+            "raw:b",
+            "vxlan:c,vni=1,local=198.18.1.1",
+            "vhost:d",
+        ]
+        .iter()
+        .map(|text| PortSpec::parse(text).unwrap().kind.name())
+        .collect();
+        assert_eq!(kinds, ["tap", "raw", "vxlan", "vhost"]);
+    }
+
     #[test]
     fn ports_parse_with_and_without_vlan_options() {
         let plain = PortSpec::parse("tap:t0").unwrap();
         assert_eq!(
-            (plain.kind, plain.name.as_str(), plain.vlans.clone()),
-            (Kind::Tap, "t0", None)
+            (&plain.kind, plain.name.as_str(), plain.vlans.clone()),
+            (&PortKind::Tap, "t0", None)
         );
         assert_eq!(plain.vlans(), PortVlans::access(1));
         let access = PortSpec::parse("tap:t0,access=10").unwrap();
@@ -582,8 +620,7 @@ mod tests {
             "vxlan:seg,vni=42,local=198.18.1.1,remote=198.18.1.2,remote=198.18.1.3,access=10",
         )
         .unwrap();
-        assert_eq!(spec.kind, Kind::Vxlan);
-        let config = spec.vxlan.clone().unwrap();
+        let config = vxlan(&spec);
         assert_eq!(config.vni, 42);
         assert_eq!(config.local, "198.18.1.1:4789".parse().unwrap());
         assert_eq!(config.remotes.len(), 2);
@@ -595,12 +632,12 @@ mod tests {
         );
         let quiet =
             PortSpec::parse("vxlan:s,vni=1,local=198.18.1.1,port=8472,learning=off").unwrap();
-        let config = quiet.vxlan.unwrap();
+        let config = vxlan(&quiet);
         assert_eq!(config.local.port(), 8472);
         assert!(!config.learning && config.remotes.is_empty());
         // An IPv6 underlay: the description parses back to the same port.
         let v6 = PortSpec::parse("vxlan:s,vni=9,local=2001:2::1,remote=2001:2::2").unwrap();
-        let config = v6.vxlan.clone().unwrap();
+        let config = vxlan(&v6);
         assert_eq!(config.local, "[2001:2::1]:4789".parse().unwrap());
         assert_eq!(config.remotes, ["2001:2::2".parse::<IpAddr>().unwrap()]);
         assert_eq!(
@@ -653,22 +690,21 @@ mod tests {
     #[test]
     fn vhost_ports_parse() {
         let server = PortSpec::parse("vhost:/run/vm0.sock").unwrap();
-        assert_eq!(server.kind, Kind::Vhost);
         assert_eq!(server.name, "/run/vm0.sock");
-        assert_eq!(server.vhost.map(|v| v.mode), Some(VhostMode::Server));
+        assert_eq!(vhost(&server).mode, VhostMode::Server);
         assert_eq!(server.describe(), "vhost:/run/vm0.sock");
         let client = PortSpec::parse("vhost:vm1.sock,access=10,client").unwrap();
-        assert_eq!(client.vhost.map(|v| v.mode), Some(VhostMode::Client));
+        assert_eq!(vhost(&client).mode, VhostMode::Client);
         assert_eq!(client.vlans, Some(PortVlans::access(10)));
         assert_eq!(client.label(), "vhost:vm1.sock");
         assert_eq!(client.describe(), "vhost:vm1.sock,client,access=10");
         assert_eq!(PortSpec::parse(&client.describe()).unwrap(), client);
         let limited = PortSpec::parse("vhost:vm2.sock,max_memory=16G").unwrap();
-        assert_eq!(limited.vhost.unwrap().max_memory, 16 << 30);
+        assert_eq!(vhost(&limited).max_memory, 16 << 30);
         assert_eq!(limited.describe(), "vhost:vm2.sock,max_memory=16G");
         assert_eq!(PortSpec::parse(&limited.describe()).unwrap(), limited);
         assert_eq!(
-            server.vhost.unwrap().max_memory,
+            vhost(&server).max_memory,
             vhost::DEFAULT_MAX_MEMORY,
             "256G unless told"
         );
@@ -679,7 +715,7 @@ mod tests {
         let shared =
             PortSpec::parse("vhost:v.sock,socket_owner=0,socket_group=root,socket_mode=660")
                 .unwrap();
-        let access = shared.vhost.unwrap().access;
+        let access = vhost(&shared).access;
         assert_eq!(
             (access.owner, access.group, access.mode),
             (Some(0), Some(0), Some(0o660))

@@ -13,7 +13,7 @@ use bridge::wire::MacAddr;
 use bridge::worker::{Gate, PortControl};
 use bridge::PortId;
 
-use crate::ports::{Kind, PortSpec};
+use crate::ports::{PortKind, PortSpec};
 use crate::protocol::{BpduCounts, BridgeStp, FlushCounts, PortStp};
 
 /// Spanning tree and what it knows of the ports' links.
@@ -210,7 +210,7 @@ fn role_name(role: Role, edge: bool) -> &'static str {
 
 /// A port's link speed in Mb/s, where its interface says.
 fn link_speed(spec: &PortSpec) -> Option<u32> {
-    if !matches!(spec.kind, Kind::Raw | Kind::Tap) {
+    if !matches!(spec.kind, PortKind::Raw | PortKind::Tap) {
         return None;
     }
     let path = format!("/sys/class/net/{}/speed", spec.name);
@@ -222,7 +222,7 @@ fn link_speed(spec: &PortSpec) -> Option<u32> {
 /// port's interface address, or one made from the bridge's and the port's
 /// names (locally administered, the same at every start).
 pub fn port_mac(bridge: &str, spec: &PortSpec) -> MacAddr {
-    if matches!(spec.kind, Kind::Raw | Kind::Tap) {
+    if matches!(spec.kind, PortKind::Raw | PortKind::Tap) {
         if let Ok(mac) = bridge::port::netdev::hw_addr(&spec.name) {
             if mac.is_valid_source() {
                 return mac;

@@ -8,7 +8,7 @@ use bridge::monitor::LinkEvent;
 use bridge::port::netdev;
 use bridge::PortId;
 
-use crate::ports::{Kind, PortSpec};
+use crate::ports::{PortKind, PortSpec};
 use crate::protocol::Link;
 
 use super::ports::with_port_caps;
@@ -110,7 +110,8 @@ impl BridgeState {
                 LinkEvent::Up { port } => (port, true),
                 _ => continue,
             };
-            if !matches!(self.ports.get(port.index()), Some(Some(spec)) if spec.kind == Kind::Tap) {
+            if !matches!(self.ports.get(port.index()), Some(Some(spec)) if spec.kind == PortKind::Tap)
+            {
                 continue;
             }
             for control in &self.controls {
@@ -180,10 +181,10 @@ impl BridgeState {
         match netdev::link_state(&spec.name) {
             _ if state == counters::PortState::Gone => Link::Gone,
             // No interface of its own: its underlay is the host's.
-            _ if spec.kind == Kind::Vxlan => Link::Up,
+            _ if matches!(spec.kind, PortKind::Vxlan(_)) => Link::Up,
             Ok(link) if link.running => Link::Up,
             Ok(_) => Link::Down,
-            Err(_) if spec.kind == Kind::Raw => Link::Gone,
+            Err(_) if spec.kind == PortKind::Raw => Link::Gone,
             // A tap whose kernel side moved to another namespace: as its
             // last news there said.
             Err(_) => match self.monitor.tap_running(id) {

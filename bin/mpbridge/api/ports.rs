@@ -12,7 +12,7 @@ use bridge::PortId;
 use bridge::MAX_PORTS;
 
 use crate::api_error::ApiError;
-use crate::ports::{self, Kind, PortSpec};
+use crate::ports::{self, PortKind, PortSpec};
 use crate::protocol;
 use crate::stp::SpanningTree;
 use crate::watchdog::name_workers;
@@ -223,12 +223,12 @@ impl BridgeState {
         if raised {
             self.raised.insert(spec.name.clone());
         }
-        if spec.kind == Kind::Raw {
+        if spec.kind == PortKind::Raw {
             self.monitor.watch(port, &spec.name);
             let events = self.monitor.tick();
             self.take_links(events);
         }
-        if spec.kind == Kind::Tap {
+        if spec.kind == PortKind::Tap {
             self.monitor.watch_tap(port, &spec.name);
         }
         if spec.options.guard {
@@ -301,7 +301,7 @@ impl BridgeState {
         self.fdb.set_port_limit(port, 0);
         self.vxlans.remove(&spec.label());
         self.vhosts.remove(&spec.label());
-        if spec.kind == Kind::Raw && self.raised.remove(&spec.name) {
+        if spec.kind == PortKind::Raw && self.raised.remove(&spec.name) {
             self.put_down(&spec.name);
         }
         log::info!(

@@ -9,7 +9,6 @@ use bridge::counters::{self, PortCounters};
 use bridge::PortId;
 
 use crate::mcast::Snooper;
-use crate::ports::Kind;
 use crate::protocol::{self};
 
 use super::{BridgeState, Published};
@@ -40,13 +39,7 @@ impl BridgeState {
                 protocol::PortInfo {
                     id: id.index(),
                     name: spec.label(),
-                    kind: match spec.kind {
-                        Kind::Tap => "tap",
-                        Kind::Raw => "raw",
-                        Kind::Vxlan => "vxlan",
-                        Kind::Vhost => "vhost",
-                    }
-                    .to_owned(),
+                    kind: spec.kind.name().to_owned(),
                     options: spec.describe(),
                     link: self.link(id, &spec, state),
                     stp: self.port_stp(id),
