@@ -75,17 +75,23 @@ pub fn decide_to(
     vlan: Option<VlanId>,
     fdb: &impl FdbLookup,
 ) -> (Decision, Option<Vtep>) {
-    let (dst, _) = match classify_in(frame, vlan) {
-        Ok(keys) => keys,
-        Err(reason) => return (Decision::Drop(reason), None),
-    };
+    match classify_in(frame, vlan) {
+        Ok((dst, _)) => decide_dst(ingress, &dst, fdb),
+        Err(reason) => (Decision::Drop(reason), None),
+    }
+}
+
+/// Where a frame to `dst` received on `ingress` goes, and the VTEP of a
+/// unicast destination behind a VXLAN port.
+#[inline(always)]
+fn decide_dst(ingress: PortId, dst: &FdbKey, fdb: &impl FdbLookup) -> (Decision, Option<Vtep>) {
     let decision = match dst.mac.kind() {
         MacKind::Reserved if dst.mac == MacAddr::BRIDGE_GROUP => Decision::Flood,
         MacKind::Reserved => Decision::Drop(DropReason::Reserved),
         MacKind::Broadcast | MacKind::Multicast => Decision::Flood,
         // A zero destination is not a station anyone can learn: flooding it
         // is what an unknown unicast gets.
-        MacKind::Unicast | MacKind::Zero => match fdb.locate_vtep(&dst) {
+        MacKind::Unicast | MacKind::Zero => match fdb.locate_vtep(dst) {
             Some((Location::Local(_), _)) => Decision::Drop(DropReason::Local),
             Some((Location::Port(port), _)) if port == ingress => {
                 Decision::Drop(DropReason::SamePort)
@@ -119,18 +125,19 @@ pub fn look_up(
     vlan: Option<VlanId>,
     table: &impl FdbLookup,
 ) -> (Decision, Option<Vtep>, Option<FdbKey>) {
-    let mut source = None;
-    if let Ok((_, key)) = classify_in(frame, vlan) {
-        if port.flags.locked {
-            if !table.is_static_on(&key, port.port) {
-                return (Decision::Drop(DropReason::Locked), None, None);
-            }
-        } else {
-            source = Some(key);
+    let (dst, source) = match classify_in(frame, vlan) {
+        Ok(keys) => keys,
+        Err(reason) => return (Decision::Drop(reason), None, None),
+    };
+    if port.flags.locked {
+        if !table.is_static_on(&source, port.port) {
+            return (Decision::Drop(DropReason::Locked), None, None);
         }
+        let (decision, vtep) = decide_dst(port.port, &dst, table);
+        return (decision, vtep, None);
     }
-    let (decision, vtep) = decide_to(port.port, frame, vlan, table);
-    (decision, vtep, source)
+    let (decision, vtep) = decide_dst(port.port, &dst, table);
+    (decision, vtep, Some(source))
 }
 
 #[cfg(test)]
