@@ -1,6 +1,11 @@
 //! Frames per second through the worker loop on in-memory ports, per
 //! strategy, with read sections per batch and per frame: 64-byte frames of
 //! known unicast between 64 stations on each of two ports.
+//!
+//! With `MPBRIDGE_ROUNDS=N` and a strategy as its argument it runs N
+//! rounds of that strategy (per batch) inside [`rounds`] instead, for
+//! `benches/instructions.sh` to count the instructions per frame under
+//! callgrind: a figure this machine's drifting speed does not blur.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -9,7 +14,7 @@ use std::time::Duration;
 use bridge::port::{MemoryPeer, MemoryQueue};
 use bridge::wire::{FrameSpec, MacAddr};
 use bridge::{FdbConfig, MacTable, SectionMode, Worker, WorkerConfig};
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, Criterion, Throughput};
 use locks::{Strategy, StrategyKind};
 
 const STATIONS: u32 = 64;
@@ -85,6 +90,26 @@ fn forwarding(c: &mut Criterion) {
     group.finish();
 }
 
+/// `count` rounds, in one function callgrind can be told to count in.
+#[inline(never)]
+fn rounds<S: Strategy>(bench: &mut Bench<S>, count: usize) -> usize {
+    (0..count).map(|_| bench.round()).sum()
+}
+
+/// `MPBRIDGE_ROUNDS` rounds of one strategy, after a warm-up.
+fn count_rounds(count: usize, kind: StrategyKind) {
+    locks::with_strategy!(kind, S => {
+        let mut bench = Bench::<S>::new(SectionMode::PerBatch);
+        // The warm-up outside `rounds`, which alone is counted.
+        for _ in 0..100 {
+            bench.round();
+        }
+        let sent = rounds(&mut bench, count);
+        assert_eq!(sent, count * STATIONS as usize, "known unicast was flooded or lost");
+        println!("{kind}: {count} rounds, {sent} frames");
+    });
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
@@ -93,4 +118,17 @@ criterion_group! {
         .measurement_time(Duration::from_secs(1));
     targets = forwarding
 }
-criterion_main!(benches);
+
+fn main() {
+    if let Ok(count) = std::env::var("MPBRIDGE_ROUNDS") {
+        let count = count.parse().expect("MPBRIDGE_ROUNDS: a number of rounds");
+        let kind = std::env::args()
+            .skip(1)
+            .find_map(|arg| arg.parse().ok())
+            .expect("a strategy to count");
+        count_rounds(count, kind);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
