@@ -470,13 +470,12 @@ fn own(
                     thread::sleep(OWNER_SLOW);
                 }
                 let response = state.handle(request);
-                if changes {
-                    // Published before the client hears the change is
-                    // done, so that whatever it reads next shows it.
-                    board.publish(state.published());
-                    board.set_busy(false);
-                    published = true;
-                }
+                // Published before the client hears the answer, so that
+                // whatever it reads next (`/metrics` too) is at least as
+                // new: a change is done, `stats` agrees with a scrape.
+                board.publish(state.published());
+                board.set_busy(false);
+                published = true;
                 // The caller may have given up waiting; nothing to do then.
                 reply(response);
             }
