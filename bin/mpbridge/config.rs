@@ -436,9 +436,11 @@ mod tests {
     use super::*;
 
     fn load_text(text: &str) -> Result<Config, String> {
-        let dir = std::env::temp_dir().join(format!("mpbcfg{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(format!("{}.toml", text.len()));
+        // A file of this call's own, removed after: tests run at once.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("mpbcfg{}-{n}.toml", std::process::id());
+        let path = std::env::temp_dir().join(name);
         std::fs::write(&path, text).unwrap();
         let result = load(&path);
         let _ = std::fs::remove_file(&path);

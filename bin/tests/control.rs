@@ -11,17 +11,19 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use lab::ScratchDir;
 use netns::{
     ctl, ctl_json, ctl_ok, link_mac, mac, port_stats, proc_status, run_to_exit,
     settle_counts as settle, tcp_transfer, test_frame, Daemon, Netns, PortKind, Station, Topology,
     BROADCAST,
 };
 
-/// A control socket path of this test's own.
-fn socket_path(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(netns::unique("mpbctl"));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(format!("{test}.sock"))
+/// A control socket path of this test's own, in a directory removed
+/// with the returned guard.
+fn socket_path(test: &str) -> (ScratchDir, PathBuf) {
+    let dir = ScratchDir::new("mpbctl");
+    let socket = dir.join(format!("{test}.sock"));
+    (dir, socket)
 }
 
 fn mac_text(mac: [u8; 6]) -> String {
@@ -53,7 +55,7 @@ fn fdb(socket: &Path) -> BTreeMap<String, (String, String)> {
 }
 
 fn fdb_show_lists_every_station_on_its_port() {
-    let socket = socket_path("show");
+    let (_scratch, socket) = socket_path("show");
     let ctl_arg = format!("--ctl={}", socket.display());
     let topology = Topology::new(PortKind::Raw, 3, &[&ctl_arg]);
     tcp_transfer(&topology.hosts, 0, 1, 5201, 1);
@@ -77,7 +79,7 @@ fn fdb_show_lists_every_station_on_its_port() {
 }
 
 fn static_entries_steer_traffic_and_survive_ageing() {
-    let socket = socket_path("static");
+    let (_scratch, socket) = socket_path("static");
     let ctl_arg = format!("--ctl={}", socket.display());
     let topology = Topology::new(PortKind::Raw, 3, &[&ctl_arg, "--age", "1"]);
     let mut st = topology.stations();
@@ -104,7 +106,7 @@ fn static_entries_steer_traffic_and_survive_ageing() {
 }
 
 fn del_and_flush_make_stations_flood_again() {
-    let socket = socket_path("flush");
+    let (_scratch, socket) = socket_path("flush");
     let ctl_arg = format!("--ctl={}", socket.display());
     let topology = Topology::new(PortKind::Raw, 3, &[&ctl_arg]);
     let mut st = topology.stations();
@@ -141,7 +143,7 @@ fn del_and_flush_make_stations_flood_again() {
 }
 
 fn stats_count_exactly_what_was_sent() {
-    let socket = socket_path("stats");
+    let (_scratch, socket) = socket_path("stats");
     let ctl_arg = format!("--ctl={}", socket.display());
     let topology = Topology::new(
         PortKind::Raw,
@@ -211,7 +213,7 @@ fn request(socket: &Path, line: &str) -> String {
 }
 
 fn hostile_clients_get_errors_and_nothing_leaks() {
-    let socket = socket_path("hostile");
+    let (_scratch, socket) = socket_path("hostile");
     let ctl_arg = format!("--ctl={}", socket.display());
     let topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg]);
     let pid = topology.daemon.as_ref().unwrap().child.id();
@@ -462,7 +464,7 @@ fn group_members_put_vhost_sockets_in_the_vhost_dir() {
 }
 
 fn client_errors_are_one_line_with_the_right_exit_code() {
-    let socket = socket_path("client");
+    let (_scratch, socket) = socket_path("client");
     let cases: [(&[&str], i32, &str); 6] = [
         (
             &["fdb", "add", "02:zz:00:00:00:01", "port", "raw:p0"],
@@ -525,7 +527,7 @@ fn still_running(topology: &mut Topology) {
 }
 
 fn ports_come_and_go_while_traffic_flows() {
-    let socket = socket_path("ports");
+    let (_scratch, socket) = socket_path("ports");
     let ctl_arg = format!("--ctl={}", socket.display());
     let mut topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg, "--workers", "2"]);
     // The third host's link, bridged only while the port is in.
@@ -579,7 +581,7 @@ fn ports_come_and_go_while_traffic_flows() {
 }
 
 fn a_tap_added_and_removed_comes_and_goes() {
-    let socket = socket_path("tapport");
+    let (_scratch, socket) = socket_path("tapport");
     let ctl_arg = format!("--ctl={}", socket.display());
     let topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg]);
     let exists = |name: &str| {
@@ -643,7 +645,7 @@ fn capture_writes_pcapng_that_tshark_reads() {
     ) {
         return;
     }
-    let socket = socket_path("capture");
+    let (_scratch, socket) = socket_path("capture");
     let ctl_arg = format!("--ctl={}", socket.display());
     let topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg]);
     let mut st = topology.stations();
@@ -717,7 +719,7 @@ fn capture_writes_pcapng_that_tshark_reads() {
 }
 
 fn a_stalled_capture_loses_capture_frames_not_forwarded_ones() {
-    let socket = socket_path("stalled");
+    let (_scratch, socket) = socket_path("stalled");
     let ctl_arg = format!("--ctl={}", socket.display());
     let topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg]);
     let mut st = topology.stations();
@@ -801,7 +803,7 @@ fn the_config_file_sets_up_and_reload_applies_changes() {
         host.add_veth(&format!("p{i}"), &bridge).expect("veth");
         host.ip(&["link", "set", "eth0", "up"]);
     }
-    let socket = socket_path("config");
+    let (_scratch, socket) = socket_path("config");
     let file = socket.with_file_name("bridge.toml");
     let write = |text: &str| std::fs::write(&file, text).unwrap();
     let (a, b) = (mac_text(mac(0x50)), mac_text(mac(0x51)));
@@ -882,7 +884,7 @@ fn the_config_file_sets_up_and_reload_applies_changes() {
 }
 
 fn the_lock_strategy_switches_while_tcp_flows() {
-    let socket = socket_path("switch");
+    let (_scratch, socket) = socket_path("switch");
     let ctl_arg = format!("--ctl={}", socket.display());
     let topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg, "--workers", "2"]);
     // Stations of every kind in the table: learned (the hosts), local (the
@@ -942,7 +944,7 @@ fn add_statics(socket: &Path, port: &str, n: u16) {
 }
 
 fn a_client_that_pipelines_without_reading_holds_little_memory() {
-    let socket = socket_path("pipeline");
+    let (_scratch, socket) = socket_path("pipeline");
     let ctl_arg = format!("--ctl={}", socket.display());
     let topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg]);
     let pid = topology.daemon.as_ref().unwrap().child.id();
@@ -987,7 +989,7 @@ fn a_client_that_pipelines_without_reading_holds_little_memory() {
 }
 
 fn silent_clients_in_every_slot_make_room_for_a_new_one() {
-    let socket = socket_path("slots");
+    let (_scratch, socket) = socket_path("slots");
     let ctl_arg = format!("--ctl={}", socket.display());
     let topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg]);
     let pid = topology.daemon.as_ref().unwrap().child.id();
@@ -1031,7 +1033,7 @@ fn a_ctl_path_that_is_not_a_socket_is_refused_and_kept() {
 }
 
 fn captures_are_bounded_per_bridge() {
-    let socket = socket_path("captures");
+    let (_scratch, socket) = socket_path("captures");
     let ctl_arg = format!("--ctl={}", socket.display());
     let _topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg]);
     let capture = "{\"version\":1,\"command\":\"capture\",\"port\":\"raw:p0\"}\n";
@@ -1070,7 +1072,7 @@ fn captures_are_bounded_per_bridge() {
 }
 
 fn a_lock_switch_that_loses_a_worker_stops_the_bridge() {
-    let socket = socket_path("lostworker");
+    let (_scratch, socket) = socket_path("lostworker");
     let ctl_arg = format!("--ctl={}", socket.display());
     let mut topology = Topology::new(
         PortKind::Raw,
@@ -1094,7 +1096,7 @@ fn a_lock_switch_that_loses_a_worker_stops_the_bridge() {
 }
 
 fn port_show_lists_ports_with_their_options() {
-    let socket = socket_path("portshow");
+    let (_scratch, socket) = socket_path("portshow");
     let ctl_arg = format!("--ctl={}", socket.display());
     let _topology = Topology::with_options(
         PortKind::Raw,
@@ -1167,7 +1169,7 @@ fn reload_keeps_the_static_entries_of_a_changed_port_that_still_fit() {
         host.add_veth(&format!("p{i}"), &bridge).expect("veth");
         host.ip(&["link", "set", "eth0", "up"]);
     }
-    let socket = socket_path("reloadvlan");
+    let (_scratch, socket) = socket_path("reloadvlan");
     let file = socket.with_file_name("bridge.toml");
     let (a, b, c) = (
         mac_text(mac(0x60)),
@@ -1238,7 +1240,7 @@ fn reloads_and_port_changes_at_once_keep_the_bridge_whole() {
         ]);
         host.ip(&["link", "set", "eth0", "up"]);
     }
-    let socket = socket_path("race");
+    let (_scratch, socket) = socket_path("race");
     let file = socket.with_file_name("bridge.toml");
     let write = |third: bool| {
         let ports = if third {
@@ -1373,7 +1375,7 @@ impl Drop for Holder {
 }
 
 fn read_only_clients_cannot_take_the_admin_places() {
-    let socket = socket_path("roplaces");
+    let (_scratch, socket) = socket_path("roplaces");
     let ctl_arg = format!("--ctl={}", socket.display());
     let topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg, "--ctl-ro-group", "nogroup"]);
     let pid = topology.daemon.as_ref().unwrap().child.id();
@@ -1404,7 +1406,7 @@ fn read_only_clients_cannot_take_the_admin_places() {
 }
 
 fn a_client_that_trickles_or_reads_slowly_is_closed() {
-    let socket = socket_path("trickle");
+    let (_scratch, socket) = socket_path("trickle");
     let ctl_arg = format!("--ctl={}", socket.display());
     let topology = Topology::new(PortKind::Raw, 2, &[&ctl_arg]);
     let pid = topology.daemon.as_ref().unwrap().child.id();
@@ -1450,7 +1452,7 @@ fn a_client_that_trickles_or_reads_slowly_is_closed() {
 }
 
 fn reads_are_answered_while_the_owner_is_busy() {
-    let socket = socket_path("busyowner");
+    let (_scratch, socket) = socket_path("busyowner");
     let ctl_arg = format!("--ctl={}", socket.display());
     let topology = Topology::new(
         PortKind::Raw,
@@ -1494,7 +1496,7 @@ fn reads_are_answered_while_the_owner_is_busy() {
 }
 
 fn a_lock_set_without_descriptors_keeps_the_old_strategy() {
-    let socket = socket_path("lockfds");
+    let (_scratch, socket) = socket_path("lockfds");
     let ctl_arg = format!("--ctl={}", socket.display());
     let topology = Topology::new(
         PortKind::Raw,

@@ -14,16 +14,18 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use lab::prometheus::{self, Exposition};
+use lab::ScratchDir;
 use netns::{
     mac, run_to_exit, settle_counts as settle, test_frame, Daemon, Netns, PortKind, Topology,
     BROADCAST,
 };
 
-/// A control socket path of this test's own.
-fn socket_path(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(netns::unique("mpbmet"));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(format!("{test}.sock"))
+/// A control socket path of this test's own, in a directory removed
+/// with the returned guard.
+fn socket_path(test: &str) -> (ScratchDir, PathBuf) {
+    let dir = ScratchDir::new("mpbmet");
+    let socket = dir.join(format!("{test}.sock"));
+    (dir, socket)
 }
 
 /// A loopback port free in the namespace of this thread.
@@ -163,7 +165,7 @@ fn steady(e: &Exposition) -> BTreeMap<(String, Vec<(String, String)>), f64> {
 }
 
 fn scrape_equals_stats_on_an_idle_bridge() {
-    let socket = socket_path("equal");
+    let (_scratch, socket) = socket_path("equal");
     let ctl_arg = format!("--ctl={}", socket.display());
     // The bridge's namespace is new: any port is free there.
     let port = free_port();

@@ -12,6 +12,7 @@ mod netns;
 mod privileges;
 mod process;
 pub mod prometheus;
+mod scratch;
 mod station;
 pub mod vhost;
 pub mod workload;
@@ -21,4 +22,5 @@ pub use privileges::{installed, privilege_problem, privileged, run_tests, unavai
 pub use process::{
     cpu_over, cpu_seconds, pin_to, proc_status, rss_kib, stop_child, wait_exit, Daemon, Process,
 };
+pub use scratch::ScratchDir;
 pub use station::{mac, tagged_test_frame, test_frame, Station, BROADCAST, TEST_ETHERTYPE};
