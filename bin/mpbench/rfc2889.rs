@@ -15,7 +15,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bridge::port::{Queue, RawQueue, VNET_HDR_LEN};
+use bridge::port::{Outgoing, Queue, RawQueue, VNET_HDR_LEN};
 use bridge::wire::{EtherType, FrameSpec, MacAddr, Payload};
 use locks::StrategyKind;
 
@@ -149,7 +149,9 @@ impl Trial {
                     continue;
                 }
                 let end = due.min(sent + 64);
-                let batch = frames[sent..end].iter().map(Vec::as_slice);
+                let batch = frames[sent..end]
+                    .iter()
+                    .map(|frame| Outgoing::split(frame, VNET_HDR_LEN));
                 let n = port
                     .send_batch(batch)
                     .into_result()

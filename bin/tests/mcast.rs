@@ -19,7 +19,7 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bridge::port::{Queue, RawQueue, RxBatch, VNET_HDR_LEN};
+use bridge::port::{Outgoing, Queue, RawQueue, RxBatch, VNET_HDR_LEN};
 use netlink_packet_core::{
     NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_REQUEST,
 };
@@ -141,7 +141,7 @@ impl Wire {
         buffer.extend_from_slice(frame);
         let sent = self
             .queue
-            .send_batch(std::iter::once(&buffer[..]))
+            .send_batch(std::iter::once(Outgoing::split(&buffer, VNET_HDR_LEN)))
             .into_result()
             .expect("send");
         assert_eq!(sent, 1, "frame not sent");
@@ -157,7 +157,11 @@ impl Wire {
             if self.batch.is_empty() {
                 break;
             }
-            frames.extend(self.batch.iter().map(|f| f[VNET_HDR_LEN..].to_vec()));
+            frames.extend(
+                self.batch
+                    .iter()
+                    .map(|f| f.to_vec()[VNET_HDR_LEN..].to_vec()),
+            );
         }
         frames
     }
@@ -1507,7 +1511,8 @@ impl Flood {
             {
                 let first = next;
                 next += 32;
-                let batch = (first..next).map(|i| &frames[i % frames.len()][..]);
+                let batch =
+                    (first..next).map(|i| Outgoing::split(&frames[i % frames.len()], VNET_HDR_LEN));
                 // A full socket queue sends fewer; the flood goes on.
                 sent += wire.queue.send_batch(batch).sent;
                 // About 30000 frames a second at most: a flood, yet one

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bridge::port::{Queue, RawQueue, RxBatch, VNET_HDR_LEN};
+use bridge::port::{Outgoing, Queue, RawQueue, RxBatch, VNET_HDR_LEN};
 use netns::{
     ctl, ctl_json, ctl_ok, mac, port_stats, privileged, settle_counts, tcp_transfer, test_frame,
     Daemon, Netns, PortKind, Station, Topology, BROADCAST,
@@ -508,7 +508,7 @@ impl Capture {
         buffer.extend_from_slice(frame);
         let sent = self
             .queue
-            .send_batch(std::iter::once(&buffer[..]))
+            .send_batch(std::iter::once(Outgoing::split(&buffer, VNET_HDR_LEN)))
             .into_result()
             .expect("send");
         assert_eq!(sent, 1, "frame not sent");
@@ -521,7 +521,11 @@ impl Capture {
         loop {
             self.batch.clear();
             self.queue.recv_batch(&mut self.batch).expect("receive");
-            frames.extend(self.batch.iter().map(|f| f[VNET_HDR_LEN..].to_vec()));
+            frames.extend(
+                self.batch
+                    .iter()
+                    .map(|f| f.to_vec()[VNET_HDR_LEN..].to_vec()),
+            );
             if Instant::now() >= deadline {
                 return frames;
             }

@@ -11,6 +11,7 @@ use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+use crate::port::Outgoing;
 use crate::port_id::PortId;
 
 /// Which way a captured frame went through the port.
@@ -142,25 +143,25 @@ impl CaptureHub {
         self.active.store(!taps.is_empty(), Ordering::Relaxed);
     }
 
-    /// Offers the frames of one batch that went `direction` through `port`
-    /// (each with `skip` bytes of port metadata before the frame).
+    /// Offers the frames of one batch that went `direction` through `port`.
     pub fn offer<'a>(
         &self,
         queue: usize,
         port: PortId,
         direction: Direction,
-        skip: usize,
-        frames: impl Iterator<Item = &'a [u8]> + Clone,
+        frames: impl Iterator<Item = Outgoing<'a>> + Clone,
     ) {
         let taps = self.taps();
         let time = SystemTime::now();
         for tap in taps.iter().filter(|tap| tap.filter.wants(port, direction)) {
             for frame in frames.clone() {
+                let mut bytes = Vec::new();
+                let frame = frame.ethernet(&mut bytes).to_vec();
                 let captured = Captured {
                     time,
                     direction,
                     queue,
-                    frame: frame[skip.min(frame.len())..].to_vec(),
+                    frame,
                 };
                 tap.sink.offer(captured);
             }

@@ -14,7 +14,7 @@ use std::fmt;
 use crate::wire::VlanId;
 
 /// How a frame leaves one port: as it came in, untagged, or with an outer
-/// tag (added, or its VLAN id set); `wire::tag::rewrite` makes it so.
+/// tag (added, or its VLAN id set); `wire::tag::Cut` cuts a frame so.
 pub use crate::wire::tag::TagForm as Egress;
 pub use crate::wire::tag::{outer_tag, Tag, TAG_LEN};
 

@@ -14,8 +14,9 @@
 //! - A receive reads exactly the descriptors a reference walk written
 //!   here reads for the chains it took (up to the first broken rule).
 //! - Every chain taken with a head inside the ring is returned exactly
-//!   once (the heads published in the used ring are, as a multiset, those
-//!   at the avail slots taken); a head outside is not returned. Checked
+//!   once, a lent frame's when the batch is released (the heads published
+//!   in the used ring are, as a multiset, those at the avail slots taken);
+//!   a head outside is not returned. Checked
 //!   when no buffer the driver offers to be written overlaps the rings
 //!   (else a send may rewrite them under the target's reading).
 //! - A used length is at most its chain's room; a receive's frames are as
@@ -34,7 +35,7 @@ use std::sync::Arc;
 use bridge::port::vhost::fuzzing::{self, Device, CHAIN_BUDGET, DESCRIPTOR_BUDGET};
 use bridge::port::vhost::memory::{GuestMemory, RegionSpec};
 use bridge::port::vhost::ring::{driver, RingLayout, SplitRing};
-use bridge::port::{Queue, RxBatch};
+use bridge::port::{Outgoing, Queue, RxBatch};
 use libfuzzer_sys::fuzz_target;
 
 const BASE: u64 = 0x10_0000;
@@ -305,10 +306,10 @@ fuzz_target!(|data: &[u8]| {
         frame_bytes.push(frame);
     }
     let capacity = 1600;
-    let mut batch = RxBatch::new(batch_size, capacity);
+    let mut batch = RxBatch::new(batch_size, capacity).with_metadata(10);
     for _round in 0..3 {
         let was = before(&device, &memory, 0, &rx);
-        let report = queue.send_batch(frame_bytes.iter().map(Vec::as_slice));
+        let report = queue.send_batch(frame_bytes.iter().map(|f| Outgoing::split(f, 10)));
         assert!(report.fault.is_none());
         assert_eq!(report.sent + report.dropped + report.refused, frames);
         after(&device, &memory, 0, &rx, &was, true, u32::MAX, exact);
@@ -317,6 +318,12 @@ fuzz_target!(|data: &[u8]| {
         batch.clear();
         let max = (header_len + capacity - 10) as u32;
         let got = queue.recv_batch(&mut batch);
+        // Every frame reads back whole, lent or copied, and the lent ones'
+        // chains go back with the release.
+        for frame in batch.iter() {
+            assert!(frame.ethernet().len() <= capacity);
+        }
+        queue.release();
         let (taken, _) = after(&device, &memory, 1, &tx, &was, false, max, exact);
         assert!(usize::from(taken) <= CHAIN_BUDGET);
         match got {

@@ -31,18 +31,22 @@ impl Station {
             .expect("cannot enter the namespace");
         Station {
             port,
-            batch: bridge::port::RxBatch::new(64, 65_600),
+            batch: bridge::port::RxBatch::new(64, 65_600).with_metadata(bridge::port::VNET_HDR_LEN),
         }
     }
 
     /// Sends one Ethernet frame (no virtio-net header: one is added).
     pub fn send(&mut self, frame: &[u8]) {
-        use bridge::port::Queue;
-        let mut buffer = vec![0u8; bridge::port::VNET_HDR_LEN];
-        buffer.extend_from_slice(frame);
+        use bridge::port::{Outgoing, Queue};
+        let header = [0u8; bridge::port::VNET_HDR_LEN];
+        let outgoing = Outgoing {
+            meta: &header,
+            pieces: [frame, &[], &[]],
+            ..Outgoing::default()
+        };
         let sent = self
             .port
-            .send_batch(std::iter::once(&buffer[..]))
+            .send_batch(std::iter::once(outgoing))
             .into_result()
             .expect("send");
         assert_eq!(sent, 1, "frame not sent");
@@ -57,7 +61,7 @@ impl Station {
             self.batch.clear();
             self.port.recv_batch(&mut self.batch).expect("receive");
             for frame in self.batch.iter() {
-                let frame = &frame[bridge::port::VNET_HDR_LEN..];
+                let frame = frame.eth;
                 if is_test_frame(frame) {
                     frames.push(frame.to_vec());
                 }
@@ -81,7 +85,11 @@ impl Station {
                 buffer
             })
             .collect();
-        self.port.send_batch(buffers.iter().map(Vec::as_slice)).sent
+        let meta = bridge::port::VNET_HDR_LEN;
+        let outgoing = buffers
+            .iter()
+            .map(|b| bridge::port::Outgoing::split(b, meta));
+        self.port.send_batch(outgoing).sent
     }
 
     /// Drops whatever arrived so far (waiting at least a millisecond).

@@ -7,7 +7,7 @@
 use std::thread;
 use std::time::Duration;
 
-use bridge::port::{Queue, RawQueue, VNET_HDR_LEN};
+use bridge::port::{Outgoing, Queue, RawQueue, VNET_HDR_LEN};
 use bridge::wire::{EtherType, FrameSpec, MacAddr, Payload};
 use locks::StrategyKind;
 
@@ -297,7 +297,8 @@ pub(super) fn build(setup: Setup, mpbridge: &Program) -> Result<Bench, String> {
             .remove(0);
         let frame = with_header(&frame([0xff; 6], SINK_MAC, 64));
         for _ in 0..3 {
-            port.send_batch(std::iter::once(&frame[..]))
+            let outgoing = Outgoing::split(&frame, VNET_HDR_LEN);
+            port.send_batch(std::iter::once(outgoing))
                 .into_result()
                 .map_err(|e| e.to_string())?;
             thread::sleep(Duration::from_millis(20));

@@ -6,6 +6,8 @@ use std::io;
 use std::mem::size_of;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
+use super::Outgoing;
+
 /// A negative return is the thread's `errno`.
 pub(crate) fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
     if ret < 0 {
@@ -41,6 +43,19 @@ pub fn read(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
 pub fn write(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     // SAFETY: `buf` is valid for reads of its length.
     check_size(unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) })
+}
+
+/// Writes `frame`'s metadata and pieces to `fd` as one write (writev):
+/// the kernel gathers them into its buffer, the frame's one copy.
+pub fn write_frame(fd: RawFd, frame: &Outgoing<'_>) -> io::Result<usize> {
+    let mut iovs = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; 5];
+    let count = frame.iovecs(&mut iovs);
+    // SAFETY: the first `count` iovecs point at the frame's parts, which
+    // are readable for this call; the kernel only reads them.
+    check_size(unsafe { libc::writev(fd, iovs.as_ptr(), count as libc::c_int) })
 }
 
 /// Sets socket option `name` at `level` to `value`.

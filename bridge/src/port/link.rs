@@ -8,8 +8,8 @@ use std::os::fd::RawFd;
 use crate::wire::vxlan::Vtep;
 
 use super::{
-    PortError, Queue, RawQueue, RxBatch, RxReport, SendReport, TapQueue, VhostQueue, VxlanQueue,
-    VNET_HDR_LEN,
+    Outgoing, PortError, Queue, RawQueue, RxBatch, RxReport, SendReport, TapQueue, VhostQueue,
+    VxlanQueue, VNET_HDR_LEN,
 };
 
 /// A tap queue, a packet socket, a VXLAN queue or a vhost-user queue pair.
@@ -57,7 +57,13 @@ impl Queue for LinkQueue {
         }
     }
 
-    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = &'a [u8]>) -> SendReport {
+    fn release(&mut self) {
+        if let LinkQueue::Vhost(port) = self {
+            port.release();
+        }
+    }
+
+    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = Outgoing<'a>>) -> SendReport {
         match self {
             LinkQueue::Tap(port) => port.send_batch(frames),
             LinkQueue::Raw(port) => port.send_batch(frames),
@@ -68,7 +74,7 @@ impl Queue for LinkQueue {
 
     fn send_batch_to<'a>(
         &mut self,
-        frames: impl Iterator<Item = (&'a [u8], Option<Vtep>)>,
+        frames: impl Iterator<Item = (Outgoing<'a>, Option<Vtep>)>,
     ) -> SendReport {
         match self {
             LinkQueue::Tap(port) => port.send_batch_to(frames),

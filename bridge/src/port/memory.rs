@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{PortError, Queue, RxBatch, RxReport, SendReport};
+use super::{Outgoing, PortError, Queue, RxBatch, RxReport, SendReport};
 
 #[derive(Debug, Default)]
 struct Queues {
@@ -94,7 +94,7 @@ impl Queue for MemoryQueue {
         Ok(report)
     }
 
-    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = &'a [u8]>) -> SendReport {
+    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = Outgoing<'a>>) -> SendReport {
         let mut queues = lock(&self.queues);
         let mut report = SendReport::default();
         for frame in frames {
@@ -102,7 +102,16 @@ impl Queue for MemoryQueue {
                 report.dropped += 1;
                 continue;
             }
-            let buffer = queues.buffer(frame);
+            let buffer = match frame.whole() {
+                // No metadata here: the frame itself.
+                Some(whole) if frame.meta.is_empty() => queues.buffer(whole),
+                _ => {
+                    let mut buffer = queues.spare.pop().unwrap_or_default();
+                    buffer.clear();
+                    frame.extend_into(&mut buffer);
+                    buffer
+                }
+            };
             queues.from_bridge.push_back(buffer);
             report.sent += 1;
             report.sent_bytes += frame.len() as u64;

@@ -4,12 +4,17 @@
 //! one queue of every port, a [`Queue`] (`TapQueue`, `RawQueue`,
 //! `VxlanQueue`, or `LinkQueue` for any of them), and moves frames between
 //! them. Receiving fills a reusable [`RxBatch`], so the
-//! forwarding path allocates nothing per frame. Each kind of port keeps its
+//! forwarding path allocates nothing per frame: a port copies its frames
+//! into the batch's buffers, or lends them where they arrived (a
+//! vhost-user guest's own buffers) until the batch is forwarded, and then
+//! each frame is copied once, into where it leaves (`frame.rs`). Each kind of port keeps its
 //! own system calls beside it (`tap/sys.rs`, `raw/sys.rs`, `vxlan/sys.rs`); what they share
 //! is in `fd.rs` (descriptors), `netdev.rs` (interface ioctls) and
 //! `wake.rs` (the worker's poll and eventfd).
 
+mod batch;
 mod fd;
+mod frame;
 pub mod link;
 pub mod memory;
 pub mod netdev;
@@ -20,6 +25,8 @@ pub mod vhost;
 pub mod vxlan;
 pub(crate) mod wake;
 
+pub use batch::{Oversize, RxBatch};
+pub use frame::{Frame, Lent, Outgoing, LENT_HEAD};
 pub use link::LinkQueue;
 pub use memory::{MemoryPeer, MemoryQueue};
 pub use raw::RawQueue;
@@ -34,193 +41,6 @@ use std::io;
 use std::os::fd::RawFd;
 
 use crate::wire::vxlan::Vtep;
-
-/// A fixed set of reusable receive buffers.
-///
-/// Frames are packed one after the other (each at a 64-byte boundary), and
-/// the next buffer is whatever room follows the last frame: a batch of
-/// 64-byte frames spans a few KiB, not `frames * frame_capacity` bytes, and
-/// the room behind it (enough for every frame at full size) is touched only
-/// by large frames.
-#[derive(Debug)]
-pub struct RxBatch {
-    slab: Box<[u8]>,
-    frame_capacity: usize,
-    starts: Box<[usize]>,
-    lens: Box<[usize]>,
-    /// Per frame, the VTEP it came from: empty until a port names one (a
-    /// VXLAN port's frames), so that other ports' batches pay nothing.
-    vteps: Vec<Option<Vtep>>,
-    count: usize,
-    /// Where the next frame goes.
-    end: usize,
-}
-
-/// Frame starts are aligned to a cache line.
-const FRAME_ALIGN: usize = 64;
-
-fn align_frame(offset: usize) -> usize {
-    offset.next_multiple_of(FRAME_ALIGN)
-}
-
-/// A frame longer than a batch buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("frame of {len} bytes exceeds the {capacity}-byte buffer")]
-pub struct Oversize {
-    /// The frame's length.
-    pub len: usize,
-    /// The buffer's size.
-    pub capacity: usize,
-}
-
-impl RxBatch {
-    /// Room for `frames` frames of up to `frame_capacity` bytes each.
-    pub fn new(frames: usize, frame_capacity: usize) -> RxBatch {
-        assert!(
-            frames > 0 && frame_capacity > 0,
-            "an empty batch holds nothing"
-        );
-        RxBatch {
-            // Room for every frame at full size, each aligned: the pages of
-            // that room a batch of small frames never reaches stay untouched.
-            slab: vec![0; frames * align_frame(frame_capacity)].into_boxed_slice(),
-            frame_capacity,
-            starts: vec![0; frames].into_boxed_slice(),
-            lens: vec![0; frames].into_boxed_slice(),
-            vteps: Vec::new(),
-            count: 0,
-            end: 0,
-        }
-    }
-
-    /// How many frames the batch holds when full.
-    pub fn capacity(&self) -> usize {
-        self.lens.len()
-    }
-
-    /// The largest frame a buffer holds.
-    pub fn frame_capacity(&self) -> usize {
-        self.frame_capacity
-    }
-
-    /// How many frames the batch holds now.
-    pub fn len(&self) -> usize {
-        self.count
-    }
-
-    /// Whether the batch holds no frame.
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
-    /// Whether no more frames fit.
-    pub fn is_full(&self) -> bool {
-        self.count == self.lens.len()
-    }
-
-    /// Forgets every frame, keeping the buffers.
-    pub fn clear(&mut self) {
-        self.count = 0;
-        self.end = 0;
-        self.vteps.clear();
-    }
-
-    /// Frame `index`.
-    ///
-    /// # Panics
-    /// When `index >= self.len()`.
-    #[inline]
-    pub fn frame(&self, index: usize) -> &[u8] {
-        assert!(index < self.count, "frame {index} of {}", self.count);
-        let start = self.starts[index];
-        &self.slab[start..start + self.lens[index]]
-    }
-
-    /// The VTEP frame `index` came from, if a VXLAN port said.
-    #[inline]
-    pub fn vtep(&self, index: usize) -> Option<Vtep> {
-        debug_assert!(index < self.count, "frame {index} of {}", self.count);
-        self.vteps.get(index).copied().flatten()
-    }
-
-    /// Says that the last frame came from `vtep`.
-    ///
-    /// # Panics
-    /// When the batch is empty.
-    pub fn set_last_vtep(&mut self, vtep: Vtep) {
-        assert!(self.count > 0, "no frame to name a VTEP of");
-        self.vteps.resize(self.count, None);
-        self.vteps[self.count - 1] = Some(vtep);
-    }
-
-    /// The frames, in order of arrival.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + Clone + '_ {
-        (0..self.count).map(|index| self.frame(index))
-    }
-
-    /// The next free buffer, for a port to receive into; `None` when full.
-    /// Nothing is added until [`commit`](Self::commit).
-    pub fn next_buffer(&mut self) -> Option<&mut [u8]> {
-        if self.is_full() {
-            return None;
-        }
-        // In bounds: each of the `count` frames before took at most
-        // align_frame(frame_capacity) bytes.
-        Some(&mut self.slab[self.end..self.end + self.frame_capacity])
-    }
-
-    /// Adds the frame of `len` bytes written into [`next_buffer`](Self::next_buffer).
-    ///
-    /// # Panics
-    /// When the batch is full or `len` exceeds the buffer size.
-    pub fn commit(&mut self, len: usize) {
-        assert!(!self.is_full() && len <= self.frame_capacity);
-        self.starts[self.count] = self.end;
-        self.lens[self.count] = len;
-        self.count += 1;
-        self.end = align_frame(self.end + len);
-    }
-
-    /// The last frame's buffer, with the room it may grow into (a whole
-    /// buffer from its start), and its length: for a port that joins
-    /// segments of one flow into one frame.
-    pub fn last_mut(&mut self) -> Option<(&mut [u8], usize)> {
-        let last = self.count.checked_sub(1)?;
-        let start = self.starts[last];
-        let len = self.lens[last];
-        Some((&mut self.slab[start..start + self.frame_capacity], len))
-    }
-
-    /// Sets the last frame's length, after [`last_mut`](Self::last_mut)
-    /// grew it.
-    ///
-    /// # Panics
-    /// When the batch is empty or `len` exceeds the buffer size.
-    pub fn set_last_len(&mut self, len: usize) {
-        assert!(self.count > 0 && len <= self.frame_capacity);
-        let last = self.count - 1;
-        self.lens[last] = len;
-        self.end = align_frame(self.starts[last] + len);
-    }
-
-    /// Copies `frame` into the next free buffer. Returns `Ok(false)` when the
-    /// batch is full.
-    pub fn push(&mut self, frame: &[u8]) -> Result<bool, Oversize> {
-        let capacity = self.frame_capacity;
-        let Some(buffer) = self.next_buffer() else {
-            return Ok(false);
-        };
-        if frame.len() > capacity {
-            return Err(Oversize {
-                len: frame.len(),
-                capacity,
-            });
-        }
-        buffer[..frame.len()].copy_from_slice(frame);
-        self.commit(frame.len());
-        Ok(true)
-    }
-}
 
 /// What a port reports about one receive call beyond the frames themselves.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -374,15 +194,21 @@ pub trait Queue: Send {
     /// Receives frames into the batch's free buffers without blocking.
     fn recv_batch(&mut self, batch: &mut RxBatch) -> Result<RxReport, PortError>;
 
+    /// Takes back the frames the last [`recv_batch`](Self::recv_batch)
+    /// lent, once the batch has been forwarded: a vhost-user port returns
+    /// the guest's buffers to it. Ports that copy their frames into the
+    /// batch lend none.
+    fn release(&mut self) {}
+
     /// Sends the frames, in order, and says what became of each.
-    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = &'a [u8]>) -> SendReport;
+    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = Outgoing<'a>>) -> SendReport;
 
     /// [`send_batch`](Self::send_batch) of frames each with the VTEP its
     /// destination's fdb entry names: a VXLAN port sends a frame there, or
     /// to its flood list for `None`; other ports have no VTEPs.
     fn send_batch_to<'a>(
         &mut self,
-        frames: impl Iterator<Item = (&'a [u8], Option<Vtep>)>,
+        frames: impl Iterator<Item = (Outgoing<'a>, Option<Vtep>)>,
     ) -> SendReport {
         self.send_batch(frames.map(|(frame, _)| frame))
     }
@@ -430,61 +256,5 @@ pub trait Queue: Send {
     /// of one address). The worker reads such a port before it sleeps.
     fn pending(&self) -> bool {
         false
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::RxBatch;
-
-    fn fill(batch: &mut RxBatch, lens: &[usize]) {
-        let capacity = batch.frame_capacity();
-        for (n, &len) in lens.iter().enumerate() {
-            let buffer = batch.next_buffer().expect("room for the frame");
-            assert_eq!(buffer.len(), capacity);
-            buffer[..len].fill(n as u8);
-            batch.commit(len);
-        }
-    }
-
-    #[test]
-    fn small_frames_are_packed_and_read_back_whole() {
-        let mut batch = RxBatch::new(64, 65_600);
-        let lens: Vec<usize> = (0..64).map(|n| 60 + n).collect();
-        fill(&mut batch, &lens);
-        assert!(batch.is_full() && batch.next_buffer().is_none());
-        for (n, frame) in batch.iter().enumerate() {
-            assert_eq!(frame.len(), lens[n]);
-            assert!(frame.iter().all(|&b| b == n as u8), "frame {n} changed");
-        }
-        // 64 small frames, each at a 64-byte boundary: a few KiB, not 4 MiB.
-        let first = batch.frame(0).as_ptr() as usize;
-        let last = batch.frame(63).as_ptr() as usize;
-        assert!(
-            last - first < 64 * 192,
-            "frames spread over {} bytes",
-            last - first
-        );
-        batch.clear();
-        assert!(batch.is_empty());
-        assert_eq!(batch.next_buffer().unwrap().as_ptr() as usize, first);
-    }
-
-    #[test]
-    fn every_frame_may_be_full_size() {
-        let capacity = 1000; // not a multiple of the alignment
-        let mut batch = RxBatch::new(8, capacity);
-        fill(&mut batch, &[capacity; 8]);
-        for (n, frame) in batch.iter().enumerate() {
-            assert_eq!(frame.len(), capacity);
-            assert!(frame.iter().all(|&b| b == n as u8));
-        }
-        batch.clear();
-        fill(
-            &mut batch,
-            &[1, capacity, 7, capacity, 0, capacity, 3, capacity],
-        );
-        assert_eq!(batch.frame(4).len(), 0);
-        assert!(batch.frame(7).iter().all(|&b| b == 7));
     }
 }

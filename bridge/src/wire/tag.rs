@@ -305,6 +305,50 @@ fn shift_metadata(meta: &mut [u8], shift: i16) {
     }
 }
 
+/// A frame in the form it leaves with, cut where its outer tag goes: the
+/// bytes before that place and after it are the received frame's own, so
+/// that a port writes the changed frame once, piece by piece.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cut<'a> {
+    /// The bytes before the tag's place (the whole frame when it keeps its
+    /// form).
+    pub head: &'a [u8],
+    /// The tag written there, if any.
+    pub tag: Option<[u8; TAG_LEN]>,
+    /// The bytes after it.
+    pub tail: &'a [u8],
+    /// How far the payload moved: a virtio-net header's offsets move with
+    /// it ([`shift_offsets`]).
+    pub shift: i16,
+}
+
+impl<'a> Cut<'a> {
+    /// `frame` in `form`. A frame that cannot take the change keeps its
+    /// form: `Untagged` of an untagged frame, `Tagged` of a buffer shorter
+    /// than the two addresses.
+    pub fn new(frame: &'a [u8], form: TagForm) -> Cut<'a> {
+        let layout = Layout::new(frame, Edit::of(form, frame));
+        Cut {
+            head: layout.head,
+            tag: layout.tag,
+            tail: layout.tail,
+            shift: layout.shift,
+        }
+    }
+
+    /// Whether the frame leaves as it came.
+    pub fn is_unchanged(&self) -> bool {
+        self.tag.is_none() && self.tail.is_empty() && self.shift == 0
+    }
+}
+
+/// Moves the offsets of `meta`, a port's metadata, by `shift` bytes, as
+/// its frame's payload moved: a virtio-net header's checksum start;
+/// other metadata has none.
+pub fn shift_offsets(meta: &mut [u8], shift: i16) {
+    shift_metadata(meta, shift);
+}
+
 /// Appends `buffer` to `out` with its frame in `form`; returns the length
 /// appended. `buffer` is a port's metadata of `meta_len` bytes (all of it,
 /// if shorter), then an Ethernet frame. When the tag's change moves the
@@ -316,16 +360,15 @@ fn shift_metadata(meta: &mut [u8], shift: i16) {
 /// addresses.
 pub fn rewrite(buffer: &[u8], meta_len: usize, form: TagForm, out: &mut Vec<u8>) -> usize {
     let (meta, frame) = buffer.split_at(meta_len.min(buffer.len()));
-    let layout = Layout::new(frame, Edit::of(form, frame));
+    let cut = Cut::new(frame, form);
     let start = out.len();
-    out.reserve(meta.len() + layout.len());
     out.extend_from_slice(meta);
-    out.extend_from_slice(layout.head);
-    if let Some(tag) = &layout.tag {
+    out.extend_from_slice(cut.head);
+    if let Some(tag) = &cut.tag {
         out.extend_from_slice(tag);
     }
-    out.extend_from_slice(layout.tail);
-    shift_metadata(&mut out[start..start + meta.len()], layout.shift);
+    out.extend_from_slice(cut.tail);
+    shift_offsets(&mut out[start..start + meta.len()], cut.shift);
     out.len() - start
 }
 

@@ -28,7 +28,10 @@ impl Queue for Silent {
         Ok(RxReport::default())
     }
 
-    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = &'a [u8]>) -> SendReport {
+    fn send_batch<'a>(
+        &mut self,
+        frames: impl Iterator<Item = crate::port::Outgoing<'a>>,
+    ) -> SendReport {
         SendReport {
             sent: frames.count(),
             ..SendReport::default()

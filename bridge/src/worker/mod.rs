@@ -42,7 +42,7 @@ use crate::counters::{PortCounters, PortStats, WorkerCounters};
 use crate::fdb::{FdbReader, FdbSection, MacTable, Seconds, Source, SourceState};
 use crate::forward::{self, Decision, DropReason, Egresses, IngressPort, Movers, Verdict};
 use crate::mcast::GroupTable;
-use crate::port::{wake, PortError, Queue, RxBatch};
+use crate::port::{wake, Outgoing, PortError, Queue, RxBatch};
 use crate::port_id::PortId;
 use crate::vlan::PortVlans;
 use crate::wire::VlanId;
@@ -199,7 +199,8 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             capture: parts.capture.unwrap_or_default(),
             id: parts.id,
             capturing: false,
-            batch: RxBatch::new(config.batch_size, config.frame_capacity),
+            batch: RxBatch::new(config.batch_size, config.frame_capacity)
+                .with_metadata(P::METADATA_LEN),
             verdicts: Vec::with_capacity(config.batch_size),
             any_vtep: false,
             to_learn: Vec::with_capacity(config.batch_size),
@@ -293,10 +294,15 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         if slot.queue.is_none() || slot.disabled {
             return;
         }
-        let mut buffer = vec![0u8; P::METADATA_LEN + frame.len()];
-        buffer[P::METADATA_LEN..].copy_from_slice(frame);
+        let meta = [0u8; 16];
+        debug_assert!(P::METADATA_LEN <= meta.len());
+        let own = Outgoing {
+            meta: &meta[..P::METADATA_LEN.min(meta.len())],
+            pieces: [frame, &[], &[]],
+            ..Outgoing::default()
+        };
         let queue = slot.queue.as_mut().expect("sendable ports are in use");
-        let report = queue.send_batch(std::iter::once(&buffer[..]));
+        let report = queue.send_batch(std::iter::once(own));
         slot.stats.tx_frames += report.sent as u64;
         slot.stats.tx_bytes += report.sent_bytes;
         slot.stats.tx_errors += report.refused as u64;
@@ -394,6 +400,12 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                 received += self.batch.len();
                 batches += 1;
                 self.forward(ingress);
+                // The frames the port lent go back to it now that they
+                // have been copied to where they leave.
+                if let Some(port) = self.slots[ingress].queue.as_mut() {
+                    port.release();
+                }
+                self.batch.clear();
             }
         }
         self.drained_by_syscalls = drained_by_syscalls;
@@ -566,14 +578,9 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         // The one load a batch pays for capture while nobody captures.
         self.capturing = self.capture.is_active();
         if self.capturing {
-            let frames = self.batch.iter();
-            self.capture.offer(
-                self.id,
-                port,
-                capture::Direction::In,
-                P::METADATA_LEN,
-                frames,
-            );
+            let frames = self.batch.iter().map(Outgoing::from);
+            self.capture
+                .offer(self.id, port, capture::Direction::In, frames);
         }
         self.verdicts.clear();
         self.any_vtep = false;
@@ -619,8 +626,8 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         let batch = &*batch;
         if !port.looks_up() {
             let verdicts_of = batch
-                .iter()
-                .map(|buffer| forward::without_lookup(&port, ethernet::<P>(buffer)));
+                .eths()
+                .map(|frame| forward::without_lookup(&port, frame));
             verdicts.extend(verdicts_of);
             return;
         }
@@ -631,14 +638,14 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         };
         match config.section {
             SectionMode::PerBatch => fdb.read(|section| {
-                for (index, buffer) in batch.iter().enumerate() {
-                    decide_one::<S, P>(section, &port, batch, index, buffer, now, &mut out);
+                for (index, frame) in batch.eths().enumerate() {
+                    decide_one::<S>(section, &port, batch, index, frame, now, &mut out);
                 }
             }),
             SectionMode::PerFrame => {
-                for (index, buffer) in batch.iter().enumerate() {
+                for (index, frame) in batch.eths().enumerate() {
                     fdb.read(|section| {
-                        decide_one::<S, P>(section, &port, batch, index, buffer, now, &mut out)
+                        decide_one::<S>(section, &port, batch, index, frame, now, &mut out)
                     });
                 }
             }
@@ -667,12 +674,12 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         // A port that is not forwarding floods no link-local group either
         // (br_handle_frame_finish drops them in the learning state).
         if self.slots[ingress].gate.forwarding {
-            let frames = batch.iter().map(ethernet::<P>);
+            let frames = batch.eths();
             forward::forward_groups(&mut self.verdicts, frames, self.config.group_fwd_mask);
         }
         if let Some(groups) = &self.groups {
             self.handed.clear();
-            let frame_of = |index: usize| ethernet::<P>(batch.frame(index));
+            let frame_of = |index: usize| batch.eth(index);
             forward::narrow(&mut self.verdicts, frame_of, groups, &mut self.handed);
             if !self.handed.is_empty() {
                 let handed = std::mem::take(&mut self.handed);
@@ -688,7 +695,7 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         }
         if self.movers.any_held() {
             let now = Instant::now();
-            let frames = self.batch.iter().map(ethernet::<P>);
+            let frames = self.batch.eths();
             forward::hold_movers(&mut self.verdicts, frames, &self.movers, now);
             let movers = &self.movers;
             self.to_learn
@@ -717,7 +724,7 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             *count += 1;
             events(PortEvent::Bpdu {
                 port: PortId(ingress as u16),
-                frame: ethernet::<P>(self.batch.frame(index)).to_vec(),
+                frame: self.batch.eth(index).to_vec(),
             });
         }
     }
@@ -882,10 +889,10 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         }
         self.rewrites.clear();
         let (batch, rewrites, outputs) = (&self.batch, &mut self.rewrites, &mut self.outputs);
-        let frame_of = |index: usize| ethernet::<P>(batch.frame(index));
+        let frame_of = |index: usize| batch.eth(index);
         // Each form of a frame made once, whichever ports it goes to.
         let deliver = |index: usize, egress: usize, form| {
-            let out = rewrites.frame_for(batch, index, form, P::METADATA_LEN);
+            let out = rewrites.frame_for(batch, index, form);
             outputs[egress].push(out);
         };
         let missing = forward::fan_out(
@@ -898,9 +905,9 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         );
         // The ingress port's counts.
         let mut rx = PortStats::default();
-        for (buffer, verdict) in self.batch.iter().zip(&self.verdicts) {
+        for (index, verdict) in self.verdicts.iter().enumerate() {
             rx.rx_frames += 1;
-            rx.rx_bytes += payload_len::<P>(buffer);
+            rx.rx_bytes += self.batch.frame_len(index) as u64;
             if let Decision::Drop(reason) = verdict.decision {
                 rx.drops[reason.index()] += 1;
             }
@@ -942,7 +949,6 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                     self.id,
                     PortId(egress as u16),
                     capture::Direction::Out,
-                    P::METADATA_LEN,
                     frames.take(report.sent + report.refused),
                 );
             }
@@ -975,25 +981,19 @@ struct Decided<'a> {
     any_vtep: &'a mut bool,
 }
 
-/// The Ethernet frame of a buffer, after the port's metadata.
-#[inline(always)]
-fn ethernet<P: Queue>(buffer: &[u8]) -> &[u8] {
-    &buffer[P::METADATA_LEN.min(buffer.len())..]
-}
-
-/// Decides frame `index` of the batch (`buffer`, with its port's metadata)
+/// Decides frame `index` of the batch (`frame`)
 /// received on `port`, and refreshes or queues its source for learning.
 #[inline(always)]
-fn decide_one<S: Strategy, P: Queue>(
+fn decide_one<S: Strategy>(
     section: &FdbReader<'_, FdbSection<'_, S>>,
     port: &IngressPort<'_>,
     batch: &RxBatch,
     index: usize,
-    buffer: &[u8],
+    frame: &[u8],
     now: Seconds,
     out: &mut Decided<'_>,
 ) {
-    let (verdict, source) = forward::ingress_and_lookup(port, ethernet::<P>(buffer), section);
+    let (verdict, source) = forward::ingress_and_lookup(port, frame, section);
     if let Some(key) = source {
         let vtep = batch.vtep(index);
         let state = section.source_state(&key, port.port, vtep, now);
@@ -1009,12 +1009,6 @@ fn decide_one<S: Strategy, P: Queue>(
     }
     *out.any_vtep |= verdict.vtep.is_some();
     out.verdicts.push(verdict);
-}
-
-/// A buffer's Ethernet frame length, without the port's metadata.
-#[inline]
-pub(super) fn payload_len<P: Queue>(buffer: &[u8]) -> u64 {
-    buffer.len().saturating_sub(P::METADATA_LEN) as u64
 }
 
 #[cfg(test)]

@@ -35,11 +35,10 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                 return;
             }
             *count += 1;
-            let buffer = self.batch.frame(index);
             events(PortEvent::Mcast {
                 port: PortId(ingress as u16),
                 vlan,
-                frame: buffer[P::METADATA_LEN.min(buffer.len())..].to_vec(),
+                frame: self.batch.eth(index).to_vec(),
             });
         }
     }

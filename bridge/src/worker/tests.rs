@@ -38,13 +38,13 @@ impl Queue for VtepQueue {
         Ok(report)
     }
 
-    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = &'a [u8]>) -> SendReport {
+    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = Outgoing<'a>>) -> SendReport {
         self.send_batch_to(frames.map(|frame| (frame, None)))
     }
 
     fn send_batch_to<'a>(
         &mut self,
-        frames: impl Iterator<Item = (&'a [u8], Option<Vtep>)>,
+        frames: impl Iterator<Item = (Outgoing<'a>, Option<Vtep>)>,
     ) -> SendReport {
         let mut wire = self.0.lock().unwrap();
         let mut report = SendReport::default();

@@ -11,7 +11,7 @@ mod sys;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
-use super::{fd, netdev, PortError, Queue, RxBatch, RxReport, SendReport, VNET_HDR_LEN};
+use super::{fd, netdev, Outgoing, PortError, Queue, RxBatch, RxReport, SendReport, VNET_HDR_LEN};
 use crate::wire::tag::{push_into, EmitError};
 use ring::RxRing;
 use sys::Fanout;
@@ -139,7 +139,7 @@ impl Queue for RawQueue {
         Ok(report)
     }
 
-    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = &'a [u8]>) -> SendReport {
+    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = Outgoing<'a>>) -> SendReport {
         sys::send_packets(&self.fd, frames)
     }
 

@@ -7,7 +7,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use super::ring::RxRing;
 use super::RingKind;
-use crate::port::{fd, SendReport, VNET_HDR_LEN};
+use crate::port::{fd, Outgoing, SendReport};
 
 /// How a socket takes part in a fanout group, which spreads an interface's
 /// frames over the sockets of several workers by flow hash.
@@ -129,30 +129,34 @@ fn fanout_id(socket: &OwnedFd) -> io::Result<u16> {
 }
 
 /// Sends `frames` on a packet socket with as few `sendmmsg` calls as it
-/// takes. A frame the kernel refuses (too large for the link, a bad offload
-/// header) or drops (full queue) is counted and skipped; an error of the
-/// port itself ends the batch.
-pub fn send_packets<'a>(socket: &OwnedFd, frames: impl Iterator<Item = &'a [u8]>) -> SendReport {
+/// takes, each frame gathered from its pieces by the kernel (the one copy
+/// it makes). A frame the kernel refuses (too large for the link, a bad
+/// offload header) or drops (full queue) is counted and skipped; an error
+/// of the port itself ends the batch.
+pub fn send_packets<'a>(
+    socket: &OwnedFd,
+    frames: impl Iterator<Item = Outgoing<'a>>,
+) -> SendReport {
     const CHUNK: usize = 64;
+    /// The metadata, up to three pieces of the frame and its lent rest.
+    const PARTS: usize = 5;
     let mut frames = frames.peekable();
     let mut report = SendReport::default();
     while frames.peek().is_some() {
         // SAFETY: iovec and mmsghdr are plain old data; zeroes are valid.
-        let mut iovs: [libc::iovec; CHUNK] = unsafe { zeroed() };
+        let mut iovs: [[libc::iovec; PARTS]; CHUNK] = unsafe { zeroed() };
         // SAFETY: as above.
         let mut msgs: [libc::mmsghdr; CHUNK] = unsafe { zeroed() };
+        let mut lens = [0usize; CHUNK];
         let mut count = 0;
         while count < CHUNK {
             let Some(frame) = frames.next() else { break };
-            iovs[count] = libc::iovec {
-                iov_base: frame.as_ptr() as *mut libc::c_void,
-                iov_len: frame.len(),
-            };
+            msgs[count].msg_hdr.msg_iovlen = frame.iovecs(&mut iovs[count]);
+            lens[count] = frame.len();
             count += 1;
         }
         for (msg, iov) in msgs.iter_mut().zip(iovs.iter_mut()).take(count) {
-            msg.msg_hdr.msg_iov = iov;
-            msg.msg_hdr.msg_iovlen = 1;
+            msg.msg_hdr.msg_iov = iov.as_mut_ptr();
         }
         let mut done = 0;
         while done < count {
@@ -167,8 +171,8 @@ pub fn send_packets<'a>(socket: &OwnedFd, frames: impl Iterator<Item = &'a [u8]>
                 )
             };
             if ret > 0 {
-                for iov in &iovs[done..done + ret as usize] {
-                    report.record(Ok(iov.iov_len.saturating_sub(VNET_HDR_LEN)));
+                for &len in &lens[done..done + ret as usize] {
+                    report.record(Ok(len));
                 }
                 done += ret as usize;
                 continue;

@@ -9,7 +9,7 @@ mod sys;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
-use super::{netdev, PortError, Queue, RxBatch, RxReport, SendReport, VNET_HDR_LEN};
+use super::{netdev, Outgoing, PortError, Queue, RxBatch, RxReport, SendReport, VNET_HDR_LEN};
 
 /// One queue of a tap device.
 #[derive(Debug)]
@@ -155,14 +155,14 @@ impl Queue for TapQueue {
         recv_into(&self.name, batch, |buf| super::fd::read(fd, buf))
     }
 
-    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = &'a [u8]>) -> SendReport {
+    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = Outgoing<'a>>) -> SendReport {
         let fd = self.fd.as_raw_fd();
         let mut report = SendReport::default();
         for frame in frames {
             let outcome = loop {
-                match super::fd::write(fd, frame) {
+                match super::fd::write_frame(fd, &frame) {
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    other => break other.map(|_| frame.len().saturating_sub(VNET_HDR_LEN)),
+                    other => break other.map(|_| frame.len()),
                 }
             };
             if !report.record(outcome) {

@@ -60,14 +60,5 @@ pub fn start(
 
 /// Worker `pair`'s queue of `device`, with no control thread behind it.
 pub fn queue(device: Arc<Device>, pair: usize) -> VhostQueue {
-    VhostQueue {
-        name: device.name().to_owned(),
-        pair,
-        device,
-        _control: None,
-        scratch: Vec::new(),
-        heads: Vec::new(),
-        first: Vec::new(),
-        more: false,
-    }
+    VhostQueue::detached(device, pair)
 }

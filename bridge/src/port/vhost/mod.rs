@@ -28,6 +28,8 @@ pub mod memory;
 mod protocol;
 pub mod ring;
 mod sigbus;
+#[cfg(test)]
+mod tests;
 
 use std::io;
 use std::os::fd::RawFd;
@@ -37,12 +39,14 @@ use std::sync::Arc;
 pub use control::{Mode, SocketAccess, SocketError};
 pub use device::{Device, Negotiated, VhostCounters, OFFERED_FEATURES};
 
-use super::{PortError, Queue, RxBatch, RxReport, SendReport, VNET_HDR_LEN};
+use super::{
+    Lent, Outgoing, PortError, Queue, RxBatch, RxReport, SendReport, LENT_HEAD, VNET_HDR_LEN,
+};
 use crate::wire::segment::make_whole;
 use crate::wire::vnet::{VnetHeader, VNET_HDR_GSO_ECN, VNET_HDR_GSO_NONE, VNET_HDR_GSO_TCPV4};
 use control::Control;
 use device::Running;
-use ring::{ChainError, Direction, Segment};
+use ring::{Chain, ChainError, Direction, Segment};
 
 /// The longest virtio-net header: virtio 1's, with `num_buffers`.
 const MAX_HEADER: usize = 12;
@@ -73,6 +77,12 @@ pub struct VhostQueue {
     _control: Option<Arc<Control>>,
     /// Whole frames made of offloaded ones the driver cannot take.
     scratch: Vec<u8>,
+    /// Such a frame, offered in pieces, joined first.
+    joined: Vec<u8>,
+    /// The transmit ring's chains whose frames the last receive lent to
+    /// the batch, returned by `release`; and the ring they came from.
+    lent: Vec<u16>,
+    lent_from: u64,
     /// The chains one frame to the driver takes (mergeable buffers).
     heads: Vec<(u16, u32)>,
     /// The first of them, where `num_buffers` is written last.
@@ -135,6 +145,9 @@ pub fn open(
             device: Arc::clone(&device),
             _control: Some(Arc::clone(&control)),
             scratch: Vec::new(),
+            joined: Vec::new(),
+            lent: Vec::new(),
+            lent_from: 0,
             heads: Vec::new(),
             first: Vec::new(),
             more: false,
@@ -156,6 +169,25 @@ enum Put {
 }
 
 impl VhostQueue {
+    /// Worker `pair`'s queue of `device`, with no control thread behind
+    /// it: for the tests and the fuzz targets, which play the frontend.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn detached(device: Arc<Device>, pair: usize) -> VhostQueue {
+        VhostQueue {
+            name: device.name().to_owned(),
+            pair,
+            device,
+            _control: None,
+            scratch: Vec::new(),
+            joined: Vec::new(),
+            lent: Vec::new(),
+            lent_from: 0,
+            heads: Vec::new(),
+            first: Vec::new(),
+            more: false,
+        }
+    }
+
     /// The port's shared state: counters, link.
     pub fn device(&self) -> &Arc<Device> {
         &self.device
@@ -167,44 +199,68 @@ impl VhostQueue {
 
     /// Writes one frame (its virtio-net header `vnet`, its bytes `frame`)
     /// into the driver's receive ring, reading no more descriptors once the
-    /// ring's count has reached `budget`.
+    /// ring's count has reached `budget`: the frame's one copy, from where
+    /// it lies (the worker's batch, or the guest that lent it) into the
+    /// driver's buffers.
     fn put(
         run: &mut Running,
         heads: &mut Vec<(u16, u32)>,
         first: &mut Vec<Segment>,
         budget: u64,
         vnet: &[u8],
-        frame: &[u8],
+        frame: &Outgoing<'_>,
     ) -> Put {
         let header_len = run.negotiated.header_len();
         let mut header = [0u8; MAX_HEADER];
         header[..VNET_HDR_LEN].copy_from_slice(&vnet[..VNET_HDR_LEN]);
+        if header_len == MAX_HEADER {
+            // num_buffers: one, unless the frame takes more (below).
+            header[VNET_HDR_LEN..].copy_from_slice(&1u16.to_le_bytes());
+        }
         let ring = &mut run.ring;
         if ring.walked() >= budget {
             return Put::Budget;
         }
+        let chain = match ring.pop(Direction::Write, header_len as u32, u32::MAX) {
+            Ok(Some(chain)) => chain,
+            Ok(None) => return Put::NoRoom,
+            Err(error) => return Put::BadChain(error),
+        };
+        // The common case: the chain's first buffer holds the whole frame.
+        if let Some(n) = ring.write_first(&header[..header_len], frame) {
+            ring.push_used(chain.head, n as u32);
+            return Put::Sent;
+        }
+        let len = frame.len();
+        // The header, then the frame's parts, across the buffers.
+        let [a, b, c] = frame.pieces;
+        let mut parts = [
+            Lent::of(&header[..header_len]),
+            Lent::of(a),
+            Lent::of(b),
+            Lent::of(c),
+            frame.rest,
+        ];
         if !run.negotiated.mergeable() {
-            let chain = match ring.pop(Direction::Write, header_len as u32, u32::MAX) {
-                Ok(Some(chain)) => chain,
-                Ok(None) => return Put::NoRoom,
-                Err(error) => return Put::BadChain(error),
-            };
-            let need = header_len + frame.len();
+            let need = header_len + len;
             if (chain.total as usize) < need {
                 ring.unpop(1);
                 return Put::TooBig;
             }
-            if header_len == MAX_HEADER {
-                header[VNET_HDR_LEN..].copy_from_slice(&1u16.to_le_bytes());
-            }
-            ring.write_chain(0, &header[..header_len]);
-            ring.write_chain(header_len, frame);
+            ring.write_parts(ring.segments(), 0, &parts);
             ring.push_used(chain.head, need as u32);
             return Put::Sent;
         }
+        // Mergeable buffers: as many chains as the frame takes, the first
+        // one's header saying how many.
+        first.clear();
+        first.extend_from_slice(ring.segments());
+        let n = ring.write_parts(ring.segments(), 0, &parts);
+        advance(&mut parts, n);
         heads.clear();
-        let mut written = 0;
-        while heads.is_empty() || written < frame.len() {
+        heads.push((chain.head, n as u32));
+        let mut written = n;
+        while written < header_len + len {
             if heads.len() == MAX_MERGE_CHAINS || ring.walked() >= budget {
                 // The chains taken go back untouched, as far as the driver
                 // can tell: nothing of them is used.
@@ -215,12 +271,7 @@ impl VhostQueue {
                     Put::Budget
                 };
             }
-            let min = if heads.is_empty() {
-                header_len as u32
-            } else {
-                1
-            };
-            let chain = match ring.pop(Direction::Write, min, u32::MAX) {
+            let chain = match ring.pop(Direction::Write, 1, u32::MAX) {
                 Ok(Some(chain)) => chain,
                 Ok(None) => {
                     ring.unpop(heads.len() as u16);
@@ -235,16 +286,10 @@ impl VhostQueue {
                     return Put::BadChain(error);
                 }
             };
-            let offset = if heads.is_empty() {
-                first.clear();
-                first.extend_from_slice(ring.segments());
-                header_len
-            } else {
-                0
-            };
-            let n = ring.write_chain(offset, &frame[written..]);
+            let n = ring.write_parts(ring.segments(), 0, &parts);
+            advance(&mut parts, n);
             written += n;
-            heads.push((chain.head, (offset + n) as u32));
+            heads.push((chain.head, n as u32));
         }
         header[VNET_HDR_LEN..].copy_from_slice(&(heads.len() as u16).to_le_bytes());
         ring.write_to(first, 0, &header[..header_len]);
@@ -252,6 +297,81 @@ impl VhostQueue {
             ring.push_used(head, len);
         }
         Put::Sent
+    }
+}
+
+/// Takes the frame of `chain`, just popped from `run`'s transmit ring,
+/// into `batch`. A unicast frame longer than [`LENT_HEAD`] whose bytes
+/// past it lie in one buffer is lent: its header and first bytes copied,
+/// the rest left in the guest's buffer and its chain kept in `lent` until
+/// the batch is released. Any other frame is copied whole and its chain
+/// returned at once. Returns whether it was (a used entry to publish).
+fn take(
+    run: &mut Running,
+    lent: &mut Vec<u16>,
+    header_len: usize,
+    chain: Chain,
+    batch: &mut RxBatch,
+) -> bool {
+    let len = chain.total as usize - header_len;
+    let head = len.min(LENT_HEAD);
+    let mut header = [0u8; MAX_HEADER];
+    let buffer = batch
+        .next_buffer()
+        .expect("a receive stops when the batch is full");
+    let (meta, frame) = buffer.split_at_mut(VNET_HDR_LEN);
+    // `max` keeps a frame within the buffer.
+    if !run
+        .ring
+        .read_first(&mut header[..header_len], &mut frame[..head])
+    {
+        run.ring
+            .read_parts(0, &mut [&mut header[..header_len], &mut frame[..head]]);
+    }
+    meta.copy_from_slice(&header[..VNET_HDR_LEN]);
+    // Group-addressed frames are read further by snooping and spanning
+    // tree: copied whole.
+    let unicast = head > 0 && frame[0] & 1 == 0;
+    let rest = len - head;
+    if rest > 0
+        && unicast
+        && run
+            .ring
+            .lend_to(batch, VNET_HDR_LEN + head, header_len + head, rest)
+    {
+        lent.push(chain.head);
+        return false;
+    }
+    let frame = &mut batch.next_buffer().expect("still free")[VNET_HDR_LEN..];
+    if rest > 0 {
+        run.ring
+            .read_chain(header_len + head, &mut frame[head..len]);
+    }
+    batch.commit(VNET_HDR_LEN + len);
+    run.ring.push_used(chain.head, 0);
+    true
+}
+
+/// Returns the chains in `lent` to the driver, when `run` is still the
+/// ring they were taken from (one that replaced it never had them).
+fn give_back(run: &mut Running, lent: &mut Vec<u16>, from: u64) {
+    if !lent.is_empty() && run.ring.id() == from {
+        for &head in lent.iter() {
+            run.ring.push_used(head, 0);
+        }
+        if run.ring.publish() {
+            run.notify();
+        }
+    }
+    lent.clear();
+}
+
+/// Moves past the first `n` bytes of `parts`.
+fn advance(parts: &mut [Lent<'_>], mut n: usize) {
+    for part in parts.iter_mut() {
+        let skip = n.min(part.len());
+        *part = part.skip(skip);
+        n -= skip;
     }
 }
 
@@ -299,9 +419,13 @@ impl Queue for VhostQueue {
         let budget = run.ring.walked() + DESCRIPTOR_BUDGET;
         let mut popped = 0;
         self.more = false;
+        // Chains lent by an earlier receive whose batch was not released
+        // (a worker that stopped between): returned now.
+        give_back(run, &mut self.lent, self.lent_from);
+        self.lent_from = run.ring.id();
         run.ring.disable_notification();
         'work: loop {
-            while let Some(buffer) = batch.next_buffer() {
+            while !batch.is_full() {
                 if popped == CHAIN_BUDGET || run.ring.walked() >= budget {
                     // Left for the next round; the driver is not asked to
                     // kick meanwhile.
@@ -315,13 +439,9 @@ impl Queue for VhostQueue {
                 match run.ring.pop(Direction::Read, header_len as u32, max) {
                     Ok(None) => break,
                     Ok(Some(chain)) => {
-                        let mut header = [0u8; MAX_HEADER];
-                        run.ring.read_chain(0, &mut header[..header_len]);
-                        buffer[..VNET_HDR_LEN].copy_from_slice(&header[..VNET_HDR_LEN]);
-                        let len = run.ring.read_chain(header_len, &mut buffer[VNET_HDR_LEN..]);
-                        run.ring.push_used(chain.head, 0);
-                        batch.commit(VNET_HDR_LEN + len);
+                        used |= take(run, &mut self.lent, header_len, chain, batch);
                         report.received += 1;
+                        continue;
                     }
                     Err(ChainError::Long) => report.oversize += 1,
                     Err(ChainError::Index(ahead)) => {
@@ -364,6 +484,7 @@ impl Queue for VhostQueue {
         }
         if run.ring.memory().faulted() {
             // What was read came from zero pages: nothing of it is a frame.
+            give_back(run, &mut self.lent, self.lent_from);
             batch.clear();
             self.device.memory_lost();
             return Err(PortError::Recv {
@@ -377,7 +498,7 @@ impl Queue for VhostQueue {
         Ok(report)
     }
 
-    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = &'a [u8]>) -> SendReport {
+    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = Outgoing<'a>>) -> SendReport {
         let mut report = SendReport::default();
         let Some(pair) = self.device.rx_pair(self.pair) else {
             report.fault = Some(self.link_down());
@@ -394,7 +515,8 @@ impl Queue for VhostQueue {
         };
         let counters = &self.device.counters;
         let budget = run.ring.walked() + DESCRIPTOR_BUDGET;
-        let (heads, first, scratch) = (&mut self.heads, &mut self.first, &mut self.scratch);
+        let (heads, first) = (&mut self.heads, &mut self.first);
+        let (scratch, joined) = (&mut self.scratch, &mut self.joined);
         let tally = |put: Put, len: usize, report: &mut SendReport| match put {
             Put::Sent => {
                 report.sent += 1;
@@ -416,23 +538,25 @@ impl Queue for VhostQueue {
             }
         };
         for frame in frames {
-            if frame.len() < VNET_HDR_LEN {
+            if frame.meta.len() < VNET_HDR_LEN {
                 report.refused += 1;
                 continue;
             }
-            let (vnet, eth) = frame.split_at(VNET_HDR_LEN);
+            let vnet = &frame.meta[..VNET_HDR_LEN];
             if takes(run.negotiated, vnet) {
-                let put = Self::put(run, heads, first, budget, vnet, eth);
-                tally(put, eth.len(), &mut report);
+                let put = Self::put(run, heads, first, budget, vnet, &frame);
+                tally(put, frame.len(), &mut report);
                 continue;
             }
             // Offloads the driver did not negotiate are done here: the
             // checksum filled in, the segments cut.
             let whole = [0u8; VNET_HDR_LEN];
             let mut outcome = None;
+            let eth = frame.ethernet(joined);
             let made = make_whole(vnet, eth, scratch, |part| {
                 if outcome.is_none() {
-                    match Self::put(run, heads, first, budget, &whole, part) {
+                    let part = Outgoing::split(part, 0);
+                    match Self::put(run, heads, first, budget, &whole, &part) {
                         Put::Sent => {}
                         other => outcome = Some(other),
                     }
@@ -441,7 +565,7 @@ impl Queue for VhostQueue {
             match (made, outcome) {
                 (Err(_), _) => report.refused += 1,
                 (Ok(()), Some(put)) => tally(put, 0, &mut report),
-                (Ok(()), None) => tally(Put::Sent, eth.len(), &mut report),
+                (Ok(()), None) => tally(Put::Sent, frame.len(), &mut report),
             }
         }
         if run.ring.publish() {
@@ -451,6 +575,21 @@ impl Queue for VhostQueue {
             self.device.memory_lost();
         }
         report
+    }
+
+    /// Returns the chains whose frames the last receive lent: the guest
+    /// may use their buffers again.
+    fn release(&mut self) {
+        if self.lent.is_empty() {
+            return;
+        }
+        match self.device.vring(2 * self.pair + 1) {
+            Some(vring) => match vring.lock().as_mut() {
+                Some(run) => give_back(run, &mut self.lent, self.lent_from),
+                None => self.lent.clear(),
+            },
+            None => self.lent.clear(),
+        }
     }
 
     fn link_ready(&self) -> bool {

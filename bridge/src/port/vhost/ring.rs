@@ -16,10 +16,11 @@
 //! or touch memory outside the table.
 #![allow(unsafe_code)]
 
-use std::sync::atomic::{fence, AtomicU16, Ordering};
+use std::sync::atomic::{fence, AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::memory::GuestMemory;
+use crate::port::{Lent, Outgoing, RxBatch};
 
 /// Descriptor flags (virtio 1.x, 2.7.5).
 const DESC_F_NEXT: u16 = 1;
@@ -128,9 +129,15 @@ pub enum Direction {
     Write,
 }
 
+/// Numbers every ring made, so that chains taken from one are never
+/// returned to another that replaced it.
+static RINGS: AtomicU64 = AtomicU64::new(0);
+
 /// A running split ring.
 #[derive(Debug)]
 pub struct SplitRing {
+    /// Which ring this is: no two rings of the process share it.
+    id: u64,
     memory: Arc<GuestMemory>,
     size: u16,
     desc: *mut u8,
@@ -186,6 +193,7 @@ impl SplitRing {
         let avail = area(layout.avail, 6 + 2 * n, 2, "avail ring")?;
         let used = area(layout.used, 6 + 8 * n, 4, "used ring")?;
         let mut ring = SplitRing {
+            id: RINGS.fetch_add(1, Ordering::Relaxed),
             memory,
             size,
             desc,
@@ -206,6 +214,17 @@ impl SplitRing {
     /// The memory the ring lives in.
     pub fn memory(&self) -> &GuestMemory {
         &self.memory
+    }
+
+    /// The memory the ring lives in, shared: what keeps a lent frame's
+    /// bytes mapped.
+    pub fn shared_memory(&self) -> &Arc<GuestMemory> {
+        &self.memory
+    }
+
+    /// This ring's number, unlike any other ring's.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// The next avail index the device will take (what GET_VRING_BASE
@@ -476,6 +495,156 @@ impl SplitRing {
         done
     }
 
+    /// Lends the chain's `len` bytes from `offset` on to `batch`, when
+    /// they lie in one buffer: the batch's next buffer becomes a frame of
+    /// its first `kept` bytes (written there already) that goes on with
+    /// those. False, and nothing added, when they do not. The batch holds
+    /// the memory's mapping until it is cleared; the chain must not be
+    /// returned before.
+    #[inline]
+    pub fn lend_to(&self, batch: &mut RxBatch, kept: usize, mut offset: usize, len: usize) -> bool {
+        for segment in &self.segments {
+            let size = segment.len as usize;
+            if offset >= size {
+                offset -= size;
+                continue;
+            }
+            if size - offset < len {
+                return false;
+            }
+            let Some(at) = self.memory.guest(segment.addr + offset as u64, len) else {
+                return false;
+            };
+            batch.commit(kept);
+            batch.keep(Arc::clone(&self.memory) as _);
+            // SAFETY: `at` is valid for `len` bytes of the memory table
+            // (checked by `guest`), whose mapping the batch now holds until
+            // it is cleared; the driver may write them, which `Lent` allows.
+            unsafe { batch.lend_rest(at, len) };
+            return true;
+        }
+        false
+    }
+
+    /// Where the chain's first `len` bytes lie, when its first buffer
+    /// holds them: the common case, served with one look-up.
+    #[inline]
+    fn first_holding(&self, len: usize) -> Option<*mut u8> {
+        let first = self.segments.first()?;
+        if (first.len as usize) < len {
+            return None;
+        }
+        self.memory.guest(first.addr, len)
+    }
+
+    /// Copies the chain's first bytes into `header` and then `into`, when
+    /// its first buffer holds them all; false, and nothing copied, when it
+    /// does not.
+    #[inline]
+    pub fn read_first(&self, header: &mut [u8], into: &mut [u8]) -> bool {
+        let Some(from) = self.first_holding(header.len() + into.len()) else {
+            return false;
+        };
+        // SAFETY: `from` is valid for both lengths together (checked by
+        // `first_holding`); the destinations are ours; no reference to
+        // guest memory exists.
+        unsafe {
+            copy_header(from, header.as_mut_ptr(), header.len());
+            std::ptr::copy_nonoverlapping(from.add(header.len()), into.as_mut_ptr(), into.len());
+        }
+        true
+    }
+
+    /// Writes `header` and then `frame`'s Ethernet bytes into the chain's
+    /// first buffer, when it holds them all; returns the bytes written, or
+    /// `None`, and nothing written, when it does not.
+    #[inline]
+    pub fn write_first(&self, header: &[u8], frame: &Outgoing<'_>) -> Option<usize> {
+        let len = header.len() + frame.len();
+        let mut to = self.first_holding(len)?;
+        // SAFETY: `to` is valid for `len` bytes (checked by
+        // `first_holding`); the header is ours, the pieces are slices and
+        // the rest is readable (`Lent`), which may lie under `to`, as
+        // `copy` allows.
+        unsafe {
+            copy_header(header.as_ptr(), to, header.len());
+            to = to.add(header.len());
+            let [whole, tag, tail] = frame.pieces;
+            std::ptr::copy(whole.as_ptr(), to, whole.len());
+            if !tag.is_empty() || !tail.is_empty() {
+                to = to.add(whole.len());
+                std::ptr::copy(tag.as_ptr(), to, tag.len());
+                to = to.add(tag.len());
+                std::ptr::copy(tail.as_ptr(), to, tail.len());
+                to = to.add(tail.len());
+            } else {
+                to = to.add(whole.len());
+            }
+            frame.rest.copy_to(to);
+        }
+        Some(len)
+    }
+
+    /// Copies the chain's bytes from `offset` on into `into`, one part
+    /// after the other, as far as both go; returns how many bytes. One
+    /// look-up of each buffer however many parts it fills.
+    #[inline]
+    pub fn read_parts(&self, offset: usize, into: &mut [&mut [u8]]) -> usize {
+        let mut lens = [0usize; 2];
+        debug_assert!(into.len() <= lens.len(), "at most two parts");
+        for (len, part) in lens.iter_mut().zip(into.iter()) {
+            *len = part.len();
+        }
+        let spans = self.spans(&self.segments, offset);
+        merge(spans, &lens, |guest, part, at, n| {
+            let to = &mut into[part][at..at + n];
+            // SAFETY: `guest` is valid for `n` bytes of guest memory
+            // (`spans`), `to` is ours; no reference to guest memory exists,
+            // and `copy` allows any overlap.
+            unsafe { std::ptr::copy(guest, to.as_mut_ptr(), n) };
+        })
+    }
+
+    /// Copies `from`, one part after the other, into the buffers
+    /// `segments` (of a chain popped and not yet returned) from `offset`
+    /// on, as far as both go; returns how many bytes. One look-up of each
+    /// buffer however many parts go into it.
+    #[inline]
+    pub fn write_parts(&self, segments: &[Segment], offset: usize, from: &[Lent<'_>]) -> usize {
+        let mut lens = [0usize; 5];
+        debug_assert!(from.len() <= lens.len(), "at most five parts");
+        for (len, part) in lens.iter_mut().zip(from) {
+            *len = part.len();
+        }
+        let spans = self.spans(segments, offset);
+        merge(spans, &lens, |guest, part, at, n| {
+            // SAFETY: `guest` is valid for `n` bytes of guest memory
+            // (`spans`); the part is readable (`Lent`) and may lie under
+            // it, which `copy_to` allows.
+            unsafe { from[part].skip(at).take(n).copy_to(guest) };
+        })
+    }
+
+    /// The buffers `segments` from byte `offset` on, each as a pointer
+    /// into this process and the bytes from there to its end.
+    fn spans<'s>(
+        &'s self,
+        segments: &'s [Segment],
+        mut offset: usize,
+    ) -> impl Iterator<Item = (*mut u8, usize)> + 's {
+        segments.iter().filter_map(move |segment| {
+            let size = segment.len as usize;
+            if offset >= size {
+                offset -= size;
+                return None;
+            }
+            let skip = std::mem::take(&mut offset);
+            let at = self.memory.guest(segment.addr + skip as u64, size - skip);
+            debug_assert!(at.is_some(), "segments are checked when popped");
+            at.map(|at| (at, size - skip))
+        })
+    }
+
     /// Copies `from` into the chain's buffers from `offset` on, as far as
     /// both go; returns how many bytes.
     pub fn write_chain(&self, offset: usize, from: &[u8]) -> usize {
@@ -504,6 +673,59 @@ impl SplitRing {
             offset = 0;
         }
         done
+    }
+}
+
+/// Walks `spans` (buffers in guest memory) and parts of `lens` bytes side
+/// by side, in order, calling `copy(guest, part, offset in the part, n)`
+/// for each run of `n` bytes where one meets the other; returns the bytes
+/// walked, as far as both go.
+#[inline]
+fn merge(
+    spans: impl Iterator<Item = (*mut u8, usize)>,
+    lens: &[usize],
+    mut copy: impl FnMut(*mut u8, usize, usize, usize),
+) -> usize {
+    let mut done = 0;
+    let mut parts = lens.iter().enumerate().filter(|&(_, &len)| len > 0);
+    let Some((mut part, &len)) = parts.next() else {
+        return 0;
+    };
+    let (mut at, mut left) = (0, len);
+    for (mut guest, mut room) in spans {
+        while room > 0 {
+            let n = room.min(left);
+            copy(guest, part, at, n);
+            guest = guest.wrapping_add(n);
+            room -= n;
+            at += n;
+            left -= n;
+            done += n;
+            if left == 0 {
+                match parts.next() {
+                    Some((next, &len)) => (part, at, left) = (next, 0, len),
+                    None => return done,
+                }
+            }
+        }
+    }
+    done
+}
+
+/// Copies a virtio-net header of `len` bytes (12 with VERSION_1 or
+/// MRG_RXBUF, 10 without) as fixed-size moves rather than a call.
+///
+/// # Safety
+/// `from` must be readable and `to` writable for `len` bytes, apart.
+#[inline(always)]
+unsafe fn copy_header(from: *const u8, to: *mut u8, len: usize) {
+    // SAFETY: the caller's contract, for each length alike.
+    unsafe {
+        match len {
+            12 => std::ptr::copy_nonoverlapping(from, to, 12),
+            10 => std::ptr::copy_nonoverlapping(from, to, 10),
+            _ => std::ptr::copy_nonoverlapping(from, to, len),
+        }
     }
 }
 

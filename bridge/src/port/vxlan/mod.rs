@@ -45,7 +45,7 @@ use arc_swap::ArcSwap;
 use socket2::SockAddr;
 pub use vteps::Vteps;
 
-use super::{fd, PortError, Queue, RxBatch, RxReport, SendReport, VNET_HDR_LEN};
+use super::{fd, Outgoing, PortError, Queue, RxBatch, RxReport, SendReport, VNET_HDR_LEN};
 use crate::wire::flow_hash;
 use crate::wire::segment::{complete_partial, make_whole, offload_large_tcp, SegmentError, TcpRun};
 use crate::wire::vxlan::{self, Vni, Vtep};
@@ -566,13 +566,13 @@ impl Queue for VxlanQueue {
         Ok(report)
     }
 
-    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = &'a [u8]>) -> SendReport {
+    fn send_batch<'a>(&mut self, frames: impl Iterator<Item = Outgoing<'a>>) -> SendReport {
         self.send_batch_to(frames.map(|frame| (frame, None)))
     }
 
     fn send_batch_to<'a>(
         &mut self,
-        mut frames: impl Iterator<Item = (&'a [u8], Option<Vtep>)>,
+        mut frames: impl Iterator<Item = (Outgoing<'a>, Option<Vtep>)>,
     ) -> SendReport {
         let mut report = SendReport::default();
         loop {
@@ -623,6 +623,8 @@ struct Filled {
 struct Wholes {
     /// Segments and checksummed copies, one at a time.
     scratch: Vec<u8>,
+    /// A frame offered in pieces (its VLAN tag changed), joined.
+    joined: Vec<u8>,
     bytes: Vec<u8>,
     spans: Vec<(usize, usize, usize)>,
     lens: Vec<usize>,
@@ -634,7 +636,7 @@ impl Wholes {
     /// completed checksums included, until they hold [`WHOLE_MAX`] bytes.
     fn fill<'a>(
         &mut self,
-        frames: &mut impl Iterator<Item = (&'a [u8], Option<Vtep>)>,
+        frames: &mut impl Iterator<Item = (Outgoing<'a>, Option<Vtep>)>,
         counters: &VxlanCounters,
         name: &str,
     ) -> Filled {
@@ -643,16 +645,17 @@ impl Wholes {
         self.lens.clear();
         self.vteps.clear();
         let mut filled = Filled::default();
-        for (buffer, vtep) in frames.by_ref() {
+        for (outgoing, vtep) in frames.by_ref() {
             let index = filled.taken;
             filled.taken += 1;
-            self.lens.push(buffer.len().saturating_sub(VNET_HDR_LEN));
+            self.lens.push(outgoing.len());
             self.vteps.push(vtep);
-            if buffer.len() < VNET_HDR_LEN {
+            if outgoing.meta.len() < VNET_HDR_LEN {
                 filled.refused += 1;
                 continue;
             }
-            let (vnet, frame) = buffer.split_at(VNET_HDR_LEN);
+            let vnet = &outgoing.meta[..VNET_HDR_LEN];
+            let frame = outgoing.ethernet(&mut self.joined);
             let (bytes, spans) = (&mut self.bytes, &mut self.spans);
             let made = make_whole(vnet, frame, &mut self.scratch, |part| {
                 spans.push((bytes.len(), part.len(), index));
@@ -867,7 +870,9 @@ mod tests {
         let batch: Vec<Vec<u8>> = (0..64).map(|_| frame.clone()).collect();
         let mut wholes = Wholes::default();
         let counters = VxlanCounters::default();
-        let mut frames = batch.iter().map(|f| (f.as_slice(), None));
+        let mut frames = batch
+            .iter()
+            .map(|f| (Outgoing::split(f, VNET_HDR_LEN), None));
         let (mut rounds, mut taken, mut segments) = (0, 0, 0);
         loop {
             let filled = wholes.fill(&mut frames, &counters, "test");
@@ -901,7 +906,9 @@ mod tests {
         ];
         let mut wholes = Wholes::default();
         let counters = VxlanCounters::default();
-        let mut frames = batch.iter().map(|f| (f.as_slice(), None));
+        let mut frames = batch
+            .iter()
+            .map(|f| (Outgoing::split(f, VNET_HDR_LEN), None));
         let filled = wholes.fill(&mut frames, &counters, "test");
         assert_eq!(
             filled,
