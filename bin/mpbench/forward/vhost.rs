@@ -361,18 +361,38 @@ pub(super) fn run(args: &ForwardArgs, mpbridge: &str) -> Result<(), String> {
         "vhost-user: generator testpmd (two virtio-user ports, macswap looped, {BURST} frames in flight \
          per port and queue, one forwarding lcore per queue pair) on CPUs 0..P-1; the switch (mpbridge: \
          P workers; DPDK: P lcores) on CPUs P..2P-1, for P queue pairs; rings of {QUEUE_SIZE}; \
-         mean of {seconds} one-second periods after {WARMUP_PERIODS} of warm-up once frames flow, \
-         median of {} interleaved runs",
+         mean of {seconds} one-second periods after {WARMUP_PERIODS} of warm-up once frames flow; \
+         {} runs, each mpbridge run paired with a run of DPDK's switch next to it (which first \
+         alternating), medians over all runs",
         args.repeats.runs
     );
     let mut samples = vec![vec![Vec::new(); args.sizes.len()]; configs.len()];
+    // Per mpbridge configuration and size, its rate over DPDK's in the
+    // run beside it: what this machine's drifting speed does not blur.
+    let mut ratios = vec![vec![Vec::new(); args.sizes.len()]; configs.len()];
+    let measured = |switch, pairs, size| measure(switch, pairs, mpbridge, &dir.0, size, seconds);
     for run in 0..args.repeats.runs {
         for k in 0..configs.len() {
             let c = (run + k) % configs.len();
             let (switch, pairs) = configs[c];
+            if switch == Switch::Dpdk {
+                continue;
+            }
+            let dpdk = configs
+                .iter()
+                .position(|&config| config == (Switch::Dpdk, pairs))
+                .expect("each queue pair count has its DPDK run");
             for (z, &size) in args.sizes.iter().enumerate() {
-                let sample = measure(switch, pairs, mpbridge, &dir.0, size, seconds);
-                samples[c][z].push(sample?);
+                let (ours, theirs) = if dpdk_first(run, k) {
+                    let theirs = measured(Switch::Dpdk, pairs, size)?;
+                    (measured(switch, pairs, size)?, theirs)
+                } else {
+                    let ours = measured(switch, pairs, size)?;
+                    (ours, measured(Switch::Dpdk, pairs, size)?)
+                };
+                ratios[c][z].push(ours.fps / theirs.fps.max(1.0));
+                samples[c][z].push(ours);
+                samples[dpdk][z].push(theirs);
             }
         }
     }
@@ -409,8 +429,61 @@ pub(super) fn run(args: &ForwardArgs, mpbridge: &str) -> Result<(), String> {
                 100.0 * busy,
             );
         }
+        println!("  paired with DPDK's switch (mpbridge / DPDK, each pair of adjacent runs):");
+        println!(
+            "  {:<36} {:>5} {:>8} {:>8} {:>8}",
+            "switch", "pairs", "median", "min", "max"
+        );
+        for (c, &(switch, pairs)) in configs.iter().enumerate() {
+            if switch == Switch::Dpdk {
+                continue;
+            }
+            let pairs_of = &ratios[c][z];
+            let Some(summary) = Summary::of(pairs_of) else {
+                continue;
+            };
+            let each = pairs_of
+                .iter()
+                .map(|r| format!("{r:.2}"))
+                .collect::<Vec<_>>()
+                .join(" ");
+            println!(
+                "  {:<36} {:>5} {:>7.2}x {:>7.2}x {:>7.2}x   pairs: {each}",
+                switch.label(),
+                pairs,
+                summary.median,
+                summary.min,
+                summary.max,
+            );
+        }
     }
     Ok(())
+}
+
+/// Whether DPDK's switch runs first in pair `k` of run `run`: the order
+/// alternates, so that neither side always meets the machine warmer.
+fn dpdk_first(run: usize, k: usize) -> bool {
+    (run + k) % 2 == 0
+}
+
+/// The median and the extremes of paired ratios.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Summary {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Summary {
+    fn of(ratios: &[f64]) -> Option<Summary> {
+        let min = ratios.iter().copied().reduce(f64::min)?;
+        let max = ratios.iter().copied().reduce(f64::max)?;
+        Some(Summary {
+            median: median(ratios.to_vec()),
+            min,
+            max,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -428,5 +501,25 @@ mod tests {
             None
         );
         assert_eq!(rx_pps("  Rx-pps:"), None);
+    }
+
+    #[test]
+    fn pairs_alternate_and_ratios_summarise() {
+        // Over two runs each configuration has DPDK first once and last
+        // once; neighbours in a run differ.
+        for k in 0..7 {
+            assert_ne!(dpdk_first(0, k), dpdk_first(1, k));
+            assert_ne!(dpdk_first(0, k), dpdk_first(0, k + 1));
+        }
+        assert_eq!(Summary::of(&[]), None);
+        let summary = Summary::of(&[0.9, 1.3, 1.1, 0.7, 1.2]).unwrap();
+        assert_eq!(
+            summary,
+            Summary {
+                median: 1.1,
+                min: 0.7,
+                max: 1.3
+            }
+        );
     }
 }
