@@ -53,6 +53,12 @@ pub fn write_frame(fd: RawFd, frame: &Outgoing<'_>) -> io::Result<usize> {
         iov_len: 0,
     }; 5];
     let count = frame.iovecs(&mut iovs);
+    if count == 1 {
+        // SAFETY: the iovec points at the frame's bytes, readable for this
+        // call; the kernel only reads them. A plain write(2) where the
+        // frame is one buffer, as it mostly is.
+        return check_size(unsafe { libc::write(fd, iovs[0].iov_base, iovs[0].iov_len) });
+    }
     // SAFETY: the first `count` iovecs point at the frame's parts, which
     // are readable for this call; the kernel only reads them.
     check_size(unsafe { libc::writev(fd, iovs.as_ptr(), count as libc::c_int) })

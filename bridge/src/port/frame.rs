@@ -296,15 +296,24 @@ impl<'a> Outgoing<'a> {
 
     /// The metadata, then the frame's parts that have bytes, as iovecs for
     /// a gathering write (writev, sendmmsg); returns how many of `iovs`
-    /// it set.
+    /// it set. Parts that follow each other in memory (the metadata and
+    /// the frame of a batch's buffer) are one iovec, so that a frame as it
+    /// came is handed over as one buffer, as before it was cut.
     #[inline]
     pub fn iovecs(&self, iovs: &mut [libc::iovec; 5]) -> usize {
-        let mut count = 0;
+        let mut count: usize = 0;
         let parts = std::iter::once(self.meta)
             .chain(self.pieces)
             .map(|part| (part.as_ptr(), part.len()))
             .chain(std::iter::once((self.rest.as_ptr(), self.rest.len())));
         for (at, len) in parts.filter(|&(_, len)| len > 0) {
+            if let Some(last) = count.checked_sub(1).map(|last| &mut iovs[last]) {
+                let end = (last.iov_base as *const u8).wrapping_add(last.iov_len);
+                if std::ptr::eq(end, at) {
+                    last.iov_len += len;
+                    continue;
+                }
+            }
             iovs[count] = libc::iovec {
                 iov_base: at as *mut libc::c_void,
                 iov_len: len,
@@ -327,9 +336,15 @@ mod tests {
         let whole = Outgoing::from(frame);
         assert_eq!(whole.whole(), Some(&b"frame"[..]));
         let lent = b"LENT".to_vec();
+        let (meta, fr, tag, ame) = (
+            b"HH".to_vec(),
+            b"fr".to_vec(),
+            b"TAG".to_vec(),
+            b"ame".to_vec(),
+        );
         let cut = Outgoing {
-            meta: b"HH",
-            pieces: [b"fr", b"TAG", b"ame"],
+            meta: &meta,
+            pieces: [&fr, &tag, &ame],
             rest: Lent::of(&lent),
         };
         assert_eq!(cut.len(), 12);
@@ -345,6 +360,21 @@ mod tests {
         assert_eq!(iovs[4].iov_base as *const u8, lent.as_ptr(), "not copied");
         let bare = Outgoing::split(b"frame", 0);
         assert_eq!(bare.iovecs(&mut iovs), 1, "no empty part");
+        // Parts that follow each other in memory are one iovec.
+        let buffer = b"HHframe".to_vec();
+        let tag = b"TAG".to_vec();
+        let retagged = Outgoing {
+            meta: &buffer[..2],
+            pieces: [&buffer[2..4], &tag, &buffer[4..]],
+            rest: Lent::of(&lent),
+        };
+        assert_eq!(retagged.iovecs(&mut iovs), 4);
+        assert_eq!(
+            (iovs[0].iov_base as *const u8, iovs[0].iov_len),
+            (buffer.as_ptr(), 4)
+        );
+        assert_eq!(Outgoing::split(&buffer, 2).iovecs(&mut iovs), 1);
+        assert_eq!(iovs[0].iov_len, 7);
         assert!(Outgoing::default().is_empty());
         let received = Frame {
             meta: b"HH",
