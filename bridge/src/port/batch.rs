@@ -23,8 +23,8 @@ pub struct RxBatch {
     slab: Box<[u8]>,
     frame_capacity: usize,
     metadata: usize,
-    starts: Box<[usize]>,
-    lens: Box<[usize]>,
+    /// Per frame, where it starts in the slab and its length there.
+    spans: Box<[(usize, usize)]>,
     /// Per frame, where the rest of a lent frame lies and its length;
     /// empty until a port lends one, of length 0 for a frame all in the
     /// slab.
@@ -71,8 +71,7 @@ impl RxBatch {
             slab: vec![0; frames * align_frame(frame_capacity)].into_boxed_slice(),
             frame_capacity,
             metadata: 0,
-            starts: vec![0; frames].into_boxed_slice(),
-            lens: vec![0; frames].into_boxed_slice(),
+            spans: vec![(0, 0); frames].into_boxed_slice(),
             lent: Vec::new(),
             owners: Vec::new(),
             vteps: Vec::new(),
@@ -95,7 +94,7 @@ impl RxBatch {
 
     /// How many frames the batch holds when full.
     pub fn capacity(&self) -> usize {
-        self.lens.len()
+        self.spans.len()
     }
 
     /// The largest frame a buffer holds.
@@ -115,7 +114,7 @@ impl RxBatch {
 
     /// Whether no more frames fit.
     pub fn is_full(&self) -> bool {
-        self.count == self.lens.len()
+        self.count == self.spans.len()
     }
 
     /// Forgets every frame, keeping the buffers; the lent frames' memory
@@ -136,7 +135,7 @@ impl RxBatch {
     #[inline(always)]
     pub fn frame(&self, index: usize) -> Frame<'_> {
         assert!(index < self.count, "frame {index} of {}", self.count);
-        let (start, len) = (self.starts[index], self.lens[index]);
+        let (start, len) = self.spans[index];
         let meta = self.metadata.min(len);
         let mut frame = Frame {
             meta: &self.slab[start..start + meta],
@@ -163,7 +162,7 @@ impl RxBatch {
     #[inline(always)]
     pub fn eth(&self, index: usize) -> &[u8] {
         assert!(index < self.count, "frame {index} of {}", self.count);
-        let (start, len) = (self.starts[index], self.lens[index]);
+        let (start, len) = self.spans[index];
         let meta = self.metadata.min(len);
         &self.slab[start + meta..start + len]
     }
@@ -172,7 +171,7 @@ impl RxBatch {
     #[inline(always)]
     pub fn frame_len(&self, index: usize) -> usize {
         let lent = self.lent.get(index).map_or(0, |&(_, len)| len);
-        self.lens[index].saturating_sub(self.metadata) + lent
+        self.spans[index].1.saturating_sub(self.metadata) + lent
     }
 
     /// The Ethernet bytes of every frame in the batch, in order (see
@@ -210,14 +209,16 @@ impl RxBatch {
     }
 
     /// Holds `owner` (what keeps a lent frame's memory mapped) until the
-    /// batch is cleared; the same owner twice in a row is held once.
-    pub fn keep(&mut self, owner: Arc<dyn Any + Send + Sync>) {
+    /// batch is cleared; the same owner twice in a row is held once (and
+    /// not cloned: no atomic count per frame).
+    #[inline]
+    pub fn keep<T: Any + Send + Sync>(&mut self, owner: &Arc<T>) {
         let same = self
             .owners
             .last()
-            .is_some_and(|last| Arc::ptr_eq(last, &owner));
+            .is_some_and(|last| std::ptr::addr_eq(Arc::as_ptr(last), Arc::as_ptr(owner)));
         if !same {
-            self.owners.push(owner);
+            self.owners.push(Arc::clone(owner) as _);
         }
     }
 
@@ -260,8 +261,7 @@ impl RxBatch {
     /// When the batch is full or `len` exceeds the buffer size.
     pub fn commit(&mut self, len: usize) {
         assert!(!self.is_full() && len <= self.frame_capacity);
-        self.starts[self.count] = self.end;
-        self.lens[self.count] = len;
+        self.spans[self.count] = (self.end, len);
         self.count += 1;
         self.end = align_frame(self.end + len);
     }
@@ -274,8 +274,7 @@ impl RxBatch {
         if self.is_lent(last) {
             return None;
         }
-        let start = self.starts[last];
-        let len = self.lens[last];
+        let (start, len) = self.spans[last];
         Some((&mut self.slab[start..start + self.frame_capacity], len))
     }
 
@@ -288,8 +287,8 @@ impl RxBatch {
         assert!(self.count > 0 && len <= self.frame_capacity);
         assert!(!self.is_lent(self.count - 1), "a lent frame cannot grow");
         let last = self.count - 1;
-        self.lens[last] = len;
-        self.end = align_frame(self.starts[last] + len);
+        self.spans[last].1 = len;
+        self.end = align_frame(self.spans[last].0 + len);
     }
 
     /// Copies `frame` into the next free buffer. Returns `Ok(false)` when the
@@ -376,8 +375,8 @@ mod tests {
         let mut batch = RxBatch::new(4, 2048).with_metadata(2);
         batch.push(b"HHcopied").unwrap();
         let lender: std::sync::Arc<Vec<u8>> = std::sync::Arc::new(b" frame".to_vec());
-        batch.keep(lender.clone());
-        batch.keep(lender.clone());
+        batch.keep(&lender);
+        batch.keep(&lender);
         batch.push(b"MMlent").unwrap();
         // SAFETY: `lender`'s bytes live in the batch's owners until clear.
         unsafe { batch.lend_rest(lender.as_ptr(), lender.len()) };

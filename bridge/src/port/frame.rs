@@ -125,7 +125,7 @@ impl<'a> Lent<'a> {
         if self.len > 0 {
             // SAFETY: the bytes are readable (the constructor's contract),
             // `to` is writable (ours); `copy` allows overlap.
-            unsafe { std::ptr::copy(self.at, to, self.len) };
+            unsafe { super::copy::copy_bytes(self.at, to, self.len) };
         }
     }
 

@@ -112,9 +112,9 @@ impl Queue for MemoryQueue {
                     buffer
                 }
             };
-            queues.from_bridge.push_back(buffer);
             report.sent += 1;
-            report.sent_bytes += frame.len() as u64;
+            report.sent_bytes += (buffer.len() - frame.meta.len()) as u64;
+            queues.from_bridge.push_back(buffer);
         }
         report
     }

@@ -13,6 +13,7 @@
 //! `wake.rs` (the worker's poll and eventfd).
 
 mod batch;
+pub mod copy;
 mod fd;
 mod frame;
 pub mod link;

@@ -70,16 +70,19 @@ impl<T: AsRef<[u8]>> VnetHeader<T> {
     }
 
     /// The flags byte.
+    #[inline]
     pub fn flags(&self) -> u8 {
         self.buffer.as_ref()[field::FLAGS]
     }
 
     /// Whether the checksum is still to be computed from `csum_start` on.
+    #[inline]
     pub fn needs_csum(&self) -> bool {
         self.flags() & VNET_HDR_F_NEEDS_CSUM != 0
     }
 
     /// The segmentation offload type (0: none).
+    #[inline]
     pub fn gso_type(&self) -> u8 {
         self.buffer.as_ref()[field::GSO_TYPE]
     }

@@ -46,12 +46,14 @@ pub struct Negotiated {
 }
 
 impl Negotiated {
+    #[inline]
     fn has(self, n: u32) -> bool {
         self.features & bit(n) != 0
     }
 
     /// The virtio-net header's length: 12 bytes (with `num_buffers`) for
     /// virtio 1 or mergeable buffers, else the legacy 10.
+    #[inline]
     pub fn header_len(self) -> usize {
         if self.has(virtio_config::VIRTIO_F_VERSION_1) || self.mergeable() {
             12
@@ -61,6 +63,7 @@ impl Negotiated {
     }
 
     /// Frames to the driver may span several chains.
+    #[inline]
     pub fn mergeable(self) -> bool {
         self.has(virtio_net::VIRTIO_NET_F_MRG_RXBUF)
     }
@@ -71,12 +74,14 @@ impl Negotiated {
     }
 
     /// The driver takes frames whose checksum is still partial.
+    #[inline]
     pub fn guest_csum(self) -> bool {
         self.has(virtio_net::VIRTIO_NET_F_GUEST_CSUM)
     }
 
     /// The driver takes TCP segments of IPv4 (`v4`) or IPv6 larger than
     /// its MTU.
+    #[inline]
     pub fn guest_tso(self, v4: bool) -> bool {
         self.has(if v4 {
             virtio_net::VIRTIO_NET_F_GUEST_TSO4

@@ -202,6 +202,7 @@ impl VhostQueue {
     /// ring's count has reached `budget`: the frame's one copy, from where
     /// it lies (the worker's batch, or the guest that lent it) into the
     /// driver's buffers.
+    #[inline]
     fn put(
         run: &mut Running,
         heads: &mut Vec<(u16, u32)>,
@@ -231,6 +232,24 @@ impl VhostQueue {
             ring.push_used(chain.head, n as u32);
             return Put::Sent;
         }
+        Self::put_spread(run, heads, first, budget, header, chain, frame)
+    }
+
+    /// The rest of [`put`](Self::put): a frame that its chain's first
+    /// buffer does not hold, spread over the chain's buffers, or over
+    /// several chains (mergeable buffers).
+    #[inline(never)]
+    fn put_spread(
+        run: &mut Running,
+        heads: &mut Vec<(u16, u32)>,
+        first: &mut Vec<Segment>,
+        budget: u64,
+        mut header: [u8; MAX_HEADER],
+        chain: Chain,
+        frame: &Outgoing<'_>,
+    ) -> Put {
+        let header_len = run.negotiated.header_len();
+        let ring = &mut run.ring;
         let len = frame.len();
         // The header, then the frame's parts, across the buffers.
         let [a, b, c] = frame.pieces;
@@ -321,35 +340,27 @@ fn take(
         .expect("a receive stops when the batch is full");
     let (meta, frame) = buffer.split_at_mut(VNET_HDR_LEN);
     // `max` keeps a frame within the buffer.
-    if !run
-        .ring
-        .read_first(&mut header[..header_len], &mut frame[..head])
-    {
-        run.ring
-            .read_parts(0, &mut [&mut header[..header_len], &mut frame[..head]]);
+    let ring = &run.ring;
+    if !ring.read_first(&mut header[..header_len], &mut frame[..head]) {
+        ring.read_parts(0, &mut [&mut header[..header_len], &mut frame[..head]]);
     }
     meta.copy_from_slice(&header[..VNET_HDR_LEN]);
     // Group-addressed frames are read further by snooping and spanning
     // tree: copied whole.
     let unicast = head > 0 && frame[0] & 1 == 0;
     let rest = len - head;
-    if rest > 0
-        && unicast
-        && run
-            .ring
-            .lend_to(batch, VNET_HDR_LEN + head, header_len + head, rest)
-    {
-        lent.push(chain.head);
-        return false;
+    if rest == 0 || !unicast || ring.lendable(header_len + head, rest).is_none() {
+        if rest > 0 {
+            ring.read_chain(header_len + head, &mut frame[head..len]);
+        }
+        batch.commit(VNET_HDR_LEN + len);
+        run.ring.push_used(chain.head, 0);
+        return true;
     }
-    let frame = &mut batch.next_buffer().expect("still free")[VNET_HDR_LEN..];
-    if rest > 0 {
-        run.ring
-            .read_chain(header_len + head, &mut frame[head..len]);
-    }
-    batch.commit(VNET_HDR_LEN + len);
-    run.ring.push_used(chain.head, 0);
-    true
+    let lent_now = ring.lend_to(batch, VNET_HDR_LEN + head, header_len + head, rest);
+    debug_assert!(lent_now, "lendable");
+    lent.push(chain.head);
+    false
 }
 
 /// Returns the chains in `lent` to the driver, when `run` is still the
@@ -377,6 +388,7 @@ fn advance(parts: &mut [Lent<'_>], mut n: usize) {
 
 /// Whether a driver with `negotiated` takes the frame behind `vnet` as it
 /// is (its offloads are ones it negotiated).
+#[inline]
 fn takes(negotiated: Negotiated, vnet: &[u8]) -> bool {
     let header = VnetHeader::new_unchecked(vnet);
     let gso = header.gso_type() & !VNET_HDR_GSO_ECN;

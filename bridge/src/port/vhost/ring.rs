@@ -20,6 +20,7 @@ use std::sync::atomic::{fence, AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::memory::GuestMemory;
+use crate::port::copy::copy_bytes;
 use crate::port::{Lent, Outgoing, RxBatch};
 
 /// Descriptor flags (virtio 1.x, 2.7.5).
@@ -100,15 +101,22 @@ pub enum ChainError {
     Index(u16),
 }
 
-/// One buffer of a chain: guest-physical, checked to lie in the memory
-/// table.
+/// One buffer of a chain, checked to lie in one region of the memory
+/// table and found there once, when the chain is walked: where it lies in
+/// this process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Segment {
-    /// Guest-physical address.
-    pub addr: u64,
+    /// Where the buffer is mapped here.
+    pub at: *mut u8,
     /// Length in bytes.
     pub len: u32,
 }
+
+// SAFETY: a segment is an address and a length, read through only by the
+// ring that walked it, which holds the memory's mapping; the queue that
+// keeps a copy between two calls on its ring (the first chain of a
+// mergeable frame) uses it only within the call that made it.
+unsafe impl Send for Segment {}
 
 /// A chain taken from the avail ring: its head (to return it by) and its
 /// buffers' total length; the buffers are [`SplitRing::segments`].
@@ -297,6 +305,7 @@ impl SplitRing {
     /// none is available. A chain that breaks a rule is consumed and
     /// returned to the driver unused (length 0) where its head is valid,
     /// and reported; the ring goes on.
+    #[inline]
     pub fn pop(
         &mut self,
         direction: Direction,
@@ -325,6 +334,7 @@ impl SplitRing {
         }
     }
 
+    #[inline]
     fn walk(
         &mut self,
         head: u16,
@@ -347,19 +357,16 @@ impl SplitRing {
                 return Err(ChainError::Direction);
             }
             if desc.len > 0 {
-                if self.memory.guest(desc.addr, desc.len as usize).is_none() {
+                let Some(at) = self.memory.guest(desc.addr, desc.len as usize) else {
                     return Err(ChainError::Outside);
-                }
+                };
                 total = total.checked_add(desc.len).ok_or(ChainError::Long)?;
                 // Room for a frame to the driver may be larger than any
                 // frame: it is filled up to what the frame needs.
                 if direction == Direction::Read && total > max {
                     return Err(ChainError::Long);
                 }
-                self.segments.push(Segment {
-                    addr: desc.addr,
-                    len: desc.len,
-                });
+                self.segments.push(Segment { at, len: desc.len });
             }
             if desc.flags & DESC_F_NEXT == 0 {
                 if total < min || total == 0 {
@@ -482,10 +489,12 @@ impl SplitRing {
                 continue;
             }
             let take = (len - offset).min(into.len() - done);
-            let copied = self
-                .memory
-                .read(segment.addr + offset as u64, &mut into[done..done + take]);
-            debug_assert!(copied, "segments are checked when popped");
+            // SAFETY: the segment's `len` bytes are mapped (checked when
+            // popped) and `offset + take <= len`; `into` is ours, and no
+            // reference to guest memory exists.
+            unsafe {
+                std::ptr::copy(segment.at.add(offset), into[done..].as_mut_ptr(), take);
+            }
             done += take;
             offset = 0;
             if done == into.len() {
@@ -495,35 +504,41 @@ impl SplitRing {
         done
     }
 
-    /// Lends the chain's `len` bytes from `offset` on to `batch`, when
-    /// they lie in one buffer: the batch's next buffer becomes a frame of
-    /// its first `kept` bytes (written there already) that goes on with
-    /// those. False, and nothing added, when they do not. The batch holds
-    /// the memory's mapping until it is cleared; the chain must not be
-    /// returned before.
+    /// Where the chain's `len` bytes from `offset` on lie, when they lie
+    /// in one buffer: what a frame may lend (see `RxBatch::lend_rest`).
     #[inline]
-    pub fn lend_to(&self, batch: &mut RxBatch, kept: usize, mut offset: usize, len: usize) -> bool {
+    pub fn lendable(&self, mut offset: usize, len: usize) -> Option<*const u8> {
         for segment in &self.segments {
             let size = segment.len as usize;
             if offset >= size {
                 offset -= size;
                 continue;
             }
-            if size - offset < len {
-                return false;
-            }
-            let Some(at) = self.memory.guest(segment.addr + offset as u64, len) else {
-                return false;
-            };
-            batch.commit(kept);
-            batch.keep(Arc::clone(&self.memory) as _);
-            // SAFETY: `at` is valid for `len` bytes of the memory table
-            // (checked by `guest`), whose mapping the batch now holds until
-            // it is cleared; the driver may write them, which `Lent` allows.
-            unsafe { batch.lend_rest(at, len) };
-            return true;
+            // In the buffer: `offset < size`, and past it nothing is lent.
+            return (size - offset >= len).then(|| segment.at.wrapping_add(offset).cast_const());
         }
-        false
+        None
+    }
+
+    /// Lends the chain's `len` bytes from `offset` on to `batch`, when
+    /// they lie in one buffer ([`lendable`](Self::lendable)): the batch's
+    /// next buffer becomes a frame of its first `kept` bytes (written there
+    /// already) that goes on with those. False, and nothing added, when
+    /// they do not. The batch holds the memory's mapping until it is
+    /// cleared; the chain must not be returned before.
+    #[inline]
+    pub fn lend_to(&self, batch: &mut RxBatch, kept: usize, offset: usize, len: usize) -> bool {
+        let Some(at) = self.lendable(offset, len) else {
+            return false;
+        };
+        batch.commit(kept);
+        batch.keep(&self.memory);
+        // SAFETY: `at` is valid for `len` bytes of the memory table
+        // (checked when the chain was walked), whose mapping the batch now
+        // holds until it is cleared; the driver may write them, which
+        // `Lent` allows.
+        unsafe { batch.lend_rest(at, len) };
+        true
     }
 
     /// Where the chain's first `len` bytes lie, when its first buffer
@@ -531,10 +546,7 @@ impl SplitRing {
     #[inline]
     fn first_holding(&self, len: usize) -> Option<*mut u8> {
         let first = self.segments.first()?;
-        if (first.len as usize) < len {
-            return None;
-        }
-        self.memory.guest(first.addr, len)
+        ((first.len as usize) >= len).then_some(first.at)
     }
 
     /// Copies the chain's first bytes into `header` and then `into`, when
@@ -549,8 +561,8 @@ impl SplitRing {
         // `first_holding`); the destinations are ours; no reference to
         // guest memory exists.
         unsafe {
-            copy_header(from, header.as_mut_ptr(), header.len());
-            std::ptr::copy_nonoverlapping(from.add(header.len()), into.as_mut_ptr(), into.len());
+            copy_bytes(from, header.as_mut_ptr(), header.len());
+            copy_bytes(from.add(header.len()), into.as_mut_ptr(), into.len());
         }
         true
     }
@@ -567,15 +579,15 @@ impl SplitRing {
         // the rest is readable (`Lent`), which may lie under `to`, as
         // `copy` allows.
         unsafe {
-            copy_header(header.as_ptr(), to, header.len());
+            copy_bytes(header.as_ptr(), to, header.len());
             to = to.add(header.len());
             let [whole, tag, tail] = frame.pieces;
-            std::ptr::copy(whole.as_ptr(), to, whole.len());
+            copy_bytes(whole.as_ptr(), to, whole.len());
             if !tag.is_empty() || !tail.is_empty() {
                 to = to.add(whole.len());
-                std::ptr::copy(tag.as_ptr(), to, tag.len());
+                copy_bytes(tag.as_ptr(), to, tag.len());
                 to = to.add(tag.len());
-                std::ptr::copy(tail.as_ptr(), to, tail.len());
+                copy_bytes(tail.as_ptr(), to, tail.len());
                 to = to.add(tail.len());
             } else {
                 to = to.add(whole.len());
@@ -639,9 +651,7 @@ impl SplitRing {
                 return None;
             }
             let skip = std::mem::take(&mut offset);
-            let at = self.memory.guest(segment.addr + skip as u64, size - skip);
-            debug_assert!(at.is_some(), "segments are checked when popped");
-            at.map(|at| (at, size - skip))
+            Some((segment.at.wrapping_add(skip), size - skip))
         })
     }
 
@@ -665,10 +675,11 @@ impl SplitRing {
                 continue;
             }
             let take = (len - offset).min(from.len() - done);
-            let copied = self
-                .memory
-                .write(segment.addr + offset as u64, &from[done..done + take]);
-            debug_assert!(copied, "segments are checked when popped");
+            // SAFETY: the segment's `len` bytes are mapped (checked when
+            // popped) and `offset + take <= len`; `from` is ours.
+            unsafe {
+                std::ptr::copy(from[done..].as_ptr(), segment.at.add(offset), take);
+            }
             done += take;
             offset = 0;
         }
@@ -710,23 +721,6 @@ fn merge(
         }
     }
     done
-}
-
-/// Copies a virtio-net header of `len` bytes (12 with VERSION_1 or
-/// MRG_RXBUF, 10 without) as fixed-size moves rather than a call.
-///
-/// # Safety
-/// `from` must be readable and `to` writable for `len` bytes, apart.
-#[inline(always)]
-unsafe fn copy_header(from: *const u8, to: *mut u8, len: usize) {
-    // SAFETY: the caller's contract, for each length alike.
-    unsafe {
-        match len {
-            12 => std::ptr::copy_nonoverlapping(from, to, 12),
-            10 => std::ptr::copy_nonoverlapping(from, to, 10),
-            _ => std::ptr::copy_nonoverlapping(from, to, len),
-        }
-    }
 }
 
 /// A driver's side of a ring, over memory this process made: what the
