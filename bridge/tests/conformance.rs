@@ -617,6 +617,50 @@ fn a_thousand_stations_round_trip<S: Strategy>() {
     assert_eq!(table.records().len(), 1000);
 }
 
+/// Frames longer than the pipeline reads are lent by their port (the
+/// in-memory ports lend as a guest's do) and leave whole, as decided,
+/// through every VLAN rewrite: a tag pushed, popped and kept.
+fn lent_frames_leave_whole_in_every_vlan_form<S: Strategy>() {
+    let config = WorkerConfig {
+        vlan_filtering: true,
+        ..WorkerConfig::default()
+    };
+    let mut rig = Rig::<S>::with(3, FdbConfig::default(), config);
+    rig.worker.set_vlans(PortId(0), PortVlans::access(10));
+    let trunk = PortVlans::trunk(bridge::vlan::VlanSet::parse("10").unwrap(), None);
+    rig.worker.set_vlans(PortId(1), trunk.clone());
+    rig.worker.set_vlans(PortId(2), trunk);
+    // Learn A on port 0 and B on port 1 (both in VLAN 10).
+    rig.send(0, &frame(MacAddr::BROADCAST, station(A), 60));
+    rig.send(1, &tagged(MacAddr::BROADCAST, station(B), 10, 60));
+    rig.sent();
+    // The frame with an 802.1Q tag of VLAN 10 (priority 0) pushed.
+    let with_tag = |frame: Vec<u8>| -> Vec<u8> {
+        [&frame[..12], &[0x81, 0x00, 0x00, 10][..], &frame[12..]].concat()
+    };
+    for len in [65, 300, 1514] {
+        // Access to trunk: the tag pushed into the lent frame's head.
+        let to_b = frame(station(B), station(A), len);
+        rig.send(0, &to_b);
+        let mut sent = rig.sent();
+        assert_eq!(sent[1], vec![with_tag(to_b)], "{len} bytes tagged");
+        // Trunk to access: the tag popped.
+        let to_a = frame(station(A), station(B), len);
+        rig.send(1, &with_tag(to_a.clone()));
+        sent = rig.sent();
+        assert_eq!(sent[0], vec![to_a], "{len} bytes untagged");
+        // Trunk to trunk and access, flooded: kept for one, popped for
+        // the other, from the same lent frame.
+        let to_c = frame(station(C), station(4), len);
+        rig.send(2, &with_tag(to_c.clone()));
+        sent = rig.sent();
+        assert_eq!(sent[1], vec![with_tag(to_c.clone())], "{len} bytes kept");
+        assert_eq!(sent[0], vec![to_c], "{len} bytes flooded untagged");
+    }
+    // B's first broadcast, popped, and two frames of each length.
+    assert_eq!(rig.stats(0).tx_bytes, 56 + (65 + 300 + 1514) * 2);
+}
+
 for_each_strategy!(
     runts_are_dropped,
     stations_keep_their_vtep,
@@ -643,4 +687,5 @@ for_each_strategy!(
     own_addresses_are_never_learned_in_any_vlan,
     ports_come_and_go,
     a_link_down_that_nothing_reports_is_flushed,
+    lent_frames_leave_whole_in_every_vlan_form,
 );
