@@ -12,6 +12,7 @@ mod rfc2889;
 mod rtt;
 mod tap_loop;
 mod tcp;
+mod tpacket_loop;
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -75,6 +76,11 @@ enum Command {
     /// write between two taps, one thread per direction. Runs until killed.
     #[command(hide = true)]
     TapLoop(tap_loop::TapLoopArgs),
+    /// The reference raw-port forwarder of `mpbench forward`: a C loop from
+    /// a TPACKET_V3 receive ring to a transmit ring, one thread per
+    /// direction. Runs until killed.
+    #[command(hide = true)]
+    TpacketLoop(tpacket_loop::TpacketLoopArgs),
 }
 
 #[derive(clap::Args)]
@@ -274,6 +280,13 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 eprintln!("mpbench tap-loop: {error}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::TpacketLoop(args) => match tpacket_loop::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("mpbench tpacket-loop: {error}");
                 ExitCode::FAILURE
             }
         },

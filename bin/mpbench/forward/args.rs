@@ -34,12 +34,13 @@ pub struct ForwardArgs {
     #[arg(long, value_delimiter = ',', default_value = "interrupt")]
     pub(super) io: Vec<IoArg>,
     /// References to measure beside mpbridge: kernel (veth ports), relay,
-    /// direct (veth ports), loop (a blocking read/write loop, tap ports),
-    /// vde (tap ports, when vde_switch is installed).
+    /// direct (veth ports), tpacket (a C TPACKET_V3 loop, veth ports), loop
+    /// (a blocking read/write loop, tap ports), vde (tap ports, when
+    /// vde_switch is installed).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "kernel,relay,direct,loop,vde"
+        default_value = "kernel,relay,direct,tpacket,loop,vde"
     )]
     pub(super) references: Vec<ReferenceArg>,
     #[command(flatten)]
@@ -111,6 +112,10 @@ pub(super) enum ReferenceArg {
     /// Blocking read/write between the two taps, one thread per direction
     /// (`mpbench tap-loop`): the least a tap forwarder can do.
     Loop,
+    /// The C loop between the two veths (`mpbench tpacket-loop`): a
+    /// TPACKET_V3 receive ring copied into a transmit ring, no table: the
+    /// least a raw-socket forwarder can do.
+    Tpacket,
     /// No reference: mpbridge alone (for profiling it).
     None,
 }

@@ -82,6 +82,7 @@ fn setups(args: &ForwardArgs) -> Vec<Setup> {
                     targets.push((ports, Target::Kernel))
                 }
                 (ReferenceArg::Loop, PortKindArg::Tap) => targets.push((ports, Target::Loop)),
+                (ReferenceArg::Tpacket, PortKindArg::Raw) => targets.push((ports, Target::Tpacket)),
                 (ReferenceArg::Vde, PortKindArg::Tap) => {
                     let installed = std::process::Command::new("vde_switch")
                         .arg("--help")

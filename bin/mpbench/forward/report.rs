@@ -145,6 +145,7 @@ pub(super) fn record(setup: &Setup, size: usize, load: Load, rates: &Rates) -> R
         Target::Kernel => ("kernel", String::new(), 0, false),
         Target::Vde => ("vde", String::new(), 0, false),
         Target::Loop => ("loop", String::new(), 0, false),
+        Target::Tpacket => ("tpacket", String::new(), 0, false),
         Target::Relay { poll } => ("relay", String::new(), 1, poll),
         Target::Mpbridge {
             lock,
@@ -253,6 +254,10 @@ pub(super) fn print_ratios(args: &ForwardArgs, setups: &[Setup], samples: &Sampl
                 find(PortKindArg::Vxlan, Target::Kernel, placed),
             ),
             ("direct", find(PortKindArg::Raw, Target::Direct, placed)),
+            (
+                "C TPACKET_V3 loop",
+                find(PortKindArg::Raw, Target::Tpacket, placed),
+            ),
             (
                 "read/write loop",
                 find(PortKindArg::Tap, Target::Loop, placed),

@@ -24,6 +24,8 @@ pub(super) enum Target {
     Kernel,
     Vde,
     Loop,
+    /// The C TPACKET_V3 loop (`mpbench tpacket-loop`) between the veths.
+    Tpacket,
     Relay {
         poll: bool,
     },
@@ -70,6 +72,7 @@ impl Setup {
             Target::Kernel => "kernel bridge (veth)".to_owned(),
             Target::Vde => "vde_switch (tap)".to_owned(),
             Target::Loop => "read/write loop (tap)".to_owned(),
+            Target::Tpacket => "C TPACKET_V3 loop (veth)".to_owned(),
             Target::Relay { poll } => format!("relay ({ports}{})", io(poll)),
             Target::Mpbridge {
                 lock,
@@ -200,6 +203,9 @@ pub(super) fn build(setup: Setup, mpbridge: &Program) -> Result<Bench, String> {
         (Target::Loop, PortKindArg::Raw) => {
             return Err("the read/write loop is measured on tap ports only".to_owned())
         }
+        (Target::Tpacket, PortKindArg::Tap) => {
+            return Err("the C TPACKET_V3 loop is measured on raw ports only".to_owned())
+        }
         (target, PortKindArg::Raw) => {
             let b = Netns::new("br")?;
             b.sysctl("net/ipv6/conf/all/disable_ipv6", "1")?;
@@ -217,6 +223,18 @@ pub(super) fn build(setup: Setup, mpbridge: &Program) -> Result<Bench, String> {
                         b.ip(&["link", "set", dev, "up"])?;
                     }
                     b.ip(&["link", "set", "br0", "up"])?;
+                }
+                Target::Tpacket => {
+                    for dev in ["p0", "p1"] {
+                        b.ip(&["link", "set", dev, "up"])?;
+                    }
+                    let mpbench = std::env::current_exe().map_err(|e| e.to_string())?;
+                    process = Some(Process::start(
+                        &b,
+                        &forwarder_cpus(1),
+                        &mpbench.to_string_lossy(),
+                        &["tpacket-loop", "p0", "p1"],
+                    )?);
                 }
                 _ => {
                     process = Some(start_mpbridge(

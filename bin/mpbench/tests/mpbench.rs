@@ -286,7 +286,7 @@ fn forward_measures_mpbridge_and_its_references() {
         "--workers",
         "1,2",
         "--references",
-        "kernel,relay,direct,loop",
+        "kernel,relay,direct,tpacket,loop",
         "--mpbridge",
         &mpbridge_binary(),
         "--out",
@@ -295,6 +295,9 @@ fn forward_measures_mpbridge_and_its_references() {
     let stdout = succeeded(&output);
     for heading in [
         "kernel bridge (veth) (a) rx apart",
+        "C TPACKET_V3 loop (veth) (a) rx apart",
+        "C TPACKET_V3 loop (veth) (b) rx shared",
+        "/ C TPACKET_V3 loop (veth) (a) rx apart: 64:",
         "kernel bridge (veth) (b) rx shared",
         "relay (raw) (a) rx apart",
         "relay (tap)",
@@ -320,10 +323,10 @@ fn forward_measures_mpbridge_and_its_references() {
         .iter()
         .position(|h| *h == "cpu_ns_per_frame")
         .unwrap();
-    // Raw, each in two placements: kernel, relay, mpbridge x2 worker counts;
-    // then direct, and on taps the loop, the relay and mpbridge x2 worker
-    // counts; two sizes each.
-    assert_eq!(rows.len(), (2 * 4 + 1 + 4) * 2, "{csv}");
+    // Raw, each in two placements: kernel, relay, the C loop, mpbridge x2
+    // worker counts; then direct, and on taps the loop, the relay and
+    // mpbridge x2 worker counts; two sizes each.
+    assert_eq!(rows.len(), (2 * 5 + 1 + 4) * 2, "{csv}");
     for row in &rows {
         let pps: f64 = row[delivered].parse().unwrap();
         assert!(pps > 0.0, "nothing delivered: {row:?}");
