@@ -139,18 +139,13 @@ pub fn open(
         Arc::clone(&device),
     )?);
     Ok((0..workers.max(1))
-        .map(|pair| VhostQueue {
-            name: name.clone(),
-            pair,
-            device: Arc::clone(&device),
-            _control: Some(Arc::clone(&control)),
-            scratch: Vec::new(),
-            joined: Vec::new(),
-            lent: Vec::new(),
-            lent_from: 0,
-            heads: Vec::new(),
-            first: Vec::new(),
-            more: false,
+        .map(|pair| {
+            VhostQueue::with(
+                name.clone(),
+                pair,
+                Arc::clone(&device),
+                Some(Arc::clone(&control)),
+            )
         })
         .collect())
 }
@@ -173,11 +168,21 @@ impl VhostQueue {
     /// it: for the tests and the fuzz targets, which play the frontend.
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn detached(device: Arc<Device>, pair: usize) -> VhostQueue {
+        VhostQueue::with(device.name().to_owned(), pair, device, None)
+    }
+
+    /// Worker `pair`'s queue of `device`, kept running by `control`.
+    fn with(
+        name: String,
+        pair: usize,
+        device: Arc<Device>,
+        control: Option<Arc<Control>>,
+    ) -> VhostQueue {
         VhostQueue {
-            name: device.name().to_owned(),
+            name,
             pair,
             device,
-            _control: None,
+            _control: control,
             scratch: Vec::new(),
             joined: Vec::new(),
             lent: Vec::new(),
