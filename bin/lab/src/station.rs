@@ -61,9 +61,9 @@ impl Station {
             self.batch.clear();
             self.port.recv_batch(&mut self.batch).expect("receive");
             for frame in self.batch.iter() {
-                let frame = frame.eth;
-                if is_test_frame(frame) {
-                    frames.push(frame.to_vec());
+                // The first bytes say; a frame the port lent is copied whole.
+                if is_test_frame(frame.eth) {
+                    frames.push(frame.ethernet());
                 }
             }
             if self.batch.is_empty() {

@@ -6,7 +6,8 @@
 //! them. Receiving fills a reusable [`RxBatch`], so the
 //! forwarding path allocates nothing per frame: a port copies its frames
 //! into the batch's buffers, or lends them where they arrived (a
-//! vhost-user guest's own buffers) until the batch is forwarded, and then
+//! vhost-user guest's own buffers, a raw port's receive ring) until the
+//! batch is forwarded, and then
 //! each frame is copied once, into where it leaves (`frame.rs`). Each kind of port keeps its
 //! own system calls beside it (`tap/sys.rs`, `raw/sys.rs`, `vxlan/sys.rs`); what they share
 //! is in `fd.rs` (descriptors), `netdev.rs` (interface ioctls) and
@@ -197,8 +198,9 @@ pub trait Queue: Send {
 
     /// Takes back the frames the last [`recv_batch`](Self::recv_batch)
     /// lent, once the batch has been forwarded: a vhost-user port returns
-    /// the guest's buffers to it. Ports that copy their frames into the
-    /// batch lend none.
+    /// the guest's buffers to it, a raw port its ring's slots or blocks to
+    /// the kernel. Ports that copy their frames into the batch lend none.
+    /// The next `recv_batch` takes them back too.
     fn release(&mut self) {}
 
     /// Sends the frames, in order, and says what became of each.

@@ -42,6 +42,9 @@ pub struct RingFrame<'a> {
     pub vlan: Option<Tag>,
     /// Whether the frame was cut short (longer than the ring keeps).
     pub truncated: bool,
+    /// Whether it lies in the ring itself, where it may be lent until its
+    /// slot or block is handed back (not a copy read from the socket).
+    pub in_ring: bool,
 }
 
 /// The tag the kernel took off a frame, from a frame header's status word
@@ -219,6 +222,7 @@ impl<'a> Frames<'a> {
             frame: &bytes[mac..frame_end],
             vlan,
             truncated: (snaplen as u64) < u64::from(u32_at(header, field::LEN)),
+            in_ring: true,
         };
         Ok((
             frame,

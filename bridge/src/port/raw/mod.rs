@@ -11,9 +11,12 @@ mod sys;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
-use super::{fd, netdev, Outgoing, PortError, Queue, RxBatch, RxReport, SendReport, VNET_HDR_LEN};
+use super::{
+    fd, netdev, Outgoing, PortError, Queue, RxBatch, RxReport, SendReport, LENT_HEAD, VNET_HDR_LEN,
+};
 use crate::wire::tag::{push_into, EmitError};
-use ring::RxRing;
+use block::RingFrame;
+use ring::{RxRing, Taken};
 use sys::Fanout;
 
 /// How a raw port's receive ring hands frames over (`--rx-ring`).
@@ -102,33 +105,29 @@ impl Queue for RawQueue {
         Some(self.fd.as_raw_fd())
     }
 
-    /// Copies frames out of the receive ring, putting back VLAN tags the
-    /// kernel took off.
+    /// Takes frames from the receive ring, putting back VLAN tags the
+    /// kernel took off. A unicast frame longer than [`LENT_HEAD`] is lent:
+    /// its header and first bytes (with the tag) copied, the rest read
+    /// where it lies until [`release`](Queue::release) hands its slot or
+    /// block back. Any other frame is copied whole.
     fn recv_batch(&mut self, batch: &mut RxBatch) -> Result<RxReport, PortError> {
         let mut report = RxReport::default();
+        // Frames lent by an earlier receive whose batch was not released
+        // (a worker that stopped between).
+        self.ring.release();
         if batch.is_full() {
             return Ok(report);
         }
         let mut malformed = 0;
+        let mapping = std::sync::Arc::clone(self.ring.mapping());
         self.ring.read(
             &self.fd,
             |frame| {
-                let buffer = batch.next_buffer().expect("checked before each frame");
-                if frame.truncated {
-                    report.oversize += 1;
-                    return true;
+                let lent = take(frame, batch, &mapping, &mut report);
+                Taken {
+                    lent,
+                    more: !batch.is_full(),
                 }
-                // The ring's parsers cut the header to its length.
-                debug_assert_eq!(frame.vnet.len(), VNET_HDR_LEN);
-                match push_into(frame.vnet, frame.frame, frame.vlan, buffer) {
-                    Ok(len) => {
-                        batch.commit(len);
-                        report.received += 1;
-                    }
-                    Err(EmitError::Oversize { .. }) => report.oversize += 1,
-                    Err(EmitError::Runt) => report.malformed += 1,
-                }
-                !batch.is_full()
             },
             |error| {
                 malformed += 1;
@@ -137,6 +136,12 @@ impl Queue for RawQueue {
         );
         report.malformed += malformed;
         Ok(report)
+    }
+
+    /// Hands back the slots and blocks of the frames the last receive
+    /// lent.
+    fn release(&mut self) {
+        self.ring.release();
     }
 
     fn send_batch<'a>(&mut self, frames: impl Iterator<Item = Outgoing<'a>>) -> SendReport {
@@ -163,5 +168,46 @@ impl Queue for RawQueue {
     fn link_ready(&self) -> bool {
         matches!(netdev::is_still(&self.name, self.ifindex), Ok(true))
             && netdev::link_state(&self.name).is_ok_and(|state| state.running)
+    }
+}
+
+/// Takes `frame` into `batch`'s next buffer, lending its bytes past
+/// [`LENT_HEAD`] when it is a unicast frame in the ring (group-addressed
+/// frames are read further by snooping and spanning tree: copied whole).
+/// Returns whether it was lent; counts it in `report`.
+#[inline]
+fn take(
+    frame: RingFrame<'_>,
+    batch: &mut RxBatch,
+    mapping: &std::sync::Arc<ring::Mapping>,
+    report: &mut RxReport,
+) -> bool {
+    let buffer = batch.next_buffer().expect("checked before each frame");
+    if frame.truncated {
+        report.oversize += 1;
+        return false;
+    }
+    // The ring's parsers cut the header to its length.
+    debug_assert_eq!(frame.vnet.len(), VNET_HDR_LEN);
+    let bytes = frame.frame;
+    let lend = frame.in_ring && bytes.len() > LENT_HEAD && bytes[0] & 1 == 0;
+    let kept = if lend { &bytes[..LENT_HEAD] } else { bytes };
+    match push_into(frame.vnet, kept, frame.vlan, buffer) {
+        Ok(len) => {
+            batch.commit(len);
+            report.received += 1;
+            if lend {
+                ring::Mapping::lend(mapping, batch, &bytes[LENT_HEAD..]);
+            }
+            lend
+        }
+        Err(EmitError::Oversize { .. }) => {
+            report.oversize += 1;
+            false
+        }
+        Err(EmitError::Runt) => {
+            report.malformed += 1;
+            false
+        }
     }
 }

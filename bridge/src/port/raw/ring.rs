@@ -10,18 +10,21 @@
 //!   over when it is full or after `BLOCK_TIMEOUT_MS` (`block.rs` parses
 //!   blocks).
 //!
-//! Either way we copy the frames out and hand the slot or block back.
+//! A frame is copied out, and its slot or block handed back at once, or
+//! lent to the worker's batch: then the slot or block stays ours, the
+//! kernel writing none of it, until [`RxRing::release`].
 #![allow(unsafe_code)]
 
 use std::fmt::Display;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 use super::block::{Block, Cursor, Frames, RingFrame, BLOCK_STATUS_OFFSET};
 use super::slot::{self, SLOT_STATUS_OFFSET};
 use super::RingKind;
-use crate::port::{fd, VNET_HDR_LEN};
+use crate::port::{fd, RxBatch, VNET_HDR_LEN};
 
 /// Block ring geometry: blocks large enough for a 64 KiB offloaded segment
 /// with its headers, so that no frame is ever cut short.
@@ -44,8 +47,23 @@ const COPY_MAX: usize = VNET_HDR_LEN + 65_600;
 /// The mapped ring of one packet socket.
 #[derive(Debug)]
 pub struct RxRing {
-    mapping: Mapping,
+    /// Shared with the batches that frames are lent to, which keep it
+    /// mapped while they hold them.
+    mapping: Arc<Mapping>,
     reader: Reader,
+    /// The status words (their offsets) of the slots or blocks read whole
+    /// whose frames were lent: handed back at [`release`](Self::release).
+    held: Vec<usize>,
+}
+
+/// What became of a frame the ring handed over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Taken {
+    /// Its bytes were lent: its slot or block is not handed back before
+    /// [`RxRing::release`].
+    pub lent: bool,
+    /// The next frame is wanted too.
+    pub more: bool,
 }
 
 /// Where reading stands, by layout.
@@ -57,14 +75,19 @@ enum Reader {
 
 /// The ring's memory, shared with the kernel.
 #[derive(Debug)]
-struct Mapping {
+pub struct Mapping {
     base: *mut u8,
     len: usize,
 }
 
-// SAFETY: the mapping belongs to this ring alone (one ring per socket, and
-// the ring is not Clone); moving it to another thread moves that ownership.
+// SAFETY: the mapping belongs to one ring (one ring per socket); moving it
+// to another thread moves that ownership.
 unsafe impl Send for Mapping {}
+// SAFETY: besides its ring, only batches share it, as what keeps lent
+// frames mapped: they call nothing on it and read the lent bytes, which
+// the kernel does not write while their slot or block is held, by raw
+// copies.
+unsafe impl Sync for Mapping {}
 
 impl Mapping {
     /// The status word at byte `offset`.
@@ -85,6 +108,30 @@ impl Mapping {
         // SAFETY: inside the mapping, which lives as long as `self`, and
         // not written by the kernel while the caller owns it (above).
         unsafe { std::slice::from_raw_parts(self.base.add(offset), len) }
+    }
+}
+
+impl Mapping {
+    /// Lends `rest`, the end of a frame in this ring, to the batch's last
+    /// frame; the batch holds the mapping until it is cleared. The frame's
+    /// slot or block must stay ours until then: its reader is told so
+    /// ([`Taken::lent`]) and hands it back at [`RxRing::release`].
+    ///
+    /// # Panics
+    /// When `rest` does not lie in the ring.
+    pub fn lend(this: &Arc<Mapping>, batch: &mut RxBatch, rest: &[u8]) {
+        let start = rest.as_ptr() as usize;
+        let base = this.base as usize;
+        assert!(
+            start >= base && start + rest.len() <= base + this.len,
+            "lent bytes lie in the ring"
+        );
+        batch.keep(this);
+        // SAFETY: `rest` lies in the mapping (checked), which the batch
+        // holds until it is cleared; the kernel writes none of its slot or
+        // block before `RxRing::release`, which the worker calls once the
+        // batch has been sent.
+        unsafe { batch.lend_rest(rest.as_ptr(), rest.len()) };
     }
 }
 
@@ -174,12 +221,31 @@ impl RxRing {
             return Err(io::Error::last_os_error());
         }
         Ok(RxRing {
-            mapping: Mapping {
+            mapping: Arc::new(Mapping {
                 base: base.cast(),
                 len,
-            },
+            }),
             reader,
+            held: Vec::new(),
         })
+    }
+
+    /// What keeps the ring mapped: a batch a frame is lent to holds it.
+    pub fn mapping(&self) -> &Arc<Mapping> {
+        &self.mapping
+    }
+
+    /// Hands back to the kernel the slots and blocks whose frames were
+    /// lent, once the batch they were lent to is done with them.
+    pub fn release(&mut self) {
+        for &offset in &self.held {
+            // Release: our reads of the lent frames happen before the
+            // kernel may refill their slot or block.
+            self.mapping
+                .status(offset)
+                .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+        }
+        self.held.clear();
     }
 
     /// A socket error that reading the receive queue took, if any.
@@ -190,19 +256,19 @@ impl RxRing {
         }
     }
 
-    /// Hands each waiting frame to `f` while it returns true, and each
+    /// Hands each waiting frame to `f` while it wants more, and each
     /// malformed ring entry to `bad`; returns how many frames `f` got.
     /// `socket` is the ring's own, whose receive queue holds the frames
-    /// longer than a slot.
+    /// longer than a slot. `f` may lend a frame that lies in the ring.
     pub fn read(
         &mut self,
         socket: &OwnedFd,
-        f: impl FnMut(RingFrame<'_>) -> bool,
+        f: impl FnMut(RingFrame<'_>) -> Taken,
         bad: impl FnMut(&dyn Display),
     ) -> usize {
         match &mut self.reader {
-            Reader::Blocks(blocks) => blocks.read(&self.mapping, f, bad),
-            Reader::Slots(slots) => slots.read(&self.mapping, socket, f, bad),
+            Reader::Blocks(blocks) => blocks.read(&self.mapping, &mut self.held, f, bad),
+            Reader::Slots(slots) => slots.read(&self.mapping, &mut self.held, socket, f, bad),
         }
     }
 }
@@ -220,12 +286,14 @@ impl BlockReader {
     fn read(
         &mut self,
         ring: &Mapping,
-        mut f: impl FnMut(RingFrame<'_>) -> bool,
+        held: &mut Vec<usize>,
+        mut f: impl FnMut(RingFrame<'_>) -> Taken,
         mut bad: impl FnMut(&dyn Display),
     ) -> usize {
         let mut handed = 0;
         loop {
-            let status = ring.status(self.current * BLOCK_SIZE + BLOCK_STATUS_OFFSET);
+            let offset = self.current * BLOCK_SIZE + BLOCK_STATUS_OFFSET;
+            let status = ring.status(offset);
             // Acquire: the kernel fills the block, then publishes it by
             // setting TP_STATUS_USER; our reads of the frames come after.
             if status.load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
@@ -239,24 +307,34 @@ impl BlockReader {
                 None => block.frames(),
             };
             let mut more = true;
+            // Frames of this block lent in this read: frames lent in an
+            // earlier one (it stopped midway) are released already.
+            let mut lent = false;
             while more {
                 match frames.next() {
                     None => break,
                     Some(Err(error)) => bad(&error),
                     Some(Ok(frame)) => {
                         handed += 1;
-                        more = f(frame);
+                        let taken = f(frame);
+                        lent |= taken.lent;
+                        more = taken.more;
                     }
                 }
             }
             if !frames.is_done() {
+                // Not handed back before it is read to its end.
                 self.cursor = Some(frames.cursor());
                 return handed;
             }
             self.current = (self.current + 1) % BLOCKS;
-            // Release: our reads of the block happen before the kernel may
-            // see it as its own again and refill it.
-            status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+            if lent {
+                held.push(offset);
+            } else {
+                // Release: our reads of the block happen before the kernel
+                // may see it as its own again and refill it.
+                status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+            }
             if !more {
                 return handed;
             }
@@ -280,13 +358,15 @@ impl SlotReader {
     fn read(
         &mut self,
         ring: &Mapping,
+        held: &mut Vec<usize>,
         socket: &OwnedFd,
-        mut f: impl FnMut(RingFrame<'_>) -> bool,
+        mut f: impl FnMut(RingFrame<'_>) -> Taken,
         mut bad: impl FnMut(&dyn Display),
     ) -> usize {
         let mut handed = 0;
         loop {
-            let status = ring.status(self.current * SLOT_SIZE + SLOT_STATUS_OFFSET);
+            let offset = self.current * SLOT_SIZE + SLOT_STATUS_OFFSET;
+            let status = ring.status(offset);
             // Acquire: as for blocks, per slot.
             let word = status.load(Ordering::Acquire);
             if word & libc::TP_STATUS_USER == 0 {
@@ -302,10 +382,13 @@ impl SlotReader {
             } else {
                 None
             };
-            let more = match slot::parse(bytes) {
+            let taken = match slot::parse(bytes) {
                 Err(error) => {
                     bad(&error);
-                    true
+                    Taken {
+                        lent: false,
+                        more: true,
+                    }
                 }
                 Ok(slot) => {
                     handed += 1;
@@ -319,6 +402,7 @@ impl SlotReader {
                                 frame: &copy[VNET_HDR_LEN..len.min(copy.len())],
                                 vlan: slot.frame.vlan,
                                 truncated: len > copy.len(),
+                                in_ring: false,
                             })
                         }
                         // Another frame: the queue is out of step (nothing
@@ -333,9 +417,13 @@ impl SlotReader {
                     }
                 }
             };
-            // Release: as for blocks, per slot.
-            status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
-            if !more {
+            if taken.lent {
+                held.push(offset);
+            } else {
+                // Release: as for blocks, per slot.
+                status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+            }
+            if !taken.more {
                 return handed;
             }
         }

@@ -90,6 +90,7 @@ pub fn parse(slot: &[u8]) -> Result<Slot<'_>, SlotError> {
             frame: &slot[mac..end],
             vlan,
             truncated: snaplen < u32_at(slot, field::LEN) as usize,
+            in_ring: true,
         },
         copied: status & libc::TP_STATUS_COPY != 0,
         len: u32_at(slot, field::LEN) as usize,
