@@ -3,7 +3,8 @@
 //! the batch where it lies in the ring, whole and with the VLAN tag the
 //! kernel took off put back; its slot or block stays the port's, so the
 //! kernel does not write it however much arrives, until the batch is
-//! released; after that the ring takes frames again. Needs root; skips with
+//! released (by the queue type a worker holds), and then goes back to the
+//! kernel at once. Needs root; skips with
 //! a reason otherwise (fails under MPBRIDGE_REQUIRE_PRIV=1).
 
 mod netns;
@@ -13,16 +14,17 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use bridge::port::raw::RingKind;
-use bridge::port::{Outgoing, Queue, RawQueue, RxBatch, LENT_HEAD, VNET_HDR_LEN};
+use bridge::port::{LinkQueue, Outgoing, Queue, RawQueue, RxBatch, LENT_HEAD, VNET_HDR_LEN};
 use netns::{mac, privileged, tagged_test_frame, test_frame, Netns};
 
 /// How long any one wait may take.
 const WAIT: Duration = Duration::from_secs(5);
 
-/// The receiving and the sending end of a veth pair in a new namespace.
+/// The receiving and the sending end of a veth pair in a new namespace;
+/// the receiving end as a worker holds it.
 struct Link {
     _ns: Netns,
-    rx: RawQueue,
+    rx: LinkQueue,
     tx: RawQueue,
 }
 
@@ -34,6 +36,7 @@ impl Link {
             let rx = RawQueue::open_with("rx0", 1, ring)
                 .expect("socket on rx0")
                 .remove(0);
+            let rx = LinkQueue::Raw(rx);
             let tx = RawQueue::open("tx0", 1).expect("socket on tx0").remove(0);
             (rx, tx)
         });
@@ -174,19 +177,40 @@ fn lends_and_holds(ring: RingKind) {
         "a held frame's bytes are not written"
     );
 
-    // Released, the ring is read empty and then takes frames again.
+    // The flood's last frames reach the full ring and are dropped.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        thread::sleep(Duration::from_millis(20));
+        if drops(fd) == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the flood never ended");
+    }
+
+    // Released, the slot or block goes back to the kernel at once: a
+    // frame sent before the ring is read again is taken.
     link.rx.release();
     batch.clear();
+    let marker = test_frame(to, from, 8, 300);
+    link.send(std::slice::from_ref(&marker));
     let mut drained = 0;
-    for _ in 0..flood.len() {
+    let mut seen = false;
+    let deadline = Instant::now() + WAIT;
+    while !seen {
+        assert!(
+            Instant::now() < deadline,
+            "the frame sent after release never came ({drained} read)"
+        );
         batch.clear();
         link.rx.recv_batch(&mut batch).expect("receive");
         if batch.is_empty() {
-            break;
+            thread::sleep(Duration::from_millis(2));
         }
+        seen |= (0..batch.len()).any(|i| batch.frame(i).ethernet() == marker);
         drained += batch.len();
     }
-    assert!(drained > 0 && drained < flood.len(), "drained {drained}");
+    assert!(drained > 1 && drained < flood.len(), "drained {drained}");
+    assert_eq!(drops(fd), 0, "the frame sent after release was not dropped");
     let after = vec![test_frame(to, from, 9, 1000); 8];
     link.send(&after);
     let mut got = 0;

@@ -58,8 +58,10 @@ impl Queue for LinkQueue {
     }
 
     fn release(&mut self) {
-        if let LinkQueue::Vhost(port) = self {
-            port.release();
+        match self {
+            LinkQueue::Raw(port) => port.release(),
+            LinkQueue::Vhost(port) => port.release(),
+            LinkQueue::Tap(_) | LinkQueue::Vxlan(_) => {}
         }
     }
 

@@ -119,11 +119,10 @@ impl Queue for RawQueue {
             return Ok(report);
         }
         let mut malformed = 0;
-        let mapping = std::sync::Arc::clone(self.ring.mapping());
         self.ring.read(
             &self.fd,
-            |frame| {
-                let lent = take(frame, batch, &mapping, &mut report);
+            |frame, mapping| {
+                let lent = take(frame, batch, mapping, &mut report);
                 Taken {
                     lent,
                     more: !batch.is_full(),

@@ -230,11 +230,6 @@ impl RxRing {
         })
     }
 
-    /// What keeps the ring mapped: a batch a frame is lent to holds it.
-    pub fn mapping(&self) -> &Arc<Mapping> {
-        &self.mapping
-    }
-
     /// Hands back to the kernel the slots and blocks whose frames were
     /// lent, once the batch they were lent to is done with them.
     pub fn release(&mut self) {
@@ -259,11 +254,12 @@ impl RxRing {
     /// Hands each waiting frame to `f` while it wants more, and each
     /// malformed ring entry to `bad`; returns how many frames `f` got.
     /// `socket` is the ring's own, whose receive queue holds the frames
-    /// longer than a slot. `f` may lend a frame that lies in the ring.
+    /// longer than a slot. `f` may lend a frame that lies in the ring: it is
+    /// given the mapping, which a batch holds while frames are lent to it.
     pub fn read(
         &mut self,
         socket: &OwnedFd,
-        f: impl FnMut(RingFrame<'_>) -> Taken,
+        f: impl FnMut(RingFrame<'_>, &Arc<Mapping>) -> Taken,
         bad: impl FnMut(&dyn Display),
     ) -> usize {
         match &mut self.reader {
@@ -285,9 +281,9 @@ struct BlockReader {
 impl BlockReader {
     fn read(
         &mut self,
-        ring: &Mapping,
+        ring: &Arc<Mapping>,
         held: &mut Vec<usize>,
-        mut f: impl FnMut(RingFrame<'_>) -> Taken,
+        mut f: impl FnMut(RingFrame<'_>, &Arc<Mapping>) -> Taken,
         mut bad: impl FnMut(&dyn Display),
     ) -> usize {
         let mut handed = 0;
@@ -316,7 +312,7 @@ impl BlockReader {
                     Some(Err(error)) => bad(&error),
                     Some(Ok(frame)) => {
                         handed += 1;
-                        let taken = f(frame);
+                        let taken = f(frame, ring);
                         lent |= taken.lent;
                         more = taken.more;
                     }
@@ -357,10 +353,10 @@ struct SlotReader {
 impl SlotReader {
     fn read(
         &mut self,
-        ring: &Mapping,
+        ring: &Arc<Mapping>,
         held: &mut Vec<usize>,
         socket: &OwnedFd,
-        mut f: impl FnMut(RingFrame<'_>) -> Taken,
+        mut f: impl FnMut(RingFrame<'_>, &Arc<Mapping>) -> Taken,
         mut bad: impl FnMut(&dyn Display),
     ) -> usize {
         let mut handed = 0;
@@ -396,24 +392,25 @@ impl SlotReader {
                     match whole {
                         // The frame's own length: this slot's frame. The
                         // slot's tag is its tag.
-                        Some(len) if len >= VNET_HDR_LEN && len - VNET_HDR_LEN == slot.len => {
-                            f(RingFrame {
+                        Some(len) if len >= VNET_HDR_LEN && len - VNET_HDR_LEN == slot.len => f(
+                            RingFrame {
                                 vnet: &copy[..VNET_HDR_LEN],
                                 frame: &copy[VNET_HDR_LEN..len.min(copy.len())],
                                 vlan: slot.frame.vlan,
                                 truncated: len > copy.len(),
                                 in_ring: false,
-                            })
-                        }
+                            },
+                            ring,
+                        ),
                         // Another frame: the queue is out of step (nothing
                         // the kernel does, but then no later slot could
                         // trust it). Emptied, it is in step again.
                         Some(_) => {
                             drain(socket, &mut self.copy, &mut self.taken_error);
-                            f(slot.frame)
+                            f(slot.frame, ring)
                         }
                         // The slot's cut copy, counted as oversize.
-                        None => f(slot.frame),
+                        None => f(slot.frame, ring),
                     }
                 }
             };
