@@ -17,6 +17,7 @@
 
 pub mod capture;
 pub mod counters;
+pub mod evpn;
 pub mod fdb;
 pub mod forward;
 pub mod mcast;

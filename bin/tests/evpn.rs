@@ -1,0 +1,252 @@
+//! EVPN ports' kernel mirrors, read back as `ip -d -j link` shows them (what
+//! FRR's zebra reads): made with the VNI, local address and UDP port,
+//! nolearning, the vxlan device and the stations' veth on a bridge (its peer on none),
+//! learning off on the vxlan device's bridge port, no IPv6 addresses;
+//! removed whole; refused, with nothing made, when another device carries
+//! the VNI, has a mirror's name, or holds the UDP port; what a crashed
+//! bridge left is removed by its name alone. Needs root; skips with a
+//! reason otherwise (fails under MPBRIDGE_REQUIRE_PRIV=1).
+
+mod netns;
+
+use std::net::{IpAddr, UdpSocket};
+use std::process::Command;
+
+use bridge::evpn::mirror::{self, remove_stale};
+use bridge::evpn::{Mirror, MirrorConfig, MirrorError, Rtnl, DEFAULT_MIRROR_PORT};
+use netns::{privileged, Netns};
+use serde_json::Value;
+
+/// A namespace with IPv6 on (as FRR's have it), removed on drop.
+fn namespace() -> lab::Netns {
+    lab::Netns::new("evpn").expect("cannot make a network namespace")
+}
+
+fn config(bridge: &str, vni: u32, local: &str) -> MirrorConfig {
+    MirrorConfig {
+        bridge: bridge.to_owned(),
+        port: format!("seg{vni}"),
+        vni,
+        local: local.parse::<IpAddr>().expect("an address"),
+        udp_port: DEFAULT_MIRROR_PORT,
+    }
+}
+
+/// `ip -d -j link show` in `ns`: every link, by name.
+fn links(ns: &lab::Netns) -> Vec<Value> {
+    let output = Command::new("ip")
+        .args(["-n", &ns.name, "-d", "-j", "link", "show"])
+        .output()
+        .expect("cannot run ip");
+    assert!(output.status.success(), "ip link show failed");
+    match serde_json::from_slice(&output.stdout).expect("ip's JSON") {
+        Value::Array(links) => links,
+        other => panic!("not a list: {other}"),
+    }
+}
+
+fn link<'a>(links: &'a [Value], name: &str) -> &'a Value {
+    links
+        .iter()
+        .find(|l| l["ifname"] == name)
+        .unwrap_or_else(|| panic!("no link {name}"))
+}
+
+fn names(ns: &lab::Netns) -> Vec<String> {
+    links(ns)
+        .iter()
+        .map(|l| l["ifname"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// `ip -j addr show` in `ns`: the IPv6 addresses of `dev`.
+fn inet6(ns: &lab::Netns, dev: &str) -> usize {
+    let output = Command::new("ip")
+        .args(["-n", &ns.name, "-j", "-6", "addr", "show", "dev", dev])
+        .output()
+        .expect("cannot run ip");
+    let shown: Value = serde_json::from_slice(&output.stdout).expect("ip's JSON");
+    shown[0]["addr_info"].as_array().map_or(0, Vec::len)
+}
+
+fn a_mirror_is_made_as_zebra_reads_it_and_removed_whole() {
+    if !privileged("a_mirror_is_made_as_zebra_reads_it_and_removed_whole") {
+        return;
+    }
+    for local in ["198.18.0.1", "2001:2::1"] {
+        let ns = namespace();
+        let made = ns
+            .run(move || {
+                let mut rtnl = Rtnl::open().expect("rtnetlink");
+                Mirror::make(&mut rtnl, &config("br0", 42, local)).map_err(|e| e.to_string())
+            })
+            .expect("in the namespace")
+            .expect("the mirror is made");
+        assert_eq!(
+            [
+                &made.bridge.name,
+                &made.vxlan.name,
+                &made.stations.name,
+                &made.peer.name
+            ],
+            mirror::names(42).each_ref()
+        );
+        let shown = links(&ns);
+        let bridge = link(&shown, "mpe42b");
+        assert_eq!(bridge["linkinfo"]["info_kind"], "bridge");
+        assert_eq!(bridge["linkinfo"]["info_data"]["mcast_snooping"], 0);
+        let vxlan = link(&shown, "mpe42v");
+        let data = &vxlan["linkinfo"]["info_data"];
+        assert_eq!(vxlan["linkinfo"]["info_kind"], "vxlan");
+        assert_eq!(data["id"], 42);
+        assert_eq!(data["port"], DEFAULT_MIRROR_PORT);
+        assert_eq!(data["learning"], false);
+        let key = if local.contains(':') {
+            "local6"
+        } else {
+            "local"
+        };
+        assert_eq!(data[key], local, "{vxlan}");
+        assert_eq!(vxlan["master"], "mpe42b");
+        assert_eq!(
+            vxlan["linkinfo"]["info_slave_data"]["learning"], false,
+            "learning off on the bridge port"
+        );
+        let stations = link(&shown, "mpe42l");
+        assert_eq!(stations["linkinfo"]["info_kind"], "veth");
+        assert_eq!(stations["master"], "mpe42b");
+        let peer = link(&shown, "mpe42p");
+        assert_eq!(peer["link"], "mpe42l", "the stations' veth peer");
+        assert!(peer.get("master").is_none(), "the peer is on no bridge");
+        for name in mirror::names(42) {
+            let l = link(&shown, &name);
+            assert!(
+                l["flags"]
+                    .as_array()
+                    .is_some_and(|f| f.contains(&Value::from("UP"))),
+                "{name} up: {l}"
+            );
+            assert_eq!(l["ifalias"], "mpbridge:br0:evpn:seg42");
+            assert_eq!(inet6(&ns, &name), 0, "{name} has no IPv6 address");
+        }
+
+        ns.run(move || {
+            let mut rtnl = Rtnl::open().expect("rtnetlink");
+            made.remove(&mut rtnl).expect("removed");
+            // Removing twice finds nothing left and is fine.
+            made.remove(&mut rtnl).expect("removed again");
+        })
+        .expect("in the namespace");
+        let left = names(&ns);
+        assert!(
+            !left.iter().any(|n| n.starts_with("mpe")),
+            "all removed: {left:?}"
+        );
+    }
+}
+
+fn what_is_taken_is_refused_and_nothing_is_made() {
+    if !privileged("what_is_taken_is_refused_and_nothing_is_made") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.ip(&[
+        "link",
+        "add",
+        "vx0",
+        "type",
+        "vxlan",
+        "id",
+        "7",
+        "dstport",
+        "4789",
+        "local",
+        "198.18.0.1",
+    ]);
+    ns.ip(&["link", "add", "mpe9v", "type", "bridge"]);
+    let refusals = ns.run(|| {
+        let mut rtnl = Rtnl::open().expect("rtnetlink");
+        let mut refusals = Vec::new();
+        for vni in [7, 9] {
+            refusals.push(
+                Mirror::make(&mut rtnl, &config("br0", vni, "198.18.0.1"))
+                    .map(drop)
+                    .map_err(|e| (matches!(e, MirrorError::NameTaken { .. }), e.to_string())),
+            );
+        }
+        // The mirror's UDP port held by another socket: the kernel
+        // refuses the vxlan device, and the bridge made before it goes.
+        let _held = UdpSocket::bind(("0.0.0.0", DEFAULT_MIRROR_PORT)).expect("bind");
+        refusals.push(
+            Mirror::make(&mut rtnl, &config("br0", 11, "198.18.0.1"))
+                .map(drop)
+                .map_err(|e| (false, e.to_string())),
+        );
+        refusals
+    });
+    assert_eq!(
+        refusals[0],
+        Err((false, "VNI 7 is carried by vx0 already".to_owned()))
+    );
+    assert_eq!(
+        refusals[1],
+        Err((
+            true,
+            "interface mpe9v exists and is not one this bridge made (its EVPN mirror)".to_owned()
+        ))
+    );
+    let held = refusals[2].as_ref().expect_err("the port is held");
+    assert!(
+        held.1.starts_with("bringing up mpe11v: ") && held.1.contains("in use"),
+        "{held:?}"
+    );
+    let mut left = names(&ns);
+    left.sort();
+    assert_eq!(
+        left,
+        ["lo", "mpe9v", "vx0"],
+        "nothing made, nothing else touched"
+    );
+}
+
+fn a_crashed_bridges_mirrors_are_removed_by_its_name_alone() {
+    if !privileged("a_crashed_bridges_mirrors_are_removed_by_its_name_alone") {
+        return;
+    }
+    let ns = Netns::new();
+    // Another program's device with an alias of its own.
+    ns.ip(&["link", "add", "other0", "type", "bridge"]);
+    ns.ip(&["link", "set", "other0", "alias", "mpbridge:b:evpn"]);
+    let removed = ns
+        .run(|| {
+            let mut rtnl = Rtnl::open().expect("rtnetlink");
+            // Left behind, as by a bridge killed before it could remove them.
+            for (bridge, vni) in [("a", 5), ("a", 6), ("b", 8)] {
+                Mirror::make(&mut rtnl, &config(bridge, vni, "198.18.0.1"))
+                    .map_err(|e| e.to_string())
+                    .expect("made");
+            }
+            remove_stale(&mut rtnl, "a").map_err(|e| e.to_string())
+        })
+        .expect("removed");
+    let mut removed = removed;
+    removed.sort();
+    let mut expected: Vec<String> = mirror::names(5)
+        .into_iter()
+        .chain(mirror::names(6))
+        .collect();
+    expected.sort();
+    assert_eq!(removed, expected);
+    let mut left = names(&ns);
+    left.sort();
+    assert_eq!(left, ["lo", "mpe8b", "mpe8l", "mpe8p", "mpe8v", "other0"]);
+}
+
+lab::test_main! {
+    privileged: [
+        a_mirror_is_made_as_zebra_reads_it_and_removed_whole,
+        what_is_taken_is_refused_and_nothing_is_made,
+        a_crashed_bridges_mirrors_are_removed_by_its_name_alone,
+    ],
+    plain: [],
+}

@@ -1,0 +1,132 @@
+//! Requests to the kernel's rtnetlink, one at a time and each acknowledged:
+//! making, changing and deleting links, and listing them (rust-netlink's
+//! `netlink-sys` for the socket, `netlink-packet-route` for the messages,
+//! as the link monitor has them).
+
+use std::io;
+use std::time::Duration;
+
+use netlink_packet_core::{
+    NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE,
+    NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST,
+};
+use netlink_packet_route::link::LinkMessage;
+use netlink_packet_route::RouteNetlinkMessage;
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+
+/// Room for one datagram of a dump (the kernel sends at most a page's
+/// worth, or 32 KiB, per datagram).
+const BUFFER: usize = 64 * 1024;
+
+/// An rtnetlink socket for requests.
+pub struct Rtnl {
+    socket: Socket,
+    sequence: u32,
+    buffer: Vec<u8>,
+}
+
+impl std::fmt::Debug for Rtnl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rtnl").finish_non_exhaustive()
+    }
+}
+
+impl Rtnl {
+    /// A socket talking to the kernel in this network namespace.
+    pub fn open() -> io::Result<Rtnl> {
+        let mut socket = Socket::new(NETLINK_ROUTE)?;
+        socket.bind_auto()?;
+        socket.connect(&SocketAddr::new(0, 0))?;
+        // The kernel answers at once; a bound on the wait all the same.
+        socket2::SockRef::from(&socket).set_read_timeout(Some(Duration::from_secs(2)))?;
+        Ok(Rtnl {
+            socket,
+            sequence: 0,
+            buffer: Vec::with_capacity(BUFFER),
+        })
+    }
+
+    /// Makes a link; fails with `EEXIST` when one of its name exists.
+    pub fn new_link(&mut self, link: LinkMessage) -> io::Result<()> {
+        self.ask(
+            RouteNetlinkMessage::NewLink(link),
+            NLM_F_CREATE | NLM_F_EXCL | NLM_F_ACK,
+        )
+        .map(drop)
+    }
+
+    /// Changes the link whose index `link` carries.
+    pub fn set_link(&mut self, link: LinkMessage) -> io::Result<()> {
+        self.ask(RouteNetlinkMessage::NewLink(link), NLM_F_ACK)
+            .map(drop)
+    }
+
+    /// Deletes link `index`; fine when it is gone already.
+    pub fn del_link(&mut self, index: u32) -> io::Result<()> {
+        let mut link = LinkMessage::default();
+        link.header.index = index;
+        match self.ask(RouteNetlinkMessage::DelLink(link), NLM_F_ACK) {
+            Err(error) if error.raw_os_error() == Some(libc::ENODEV) => Ok(()),
+            other => other.map(drop),
+        }
+    }
+
+    /// Every link in this namespace.
+    pub fn links(&mut self) -> io::Result<Vec<LinkMessage>> {
+        let answers = self.ask(
+            RouteNetlinkMessage::GetLink(LinkMessage::default()),
+            NLM_F_DUMP,
+        )?;
+        Ok(answers
+            .into_iter()
+            .filter_map(|message| match message {
+                RouteNetlinkMessage::NewLink(link) => Some(link),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Sends `message` and reads the answers to it: what a dump gave, or
+    /// nothing once the kernel acknowledged; the kernel's error as an
+    /// `io::Error`.
+    fn ask(
+        &mut self,
+        message: RouteNetlinkMessage,
+        flags: u16,
+    ) -> io::Result<Vec<RouteNetlinkMessage>> {
+        self.sequence = self.sequence.wrapping_add(1);
+        let mut request = NetlinkMessage::new(NetlinkHeader::default(), message.into());
+        request.header.flags = NLM_F_REQUEST | flags;
+        request.header.sequence_number = self.sequence;
+        request.finalize();
+        let mut bytes = vec![0; request.buffer_len()];
+        request.serialize(&mut bytes);
+        self.socket.send(&bytes, 0)?;
+        let mut answers = Vec::new();
+        loop {
+            self.buffer.clear();
+            self.socket.recv(&mut self.buffer, 0)?;
+            let mut rest = &self.buffer[..];
+            while let Ok(header) = NetlinkBuffer::new_checked(rest) {
+                let len = header.length() as usize;
+                let step = (len + 3) & !3;
+                let message = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&rest[..len])
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+                if message.header.sequence_number == self.sequence {
+                    match message.payload {
+                        NetlinkPayload::InnerMessage(answer) => answers.push(answer),
+                        NetlinkPayload::Done(_) => return Ok(answers),
+                        // An acknowledgement is an error message with code 0.
+                        NetlinkPayload::Error(error) if error.code.is_none() => return Ok(answers),
+                        NetlinkPayload::Error(error) => return Err(io::Error::from(error)),
+                        _ => {}
+                    }
+                }
+                if step == 0 || step > rest.len() {
+                    break;
+                }
+                rest = &rest[step..];
+            }
+        }
+    }
+}
