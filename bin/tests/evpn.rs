@@ -4,16 +4,27 @@
 //! learning off on the vxlan device's bridge port, no IPv6 addresses;
 //! removed whole; refused, with nothing made, when another device carries
 //! the VNI, has a mirror's name, or holds the UDP port; what a crashed
-//! bridge left is removed by its name alone. Needs root; skips with a
-//! reason otherwise (fails under MPBRIDGE_REQUIRE_PRIV=1).
+//! bridge left is removed by its name alone. And with FRR (zebra and bgpd
+//! per namespace) against a Linux VTEP: a station written on the mirror
+//! reaches the Linux VTEP's vxlan fdb as `extern_learn` with the mirror's
+//! local address as `dst`, and leaves it when removed; the Linux VTEP's
+//! station and flood entry are installed on the mirror and heard as news.
+//! Needs root (and FRR); skips with a reason otherwise (fails under
+//! MPBRIDGE_REQUIRE_PRIV=1).
 
 mod netns;
 
 use std::net::{IpAddr, UdpSocket};
 use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
 
+use bridge::evpn::fdb::Received;
 use bridge::evpn::mirror::{self, remove_stale};
-use bridge::evpn::{Mirror, MirrorConfig, MirrorError, Rtnl, DEFAULT_MIRROR_PORT};
+use bridge::evpn::{
+    FdbEvents, Installed, Mirror, MirrorConfig, MirrorError, Rtnl, DEFAULT_MIRROR_PORT,
+};
+use bridge::wire::MacAddr;
 use netns::{privileged, Netns};
 use serde_json::Value;
 
@@ -242,11 +253,202 @@ fn a_crashed_bridges_mirrors_are_removed_by_its_name_alone() {
     assert_eq!(left, ["lo", "mpe8b", "mpe8l", "mpe8p", "mpe8v", "other0"]);
 }
 
+/// An iBGP EVPN speaker's configuration: router `id`, one neighbour.
+fn frr_config(id: &str, neighbour: &str) -> String {
+    format!(
+        "frr defaults datacenter\n\
+         log stdout\n\
+         router bgp 65001\n\
+         \x20bgp router-id {id}\n\
+         \x20no bgp default ipv4-unicast\n\
+         \x20neighbor {neighbour} remote-as internal\n\
+         \x20address-family l2vpn evpn\n\
+         \x20 neighbor {neighbour} activate\n\
+         \x20 advertise-all-vni\n\
+         \x20exit-address-family\n"
+    )
+}
+
+/// `bridge -j fdb show dev DEV` in `ns`.
+fn fdb(ns: &lab::Netns, dev: &str) -> Vec<Value> {
+    let output = Command::new("ip")
+        .args([
+            "netns", "exec", &ns.name, "bridge", "-j", "fdb", "show", "dev", dev,
+        ])
+        .output()
+        .expect("cannot run bridge");
+    match serde_json::from_slice(&output.stdout).unwrap_or(Value::Null) {
+        Value::Array(entries) => entries,
+        _ => Vec::new(),
+    }
+}
+
+/// Waits (at most `WAIT`) until `done` holds; panics with `what` and FRR's
+/// logs otherwise.
+fn wait_for(what: &str, frr: &[&lab::Frr], mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !done() {
+        if Instant::now() > deadline {
+            let logs: String = frr.iter().map(|f| f.logs()).collect();
+            panic!("{what}: not within {WAIT:?}\n{logs}");
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// How long BGP may take to bring a route across (sessions open in
+/// seconds with FRR's datacenter defaults).
+const WAIT: Duration = Duration::from_secs(60);
+
+fn a_mirror_and_a_linux_vtep_exchange_routes_through_frr() {
+    let test = "a_mirror_and_a_linux_vtep_exchange_routes_through_frr";
+    if !privileged(test) || !lab::installed(test, &format!("{}/zebra", lab::FRR_DIR), "frr") {
+        return;
+    }
+    // A: the mirror's side; B: a Linux VTEP (bridge, vxlan on 4789,
+    // nolearning) with a station on it.
+    let a = namespace();
+    let b = namespace();
+    a.ip(&[
+        "link", "add", "u0", "type", "veth", "peer", "name", "u1", "netns", &b.name,
+    ])
+    .expect("underlay");
+    a.ip(&["addr", "add", "198.18.0.1/24", "dev", "u0"])
+        .expect("address");
+    a.ip(&["link", "set", "u0", "up"]).expect("up");
+    b.ip(&["addr", "add", "198.18.0.2/24", "dev", "u1"])
+        .expect("address");
+    b.ip(&["link", "set", "u1", "up"]).expect("up");
+    for args in [
+        &["link", "add", "br0", "type", "bridge"][..],
+        &[
+            "link",
+            "add",
+            "vx42",
+            "type",
+            "vxlan",
+            "id",
+            "42",
+            "local",
+            "198.18.0.2",
+            "dstport",
+            "4789",
+            "nolearning",
+        ],
+        &["link", "set", "vx42", "master", "br0"],
+        &["link", "add", "h0", "type", "veth", "peer", "name", "h1"],
+        &["link", "set", "h0", "master", "br0"],
+        &["link", "set", "br0", "up"],
+        &["link", "set", "vx42", "up"],
+        &["link", "set", "h0", "up"],
+    ] {
+        b.ip(args).expect("the Linux VTEP");
+    }
+    let status = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &b.name,
+            "bridge",
+            "fdb",
+            "replace",
+            "02:00:00:00:00:99",
+        ])
+        .args(["dev", "h0", "master", "static"])
+        .status()
+        .expect("bridge");
+    assert!(status.success(), "the Linux VTEP's station");
+
+    let local = MacAddr([2, 0, 0, 0, 0, 1]);
+    let mirror = a
+        .run(move || {
+            let mut rtnl = Rtnl::open().expect("rtnetlink");
+            let mirror = Mirror::make(&mut rtnl, &config("br0", 42, "198.18.0.1"))
+                .map_err(|e| e.to_string())
+                .expect("the mirror");
+            rtnl.add_station(mirror.stations.index, local)
+                .expect("a local station");
+            mirror
+        })
+        .expect("in the namespace");
+    // News of what zebra installs, heard from before it starts.
+    let vxlan = mirror.vxlan.index;
+    let heard = a.spawn(move || {
+        let mut events = FdbEvents::open(Duration::from_millis(200)).expect("neighbour news");
+        let mut heard = Vec::new();
+        let deadline = Instant::now() + WAIT;
+        while heard.len() < 2 && Instant::now() < deadline {
+            if let Ok(Received::Changes(changes)) = events.recv() {
+                heard.extend(
+                    changes
+                        .into_iter()
+                        .filter(|c| c.ifindex == vxlan && c.added)
+                        .map(|c| c.entry),
+                );
+            }
+        }
+        heard
+    });
+    let frr_a = lab::Frr::start(&a.name, &frr_config("198.18.0.1", "198.18.0.2")).expect("FRR");
+    let frr_b = lab::Frr::start(&b.name, &frr_config("198.18.0.2", "198.18.0.1")).expect("FRR");
+    let vtep: IpAddr = "198.18.0.2".parse().expect("an address");
+    let expected = [
+        Installed::Station {
+            mac: MacAddr([2, 0, 0, 0, 0, 0x99]),
+            vtep,
+        },
+        Installed::Flood { vtep },
+    ];
+
+    // The Linux VTEP's station and flood entry, installed on the mirror.
+    wait_for("the mirror's routes", &[&frr_a, &frr_b], || {
+        let installed = a
+            .run(move || Rtnl::open().and_then(|mut r| r.installed(vxlan)))
+            .expect("in the namespace")
+            .expect("fdb");
+        expected.iter().all(|e| installed.contains(e))
+    });
+    let mut heard = heard.join().expect("listener").expect("in the namespace");
+    heard.sort();
+    heard.dedup();
+    let mut wanted = expected.to_vec();
+    wanted.sort();
+    assert_eq!(heard, wanted, "the news of what was installed");
+
+    // The mirror's station and flood entry, on the Linux VTEP.
+    let on_b = |mac: &str| {
+        fdb(&b, "vx42").into_iter().any(|e| {
+            e["mac"] == mac
+                && e["dst"] == "198.18.0.1"
+                && (mac == "00:00:00:00:00:00"
+                    || e["flags"]
+                        .as_array()
+                        .is_some_and(|f| f.contains(&Value::from("extern_learn"))))
+        })
+    };
+    wait_for("the Linux VTEP's routes", &[&frr_a, &frr_b], || {
+        on_b("02:00:00:00:00:01") && on_b("00:00:00:00:00:00")
+    });
+
+    // The station removed: its route is withdrawn.
+    a.run(move || Rtnl::open().and_then(|mut r| r.del_station(mirror.stations.index, local)))
+        .expect("in the namespace")
+        .expect("removed");
+    wait_for("the withdrawal", &[&frr_a, &frr_b], || {
+        !on_b("02:00:00:00:00:01")
+    });
+    assert!(
+        on_b("00:00:00:00:00:00"),
+        "the VTEP stays in the flood list"
+    );
+}
+
 lab::test_main! {
     privileged: [
         a_mirror_is_made_as_zebra_reads_it_and_removed_whole,
         what_is_taken_is_refused_and_nothing_is_made,
         a_crashed_bridges_mirrors_are_removed_by_its_name_alone,
+        a_mirror_and_a_linux_vtep_exchange_routes_through_frr,
     ],
     plain: [],
 }

@@ -7,6 +7,7 @@
 
 #![deny(unsafe_code)]
 
+mod frr;
 pub mod guest;
 mod netns;
 mod privileges;
@@ -17,6 +18,7 @@ mod station;
 pub mod vhost;
 pub mod workload;
 
+pub use frr::{Frr, FRR_DIR};
 pub use netns::{ip, unique, DevCounters, Netns};
 pub use privileges::{installed, privilege_problem, privileged, run_tests, unavailable, Test};
 pub use process::{

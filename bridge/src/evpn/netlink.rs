@@ -1,5 +1,5 @@
 //! Requests to the kernel's rtnetlink, one at a time and each acknowledged:
-//! making, changing and deleting links, and listing them (rust-netlink's
+//! making, changing, deleting and listing links and bridge fdb entries (rust-netlink's
 //! `netlink-sys` for the socket, `netlink-packet-route` for the messages,
 //! as the link monitor has them).
 
@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use netlink_packet_core::{
     NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE,
-    NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST,
+    NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST,
 };
 use netlink_packet_route::link::LinkMessage;
-use netlink_packet_route::RouteNetlinkMessage;
+use netlink_packet_route::neighbour::NeighbourMessage;
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
 /// Room for one datagram of a dump (the kernel sends at most a page's
@@ -81,6 +82,36 @@ impl Rtnl {
             .into_iter()
             .filter_map(|message| match message {
                 RouteNetlinkMessage::NewLink(link) => Some(link),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Writes a bridge fdb entry, or replaces the one of its address.
+    pub fn replace_neighbour(&mut self, entry: NeighbourMessage) -> io::Result<()> {
+        self.ask(
+            RouteNetlinkMessage::NewNeighbour(entry),
+            NLM_F_CREATE | NLM_F_REPLACE | NLM_F_ACK,
+        )
+        .map(drop)
+    }
+
+    /// Deletes a bridge fdb entry.
+    pub fn del_neighbour(&mut self, entry: NeighbourMessage) -> io::Result<()> {
+        self.ask(RouteNetlinkMessage::DelNeighbour(entry), NLM_F_ACK)
+            .map(drop)
+    }
+
+    /// Every bridge fdb entry in this namespace, of bridges and of the
+    /// devices (vxlan) that keep their own.
+    pub fn fdb(&mut self) -> io::Result<Vec<NeighbourMessage>> {
+        let mut request = NeighbourMessage::default();
+        request.header.family = AddressFamily::Bridge;
+        let answers = self.ask(RouteNetlinkMessage::GetNeighbour(request), NLM_F_DUMP)?;
+        Ok(answers
+            .into_iter()
+            .filter_map(|message| match message {
+                RouteNetlinkMessage::NewNeighbour(entry) => Some(entry),
                 _ => None,
             })
             .collect())
