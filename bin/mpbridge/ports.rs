@@ -430,6 +430,7 @@ fn vxlan_options(items: &[(String, String)]) -> Result<VxlanConfig, String> {
         local: SocketAddr::new(local, port),
         remotes,
         learning,
+        evpn: false,
     })
 }
 

@@ -16,6 +16,7 @@ mod netns;
 
 use std::net::{IpAddr, UdpSocket};
 use std::process::Command;
+use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,9 @@ use bridge::evpn::mirror::{self, remove_stale};
 use bridge::evpn::{
     FdbEvents, Installed, Mirror, MirrorConfig, MirrorError, Rtnl, DEFAULT_MIRROR_PORT,
 };
+use bridge::port::vxlan::VxlanConfig;
+use bridge::port::{Outgoing, Queue, RxBatch, VxlanQueue, VNET_HDR_LEN};
+use bridge::wire::vxlan::{header, HEADER_LEN};
 use bridge::wire::MacAddr;
 use netns::{privileged, Netns};
 use serde_json::Value;
@@ -443,12 +447,117 @@ fn a_mirror_and_a_linux_vtep_exchange_routes_through_frr() {
     );
 }
 
+/// A broadcast frame with a virtio-net header in front.
+fn broadcast(tag: u8) -> Vec<u8> {
+    let frame = netns::test_frame(netns::BROADCAST, [2, 0, 0, 0, 0, 1], tag, 100);
+    [&[0u8; VNET_HDR_LEN][..], &frame].concat()
+}
+
+fn an_evpn_port_takes_any_vtep_and_floods_where_it_is_told() {
+    if !privileged("an_evpn_port_takes_any_vtep_and_floods_where_it_is_told") {
+        return;
+    }
+    let ns = Netns::new();
+    for addr in [
+        "198.18.0.1/32",
+        "198.18.0.2/32",
+        "198.18.0.3/32",
+        "198.18.0.4/32",
+    ] {
+        ns.ip(&["addr", "add", addr, "dev", "lo"]);
+    }
+    ns.run(|| {
+        let open = |local: &str, evpn: bool| {
+            let config = VxlanConfig {
+                vni: 42,
+                local: format!("{local}:4789").parse().expect("an address"),
+                remotes: Vec::new(),
+                learning: false,
+                evpn,
+            };
+            VxlanQueue::open("seg", config, 1)
+                .expect("a vxlan port")
+                .remove(0)
+        };
+        let mut port = open("198.18.0.1", true);
+        // Neither learning nor EVPN: only listed VTEPs are heard.
+        let mut closed = open("198.18.0.4", false);
+        let remote = UdpSocket::bind("198.18.0.2:4789").expect("the remote VTEP");
+        remote.set_nonblocking(true).expect("nonblocking");
+        let mut datagram = [0u8; 2048];
+
+        // Nothing to flood to yet: counted, not sent.
+        let frame = broadcast(1);
+        port.send_batch(std::iter::once(Outgoing::split(&frame, VNET_HDR_LEN)));
+        assert_eq!(port.shared().counters.no_remote.load(Ordering::Relaxed), 1);
+        thread::sleep(Duration::from_millis(50));
+        assert!(remote.recv(&mut datagram).is_err(), "nothing was sent");
+
+        // Given a VTEP, floods go to it.
+        let vtep: IpAddr = "198.18.0.2".parse().expect("an address");
+        port.shared().set_flood_vteps(&[vtep]);
+        assert_eq!(port.shared().flood(), [vtep]);
+        let frame = broadcast(2);
+        port.send_batch(std::iter::once(Outgoing::split(&frame, VNET_HDR_LEN)));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let len = loop {
+            match remote.recv(&mut datagram) {
+                Ok(len) => break len,
+                Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(5)),
+                Err(error) => panic!("the flood never came: {error}"),
+            }
+        };
+        assert_eq!(&datagram[..HEADER_LEN], header(42));
+        assert_eq!(&datagram[HEADER_LEN..len], &frame[VNET_HDR_LEN..]);
+
+        // A VTEP that was never given: its frame is taken (no VTEP learned),
+        // where a port without EVPN or learning drops it.
+        let stranger = UdpSocket::bind("198.18.0.3:0").expect("a stranger");
+        let inner = netns::test_frame(netns::BROADCAST, [2, 0, 0, 0, 0, 7], 3, 100);
+        let sent = [&header(42)[..], &inner].concat();
+        for to in ["198.18.0.1:4789", "198.18.0.4:4789"] {
+            stranger.send_to(&sent, to).expect("sent");
+        }
+        let mut batch = RxBatch::new(64, 2048).with_metadata(VNET_HDR_LEN);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while batch.is_empty() {
+            assert!(Instant::now() < deadline, "the stranger's frame never came");
+            port.recv_batch(&mut batch).expect("receive");
+            thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(batch.frame(0).ethernet(), inner);
+        assert_eq!(batch.vtep(0), None, "no VTEP learned from the data plane");
+        assert_eq!(
+            port.shared()
+                .counters
+                .unlisted_source
+                .load(Ordering::Relaxed),
+            0
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while closed
+            .shared()
+            .counters
+            .unlisted_source
+            .load(Ordering::Relaxed)
+            == 0
+        {
+            assert!(Instant::now() < deadline, "the closed port never heard it");
+            batch.clear();
+            closed.recv_batch(&mut batch).expect("receive");
+            assert!(batch.is_empty(), "a port without EVPN takes no stranger");
+            thread::sleep(Duration::from_millis(5));
+        }
+    });
+}
+
 lab::test_main! {
     privileged: [
         a_mirror_is_made_as_zebra_reads_it_and_removed_whole,
         what_is_taken_is_refused_and_nothing_is_made,
         a_crashed_bridges_mirrors_are_removed_by_its_name_alone,
         a_mirror_and_a_linux_vtep_exchange_routes_through_frr,
+        an_evpn_port_takes_any_vtep_and_floods_where_it_is_told,
     ],
     plain: [],
 }

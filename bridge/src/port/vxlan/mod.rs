@@ -92,6 +92,10 @@ pub struct VxlanConfig {
     /// Whether stations are learned from datagrams of any source; off,
     /// only listed remotes and static entries' VTEPs are heard.
     pub learning: bool,
+    /// Whether a control plane (EVPN) gives the port its remote stations
+    /// and VTEPs: datagrams from any VTEP are taken, as Linux's vxlan
+    /// device takes them, and none teaches the port a VTEP.
+    pub evpn: bool,
 }
 
 /// A VXLAN port's counters of what it dropped, beyond the bridge's.
@@ -165,6 +169,9 @@ pub struct VxlanShared {
     /// learn hears beside its listed remotes; the control plane keeps it
     /// (see [`set_static_vteps`](Self::set_static_vteps)).
     static_vteps: ArcSwap<Vec<IpAddr>>,
+    /// Where floods go: the listed remotes and the VTEPs a control plane
+    /// gave (see [`set_flood_vteps`](Self::set_flood_vteps)).
+    flood: ArcSwap<Vec<IpAddr>>,
     /// Its VTEPs' handles.
     pub vteps: Vteps,
     /// What it dropped.
@@ -172,9 +179,27 @@ pub struct VxlanShared {
 }
 
 impl VxlanShared {
-    /// Whether `addr` is a listed remote or the VTEP of a static entry.
+    /// Whether `addr` is a listed remote, a VTEP a control plane gave or
+    /// the VTEP of a static entry.
     pub fn is_known_vtep(&self, addr: IpAddr) -> bool {
-        self.config.remotes.contains(&addr) || self.static_vteps.load().contains(&addr)
+        self.flood.load().contains(&addr) || self.static_vteps.load().contains(&addr)
+    }
+
+    /// Sets the VTEPs a control plane gave (EVPN's type-3 routes): floods
+    /// go to them and to the listed remotes.
+    pub fn set_flood_vteps(&self, vteps: &[IpAddr]) {
+        let mut flood = self.config.remotes.clone();
+        for &vtep in vteps {
+            if !flood.contains(&vtep) {
+                flood.push(vtep);
+            }
+        }
+        self.flood.store(Arc::new(flood));
+    }
+
+    /// Where floods go now.
+    pub fn flood(&self) -> Vec<IpAddr> {
+        self.flood.load().to_vec()
     }
 
     /// Sets the VTEPs of the port's static fdb entries.
@@ -330,6 +355,7 @@ impl VxlanQueue {
     pub fn open(name: &str, config: VxlanConfig, queues: usize) -> io::Result<Vec<VxlanQueue>> {
         let shared = Arc::new(VxlanShared {
             static_vteps: ArcSwap::from_pointee(Vec::new()),
+            flood: ArcSwap::from_pointee(config.remotes.clone()),
             vteps: Vteps::default(),
             config,
             counters: VxlanCounters::default(),
@@ -376,11 +402,11 @@ impl VxlanQueue {
         run: &mut Option<TcpRun>,
     ) {
         let config = &shared.config;
-        if !config.learning && !shared.is_known_vtep(source) {
+        if !config.learning && !config.evpn && !shared.is_known_vtep(source) {
             VxlanCounters::bump(&shared.counters.unlisted_source);
             return;
         }
-        let vtep = match config.learning {
+        let vtep = match config.learning && !config.evpn {
             true => shared.vteps.handle(source),
             false => None,
         };
@@ -710,8 +736,8 @@ impl VxlanQueue {
         // The addresses: one per known VTEP, and the flood list.
         let port = shared.config.local.port();
         self.addrs.clear();
-        let flood = &shared.config.remotes;
-        for &ip in flood {
+        let flood = shared.flood.load();
+        for &ip in flood.iter() {
             self.addrs.push(SockAddr::from(SocketAddr::new(ip, port)));
         }
         // The socket (outer source port) of each whole frame: by its
@@ -963,6 +989,7 @@ mod tests {
             local,
             remotes: Vec::new(),
             learning: true,
+            evpn: false,
         };
         match VxlanQueue::open("t", config, 1) {
             Ok(_) => panic!("{local} opened"),
