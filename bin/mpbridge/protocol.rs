@@ -565,9 +565,11 @@ pub struct FdbEntry {
     pub port: String,
     /// The VLAN (0: untagged).
     pub vlan: u16,
-    /// "learned", "static" or "local".
+    /// "learned", "static", "local" or "extern_learn" (installed by a
+    /// control plane: EVPN).
     pub state: String,
-    /// Seconds since the station was last seen (0 for static and local).
+    /// Seconds since the station was last seen (0 for static, local and
+    /// extern_learn).
     pub age_s: u32,
     /// On a VXLAN port: the VTEP the station is behind, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]

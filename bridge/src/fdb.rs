@@ -62,6 +62,10 @@ pub struct FdbEntry {
     /// The address of the port's own interface: frames to it are the
     /// host's, never forwarded. Local entries are static.
     is_local: bool,
+    /// Installed by a control plane (EVPN; Linux's `extern_learn`): it
+    /// never ages and does not count as learned, and learning the station
+    /// on another port takes it over (the station moved there).
+    is_extern: bool,
     /// Written by readers in place (relaxed: a timestamp that orders no other
     /// memory; a reader that sees a slightly old value ages an entry at most
     /// one refresh late).
@@ -75,7 +79,19 @@ impl FdbEntry {
             vtep,
             is_static: false,
             is_local: false,
+            is_extern: false,
             last_seen: AtomicU32::new(now),
+        }
+    }
+
+    fn installed(port: PortId, vtep: Option<Vtep>) -> FdbEntry {
+        FdbEntry {
+            port,
+            vtep,
+            is_static: false,
+            is_local: false,
+            is_extern: true,
+            last_seen: AtomicU32::new(0),
         }
     }
 
@@ -85,6 +101,7 @@ impl FdbEntry {
             vtep,
             is_static: true,
             is_local,
+            is_extern: false,
             last_seen: AtomicU32::new(0),
         }
     }
@@ -107,6 +124,16 @@ impl FdbEntry {
     /// Whether the entry is the address of a port's own interface.
     pub fn is_local(&self) -> bool {
         self.is_local
+    }
+
+    /// Whether a control plane installed the entry.
+    pub fn is_extern(&self) -> bool {
+        self.is_extern
+    }
+
+    /// Whether the entry counts as learned: not configured, not installed.
+    fn is_learned(&self) -> bool {
+        !self.is_static && !self.is_extern
     }
 
     /// When a frame from the station was last seen.
@@ -206,15 +233,17 @@ pub struct FdbRecord {
     pub is_static: bool,
     /// Whether the entry is a port's own address (static too).
     pub is_local: bool,
+    /// Whether a control plane installed it (`extern_learn`).
+    pub is_extern: bool,
     /// When last seen, on the table's clock.
     pub last_seen: Seconds,
 }
 
 impl FdbRecord {
     /// Seconds since the station was last seen at `now` (0 for static
-    /// entries).
+    /// and installed entries, which do not age).
     pub fn idle_secs(&self, now: Seconds) -> Seconds {
-        if self.is_static {
+        if self.is_static || self.is_extern {
             0
         } else {
             now.saturating_sub(self.last_seen)
@@ -265,6 +294,10 @@ pub trait Table: Send + Sync {
     fn add_local(&self, key: FdbKey, port: PortId) -> bool;
     /// See [`MacTable::remove_static`].
     fn remove_static(&self, key: FdbKey) -> bool;
+    /// See [`MacTable::install`].
+    fn install(&self, key: FdbKey, port: PortId, vtep: Option<Vtep>) -> bool;
+    /// See [`MacTable::uninstall`].
+    fn uninstall(&self, key: FdbKey) -> bool;
     /// See [`MacTable::forget`].
     fn forget(&self, key: FdbKey) -> bool;
     /// See [`MacTable::flush`].
@@ -319,6 +352,12 @@ impl<S: Strategy> Table for MacTable<S> {
     }
     fn remove_static(&self, key: FdbKey) -> bool {
         MacTable::remove_static(self, key)
+    }
+    fn install(&self, key: FdbKey, port: PortId, vtep: Option<Vtep>) -> bool {
+        MacTable::install(self, key, port, vtep)
+    }
+    fn uninstall(&self, key: FdbKey) -> bool {
+        MacTable::uninstall(self, key)
     }
     fn forget(&self, key: FdbKey) -> bool {
         MacTable::forget(self, key)
@@ -635,10 +674,12 @@ impl<S: Strategy> MacTable<S> {
                     vtep: entry.vtep,
                     is_static: entry.is_static,
                     is_local: entry.is_local,
+                    is_extern: entry.is_extern,
                     last_seen: AtomicU32::new(entry.last_seen),
                 };
+                let learned_entry = value.is_learned();
                 w.update(entry.key, |_| (Update::Put(value), ()));
-                if !entry.is_static {
+                if learned_entry {
                     learned += 1;
                     self.quotas.add(entry.port, 1);
                 }
@@ -808,6 +849,18 @@ impl<S: Strategy> MacTable<S> {
             ),
             None => (Update::Keep, (Learned::Refused, None)),
             Some(entry) if entry.is_static => (Update::Keep, (Learned::Static, None)),
+            // An installed entry, heard elsewhere: the station moved here,
+            // and is learned here (it counted as learned nowhere before).
+            Some(entry) if entry.is_extern && (entry.port != port || entry.vtep != vtep) => {
+                if self.reserve(port) {
+                    (
+                        Update::Put(FdbEntry::learned(port, vtep, now)),
+                        (Learned::Moved, Some(entry.port)),
+                    )
+                } else {
+                    (Update::Keep, (Learned::Refused, None))
+                }
+            }
             Some(entry) if entry.port == port && entry.vtep == vtep => {
                 entry.last_seen.store(now, Ordering::Relaxed);
                 (Update::Keep, (Learned::Refreshed, None))
@@ -901,7 +954,7 @@ impl<S: Strategy> MacTable<S> {
     ) -> usize {
         let quotas = &self.quotas;
         let removed = w.retain(|key, entry| {
-            let kept = entry.is_static || keep(key, entry);
+            let kept = !entry.is_learned() || keep(key, entry);
             if !kept {
                 quotas.release(entry.port, 1);
             }
@@ -956,7 +1009,7 @@ impl<S: Strategy> MacTable<S> {
         let replaced = self.map.write(|w| {
             w.update(key, |old| {
                 let entry = FdbEntry::configured(port, vtep, is_local);
-                let learned = old.filter(|e| !e.is_static).map(|e| e.port);
+                let learned = old.filter(|e| e.is_learned()).map(|e| e.port);
                 (Update::Put(entry), learned)
             })
         });
@@ -978,20 +1031,59 @@ impl<S: Strategy> MacTable<S> {
         })
     }
 
-    /// Removes a learned entry (the station left); static entries are left
-    /// alone. Returns whether there was one.
+    /// Removes a learned or installed entry (the station left); static
+    /// entries are left alone. Returns whether there was one.
     pub fn forget(&self, key: FdbKey) -> bool {
         let removed = self.map.write(|w| {
             w.update(key, |old| match old {
-                Some(entry) if !entry.is_static => (Update::Remove, Some(entry.port)),
+                Some(entry) if !entry.is_static => {
+                    (Update::Remove, Some((entry.port, entry.is_learned())))
+                }
                 _ => (Update::Keep, None),
             })
         });
-        if let Some(on) = removed {
+        if let Some((on, true)) = removed {
             self.quotas.release(on, 1);
             self.release(1);
         }
         removed.is_some()
+    }
+
+    /// Adds or replaces an entry a control plane installed (EVPN's remote
+    /// station; Linux's `extern_learn`), at `vtep` behind a VXLAN port: it
+    /// never ages, flushes keep it, learning the station on another port
+    /// takes it over. A static or local entry of the station stays, and
+    /// `false` comes back; `true` when the entry was added or changed.
+    pub fn install(&self, key: FdbKey, port: PortId, vtep: Option<Vtep>) -> bool {
+        let (changed, learned_on) = self.map.write(|w| {
+            w.update(key, |old| match old {
+                Some(entry) if entry.is_static => (Update::Keep, (false, None)),
+                Some(entry) if entry.is_extern && entry.port == port && entry.vtep == vtep => {
+                    (Update::Keep, (false, None))
+                }
+                Some(entry) => (
+                    Update::Put(FdbEntry::installed(port, vtep)),
+                    (true, entry.is_learned().then_some(entry.port)),
+                ),
+                None => (Update::Put(FdbEntry::installed(port, vtep)), (true, None)),
+            })
+        });
+        if let Some(on) = learned_on {
+            self.quotas.release(on, 1);
+            self.release(1);
+        }
+        changed
+    }
+
+    /// Removes an installed entry; learned and static ones are left alone.
+    /// Returns whether there was one.
+    pub fn uninstall(&self, key: FdbKey) -> bool {
+        self.map.write(|w| {
+            w.update(key, |old| match old {
+                Some(entry) if entry.is_extern => (Update::Remove, true),
+                _ => (Update::Keep, false),
+            })
+        })
     }
 
     /// Removes learned entries not refreshed for the ageing time; returns
@@ -1019,7 +1111,7 @@ impl<S: Strategy> MacTable<S> {
         let removed = self.map.write(|w| {
             w.retain(|_, entry| {
                 let keep = entry.port != port;
-                if !keep && !entry.is_static {
+                if !keep && entry.is_learned() {
                     learned += 1;
                 }
                 keep
@@ -1046,6 +1138,7 @@ impl<S: Strategy> MacTable<S> {
                     vtep: entry.vtep,
                     is_static: entry.is_static,
                     is_local: entry.is_local,
+                    is_extern: entry.is_extern,
                     last_seen: entry.last_seen(),
                 })
             })

@@ -346,6 +346,7 @@ fn snapshots_list_every_entry<S: Strategy>() {
             vtep: None,
             is_static: true,
             is_local: false,
+            is_extern: false,
             last_seen: 0,
         },
         FdbRecord {
@@ -354,6 +355,7 @@ fn snapshots_list_every_entry<S: Strategy>() {
             vtep: None,
             is_static: false,
             is_local: false,
+            is_extern: false,
             last_seen: 4,
         },
         FdbRecord {
@@ -362,6 +364,7 @@ fn snapshots_list_every_entry<S: Strategy>() {
             vtep: None,
             is_static: false,
             is_local: false,
+            is_extern: false,
             last_seen: 3,
         },
     ];
@@ -661,6 +664,65 @@ fn lent_frames_leave_whole_in_every_vlan_form<S: Strategy>() {
     assert_eq!(rig.stats(0).tx_bytes, 56 + (65 + 300 + 1514) * 2);
 }
 
+/// Entries a control plane installs (EVPN; Linux's `extern_learn`): they
+/// do not count as learned, do not age, survive flushes, move with their
+/// route, leave static entries alone, take learned entries over, and are
+/// taken over by learning on another port (the station moved there).
+fn installed_entries_move_with_their_route_and_with_the_station<S: Strategy>() {
+    use bridge::wire::vxlan::Vtep;
+    let (vtep1, vtep2) = (Vtep::from_index(1).unwrap(), Vtep::from_index(2).unwrap());
+    let config = FdbConfig {
+        max_entries: 100,
+        age_secs: 10,
+    };
+    let table = MacTable::<S>::new(config);
+    assert!(table.install(key(A), PortId(2), Some(vtep1)));
+    assert!(!table.install(key(A), PortId(2), Some(vtep1)), "unchanged");
+    assert_eq!((table.len(), table.learned_len()), (1, 0));
+    assert_eq!(table.port_learned(PortId(2)), 0);
+    let record = table.records()[0];
+    assert!(record.is_extern && !record.is_static);
+    assert_eq!((record.vtep, record.idle_secs(1000)), (Some(vtep1), 0));
+    // Never aged, never flushed.
+    assert_eq!(table.age(1000), 0);
+    assert_eq!(table.flush_port(PortId(2)), 0);
+    assert_eq!(table.flush(), 0);
+    // Its route moved to another VTEP.
+    assert!(table.install(key(A), PortId(2), Some(vtep2)));
+    assert_eq!(table.records()[0].vtep, Some(vtep2));
+    // A static entry stays; a learned one is taken over, its place freed.
+    table.add_static(key(B), PortId(0));
+    assert!(!table.install(key(B), PortId(2), Some(vtep1)));
+    assert_eq!(table.lookup(&key(B)), Some(PortId(0)));
+    table.learn(key(C), PortId(1), 5);
+    assert_eq!((table.learned_len(), table.port_learned(PortId(1))), (1, 1));
+    assert!(table.install(key(C), PortId(2), Some(vtep1)));
+    assert_eq!((table.learned_len(), table.port_learned(PortId(1))), (0, 0));
+    // Heard on another port: learned there, an ordinary entry that ages.
+    assert_eq!(table.learn(key(A), PortId(1), 20), Learned::Moved);
+    let a = table
+        .records()
+        .into_iter()
+        .find(|r| r.key == key(A))
+        .unwrap();
+    assert!(!a.is_extern && a.port == PortId(1) && a.vtep.is_none());
+    assert_eq!((table.learned_len(), table.port_learned(PortId(1))), (1, 1));
+    // Removing: only installed entries go; forgetting one frees nothing.
+    assert!(!table.uninstall(key(A)), "A is learned now");
+    assert!(!table.uninstall(key(B)), "B is static");
+    assert!(table.forget(key(C)));
+    assert_eq!(table.learned_len(), 1);
+    assert!(table.install(key(C), PortId(2), None));
+    assert!(table.uninstall(key(C)));
+    assert!(!table.uninstall(key(C)));
+    // A static entry replaces an installed one; the counts stay right.
+    assert!(table.install(key(C), PortId(2), None));
+    table.add_static(key(C), PortId(0));
+    assert_eq!((table.len(), table.learned_len()), (3, 1));
+    assert_eq!(table.age(1000), 1);
+    assert_eq!((table.len(), table.learned_len()), (2, 0));
+}
+
 for_each_strategy!(
     runts_are_dropped,
     stations_keep_their_vtep,
@@ -681,6 +743,7 @@ for_each_strategy!(
     the_learning_limit_holds,
     static_entries_win_over_learning,
     flush_by_port_keeps_static_and_other_ports,
+    installed_entries_move_with_their_route_and_with_the_station,
     snapshots_list_every_entry,
     a_thousand_stations_round_trip,
     refusals_moves_and_local_addresses,

@@ -108,6 +108,7 @@ impl Model {
                 vtep: None,
                 is_static,
                 is_local: false,
+                is_extern: false,
                 last_seen: if is_static { 0 } else { seen },
             })
             .collect()

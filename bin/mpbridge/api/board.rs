@@ -97,10 +97,12 @@ impl FdbView {
                 FdbEntry {
                     mac: r.key.mac.to_string(),
                     vlan: r.key.vlan,
-                    state: match (r.is_local, r.is_static) {
-                        (true, _) => "local",
-                        (false, true) => "static",
-                        (false, false) => "learned",
+                    state: match (r.is_local, r.is_static, r.is_extern) {
+                        (true, _, _) => "local",
+                        (false, true, _) => "static",
+                        // Installed by a control plane: Linux's name.
+                        (false, false, true) => "extern_learn",
+                        (false, false, false) => "learned",
                     }
                     .to_owned(),
                     age_s: r.idle_secs(now),
