@@ -23,7 +23,7 @@ use crate::ports::{self, open_ports, PortKind, PortSpec};
 use crate::protocol::CounterLine;
 use crate::queue::{self, Event, EventQueue};
 use crate::system::say;
-use crate::{config, control, metrics, system, workers};
+use crate::{config, control, evpn, metrics, system, workers};
 
 /// Receive buffers hold a whole 64 KiB offloaded segment and its header.
 const FRAME_CAPACITY: usize = 65_536 + 64;
@@ -42,6 +42,10 @@ pub fn main(mut cli: Cli, mut args: RunArgs, matches: &clap::ArgMatches) -> Exit
         }
     };
     if let Err(error) = cli::check(&args) {
+        say(&format!("mpbridge: {error}\n"));
+        return ExitCode::from(2);
+    }
+    if let Err(error) = evpn::check(&args.ports, &cli.name) {
         say(&format!("mpbridge: {error}\n"));
         return ExitCode::from(2);
     }
@@ -120,6 +124,9 @@ fn run<S: Strategy>(
             _ => None,
         })
         .collect();
+    // While privileged: the kernel checks the opener's capabilities as
+    // well as the caller's on every request.
+    let evpn = first_mirrors(name, specs, &vxlans, args.vlan_filtering)?;
     let placement = place_workers(args.cpus.as_ref(), specs, workers)?;
     let control = control::ControlSocket::bind(socket, &access)?;
     // Opened before the first look, so that no change falls between them,
@@ -276,6 +283,7 @@ fn run<S: Strategy>(
         link_events: link_news.is_some(),
         stp,
         mcast,
+        evpn,
         queue: Arc::clone(&events),
     });
     state.report_links(first_events);
@@ -417,6 +425,46 @@ fn run<S: Strategy>(
     );
     say(&report(&state.live_ports(), state.counters(), fdb_line));
     outcome
+}
+
+/// Opens rtnetlink for EVPN ports, removes the mirrors an earlier run of
+/// this bridge left, and makes those of the first ports. Without
+/// rtnetlink a bridge without EVPN ports runs on.
+fn first_mirrors(
+    name: &str,
+    specs: &[PortSpec],
+    vxlans: &std::collections::BTreeMap<String, Arc<bridge::port::vxlan::VxlanShared>>,
+    vlan_filtering: bool,
+) -> Result<Option<evpn::Evpn>, String> {
+    let wanted = specs
+        .iter()
+        .any(|spec| matches!(&spec.kind, PortKind::Vxlan(config) if config.evpn));
+    let mut evpn = match evpn::Evpn::open(name) {
+        Ok(evpn) => evpn,
+        Err(error) if wanted => return Err(error),
+        Err(error) => {
+            log::warn!("{error}: EVPN ports cannot be added");
+            return Ok(None);
+        }
+    };
+    if let Err(error) = evpn.remove_stale() {
+        log::warn!("{error}");
+    }
+    for (index, spec) in specs.iter().enumerate() {
+        if let (PortKind::Vxlan(config), Some(shared)) = (&spec.kind, vxlans.get(&spec.label())) {
+            if config.evpn {
+                let vlan = api::evpn_vlan(spec, vlan_filtering)?;
+                evpn.add(
+                    &spec.label(),
+                    &spec.name,
+                    PortId(index as u16),
+                    vlan,
+                    Arc::clone(shared),
+                )?;
+            }
+        }
+    }
+    Ok(Some(evpn))
 }
 
 /// How long `--inject-fault owner-slow` makes each changing request take.

@@ -15,6 +15,7 @@ mod commands;
 mod config;
 mod control;
 mod daemon;
+mod evpn;
 mod mcast;
 mod metrics;
 mod port_options;

@@ -404,7 +404,35 @@ fn write_mcast(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Result {
                 Value::Int(p.mcast_max_groups_refused.unwrap_or(0)),
             )
         }),
-    )
+    )?;
+    let with_evpn = || {
+        stats
+            .ports
+            .iter()
+            .filter_map(|p| Some((p, p.evpn.as_ref()?)))
+    };
+    family(
+        out,
+        "port_evpn_local_macs",
+        Kind::Gauge,
+        "An EVPN port's local stations advertised (written to its mirror for FRR).",
+        with_evpn().map(|(p, e)| (port_labels(p), Value::Int(e.local_macs as u64))),
+    )?;
+    family(
+        out,
+        "port_evpn_remote_macs",
+        Kind::Gauge,
+        "An EVPN port's remote stations installed from FRR (extern_learn entries).",
+        with_evpn().map(|(p, e)| (port_labels(p), Value::Int(e.remote_macs as u64))),
+    )?;
+    family(
+        out,
+        "port_evpn_vteps",
+        Kind::Gauge,
+        "The VTEPs of an EVPN port's flood list, from FRR's type-3 routes.",
+        with_evpn().map(|(p, e)| (port_labels(p), Value::Int(e.vteps.len() as u64))),
+    )?;
+    Ok(())
 }
 
 /// Every family of `stats`, in the order docs/control.md lists them.
@@ -968,6 +996,7 @@ mod tests {
         PortStats {
             vlans: None,
             vxlan: None,
+            evpn: None,
             vhost: None,
             stp: None,
             flags: Default::default(),

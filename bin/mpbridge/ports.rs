@@ -9,6 +9,7 @@ use std::io;
 use bridge::port::tap::TapError;
 use std::net::{IpAddr, SocketAddr};
 
+use bridge::evpn::DEFAULT_MIRROR_PORT;
 use bridge::port::raw::RingKind;
 use bridge::port::vhost::{self, Mode as VhostMode, SocketAccess, VhostConfig};
 use bridge::port::vxlan::VxlanConfig;
@@ -142,7 +143,12 @@ impl PortSpec {
             for remote in &v.remotes {
                 text += &format!(",remote={remote}");
             }
-            if !v.learning {
+            if v.evpn {
+                text += ",evpn=on";
+                if v.mirror_port != DEFAULT_MIRROR_PORT {
+                    text += &format!(",mirror_port={}", v.mirror_port);
+                }
+            } else if !v.learning {
                 text += ",learning=off";
             }
         }
@@ -270,7 +276,15 @@ const PORT_KEYS: [&str; 15] = [
     "mcast_max_groups",
 ];
 /// A VXLAN port's own, besides.
-const VXLAN_KEYS: [&str; 5] = ["vni", "local", "port", "remote", "learning"];
+const VXLAN_KEYS: [&str; 7] = [
+    "vni",
+    "local",
+    "port",
+    "remote",
+    "learning",
+    "evpn",
+    "mirror_port",
+];
 
 /// A vhost-user port's own keys (`client` is a flag without a value).
 const VHOST_KEYS: [&str; 4] = ["max_memory", "socket_owner", "socket_group", "socket_mode"];
@@ -425,12 +439,39 @@ fn vxlan_options(items: &[(String, String)]) -> Result<VxlanConfig, String> {
         Some("off") => false,
         Some(other) => return Err(format!("learning={other}: on or off")),
     };
+    let evpn = match get("evpn") {
+        None | Some("off") => false,
+        Some("on") => true,
+        Some(other) => return Err(format!("evpn={other}: on or off")),
+    };
+    let mirror_port = match get("mirror_port").map(str::parse::<u16>) {
+        None => DEFAULT_MIRROR_PORT,
+        Some(Ok(mirror)) if mirror > 0 && evpn => mirror,
+        Some(Ok(_)) if !evpn => return Err("mirror_port= goes with evpn=on".to_owned()),
+        Some(_) => return Err("invalid mirror_port (1 to 65535)".to_owned()),
+    };
+    if evpn {
+        if get("learning").is_some() {
+            return Err(
+                "learning= does not go with evpn=on (FRR gives the port its stations and \
+                 VTEPs; it learns nothing from datagrams)"
+                    .to_owned(),
+            );
+        }
+        if mirror_port == port {
+            return Err(format!(
+                "mirror_port={mirror_port} is the port's data port: the kernel's vxlan \
+                 device on it would take the port's datagrams"
+            ));
+        }
+    }
     Ok(VxlanConfig {
         vni,
         local: SocketAddr::new(local, port),
         remotes,
-        learning,
-        evpn: false,
+        learning: learning && !evpn,
+        evpn,
+        mirror_port,
     })
 }
 
@@ -646,6 +687,20 @@ mod tests {
             "vxlan:s,vni=9,local=2001:2::1,port=4789,remote=2001:2::2"
         );
         assert_eq!(PortSpec::parse(&v6.describe()).unwrap(), v6);
+        // EVPN: learning off, the mirror's port by default or as given.
+        let evpn = PortSpec::parse("vxlan:e,vni=7,local=198.18.1.1,evpn=on").unwrap();
+        let config = vxlan(&evpn);
+        assert!(config.evpn && !config.learning);
+        assert_eq!(config.mirror_port, DEFAULT_MIRROR_PORT);
+        assert_eq!(
+            evpn.describe(),
+            "vxlan:e,vni=7,local=198.18.1.1,port=4789,evpn=on"
+        );
+        assert_eq!(PortSpec::parse(&evpn.describe()).unwrap(), evpn);
+        let moved =
+            PortSpec::parse("vxlan:e,vni=7,local=198.18.1.1,evpn=on,mirror_port=5000").unwrap();
+        assert_eq!(vxlan(&moved).mirror_port, 5000);
+        assert_eq!(PortSpec::parse(&moved.describe()).unwrap(), moved);
         for (spec, expected) in [
             ("vxlan:s,local=198.18.1.1", "needs vni="),
             ("vxlan:s,vni=16777216,local=198.18.1.1", "invalid vni"),
@@ -656,6 +711,31 @@ mod tests {
                 "not of one IP version",
             ),
             ("vxlan:s,vni=1,local=198.18.1.1,learning=maybe", "on or off"),
+            (
+                "vxlan:s,vni=1,local=198.18.1.1,evpn=yes",
+                "evpn=yes: on or off",
+            ),
+            (
+                "vxlan:s,vni=1,local=198.18.1.1,mirror_port=5000",
+                "mirror_port= goes with evpn=on",
+            ),
+            (
+                "vxlan:s,vni=1,local=198.18.1.1,evpn=on,mirror_port=0",
+                "invalid mirror_port",
+            ),
+            (
+                "vxlan:s,vni=1,local=198.18.1.1,evpn=on,mirror_port=4789",
+                "mirror_port=4789 is the port's data port",
+            ),
+            (
+                "vxlan:s,vni=1,local=198.18.1.1,port=5000,evpn=on,mirror_port=5000",
+                "mirror_port=5000 is the port's data port",
+            ),
+            (
+                "vxlan:s,vni=1,local=198.18.1.1,evpn=on,learning=off",
+                "learning= does not go with evpn=on",
+            ),
+            ("vxlan:s,vni=1,evpn=on", "needs local="),
             (
                 "vxlan:s,vni=1,local=198.18.1.1,remote=0.0.0.0",
                 "own address",

@@ -576,6 +576,17 @@ pub struct FdbEntry {
     pub dst: Option<String>,
 }
 
+/// An EVPN port's figures in `stats`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortEvpn {
+    /// Local stations advertised (written to the port's mirror).
+    pub local_macs: usize,
+    /// Remote stations installed (`extern_learn` entries).
+    pub remote_macs: usize,
+    /// The VTEPs of the flood list, from type-3 routes.
+    pub vteps: Vec<String>,
+}
+
 /// `stats`: the bridge's counters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
@@ -666,6 +677,10 @@ pub struct PortStats {
     /// heard beyond the most it names (`vteps_refused`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vxlan: Option<std::collections::BTreeMap<String, u64>>,
+    /// An EVPN port's routes: local stations advertised, remote stations
+    /// installed, and the flood list FRR gave.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evpn: Option<PortEvpn>,
     /// Spanning tree's view of the port and its guard, with `--stp` or
     /// `guard=on`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1002,6 +1017,7 @@ mod tests {
             counters,
             vlans: None,
             vxlan: None,
+            evpn: None,
             vhost: None,
             stp: None,
             flags: Default::default(),

@@ -13,6 +13,7 @@
 
 mod board;
 mod capture;
+mod evpn;
 mod fdb;
 mod health;
 mod links;
@@ -24,6 +25,7 @@ mod stats;
 mod stp;
 
 pub use board::{Board, FdbView, Published};
+pub use evpn::evpn_vlan;
 pub use links::apply_links;
 use ports::{find_port, live_ports_of, port_label};
 
@@ -176,6 +178,8 @@ pub struct BridgeState {
     stp: Option<SpanningTree>,
     /// Multicast snooping, with `--mcast-snooping`.
     mcast: Option<Snooper>,
+    /// EVPN ports' mirrors; `None` where rtnetlink could not be opened.
+    evpn: Option<crate::evpn::Evpn>,
     /// The owner's queue, for its figures.
     queue: Arc<EventQueue>,
     /// Per port with `guard=on`: whether a BPDU disabled it, and how often
@@ -225,6 +229,8 @@ pub struct Parts {
     pub stp: Option<SpanningTree>,
     /// Multicast snooping, with `--mcast-snooping`, its ports added.
     pub mcast: Option<Snooper>,
+    /// EVPN ports' mirrors, those of the first ports made.
+    pub evpn: Option<crate::evpn::Evpn>,
     /// The owner's queue, for its figures.
     pub queue: Arc<EventQueue>,
 }
@@ -269,6 +275,7 @@ impl BridgeState {
             links_known: None,
             stp: parts.stp,
             mcast: parts.mcast,
+            evpn: parts.evpn,
             queue: parts.queue,
         };
         for (id, spec) in state.live_ports() {
@@ -352,6 +359,7 @@ impl BridgeState {
         }
         self.refresh_stp();
         self.refresh_mcast();
+        self.reconcile_evpn();
         self.watch_workers();
         self.check_workers()
     }

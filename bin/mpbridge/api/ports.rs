@@ -82,9 +82,15 @@ impl BridgeState {
     /// The worker setup of a port: its VLANs, BPDU and storm options, and
     /// what spanning tree lets through it at first.
     pub fn setup(spec: &PortSpec, workers: usize, stp: bool) -> PortSetup {
+        let mut policy = spec.options.policy(workers);
+        if matches!(&spec.kind, PortKind::Vxlan(config) if config.evpn) {
+            // FRR gives an EVPN port its stations: none is learned from
+            // its frames (Linux's `learning off` on the port).
+            policy.flags.learning = false;
+        }
         PortSetup {
             vlans: spec.vlans(),
-            policy: spec.options.policy(workers),
+            policy,
             gate: match stp {
                 true => SpanningTree::first_gate(spec),
                 false => bridge::worker::Gate::OPEN,
@@ -209,6 +215,13 @@ impl BridgeState {
             log::warn!("{error}");
             return Err(error);
         }
+        if let Some(shared) = &shared {
+            if let Err(error) = self.add_evpn(spec, port, shared) {
+                self.take_back(&what, port, self.controls.len(), &[]);
+                self.fdb.set_port_limit(port, 0);
+                return Err(ApiError::PortOpen(error));
+            }
+        }
         if id == self.ports.len() {
             self.ports.push(Some(spec.clone()));
         } else {
@@ -297,6 +310,8 @@ impl BridgeState {
         if let Some(addr) = self.monitor.unwatch(port) {
             self.fdb.remove_static(FdbKey::new(0, addr));
         }
+        // Its routes withdrawn with its mirror, before its entries go.
+        self.remove_evpn(&spec.label());
         let flushed = self.fdb.purge_port(port);
         self.fdb.set_port_limit(port, 0);
         self.vxlans.remove(&spec.label());

@@ -9,6 +9,7 @@ use bridge::counters::{self, PortCounters};
 use bridge::PortId;
 
 use crate::mcast::Snooper;
+use crate::ports::PortKind;
 use crate::protocol::{self};
 
 use super::{BridgeState, Published};
@@ -126,10 +127,24 @@ impl BridgeState {
                             .map(|(name, n)| (name.to_owned(), n))
                             .collect()
                     }),
+                    evpn: self
+                        .evpn_figures(&spec.label())
+                        .map(|f| protocol::PortEvpn {
+                            local_macs: f.local_macs,
+                            remote_macs: f.remote_macs,
+                            vteps: f.vteps.iter().map(ToString::to_string).collect(),
+                        }),
                     link: self.link(id, &spec, state),
                     state: state.into(),
                     stp: self.port_stp(id),
-                    flags: spec.options.flag_map(),
+                    flags: {
+                        let mut flags = spec.options.flag_map();
+                        if matches!(&spec.kind, PortKind::Vxlan(c) if c.evpn) {
+                            // As the workers have it (`BridgeState::setup`).
+                            flags.insert("learning".to_owned(), false);
+                        }
+                        flags
+                    },
                     max_learned: spec.options.max_learned,
                     learned: self.fdb.port_learned(id),
                     mcast_n_groups: groups.map(|g| g.n_groups),

@@ -84,12 +84,8 @@ impl Rtnl {
         Ok(self
             .fdb()?
             .iter()
-            .filter(|m| {
-                m.header.ifindex == ifindex
-                    && m.header.flags.contains(NeighbourFlags::Controller)
-                    && m.header.state == NeighbourState::Noarp
-            })
-            .filter_map(mac_of)
+            .filter(|m| m.header.ifindex == ifindex)
+            .filter_map(static_station)
             .collect())
     }
 
@@ -132,6 +128,20 @@ pub fn installed(message: &NeighbourMessage) -> Option<Installed> {
         Some(Installed::Flood { vtep })
     } else if message.header.flags.contains(NeighbourFlags::ExtLearned) {
         Some(Installed::Station { mac, vtep })
+    } else {
+        None
+    }
+}
+
+/// The station of a static entry of a bridge ([`Rtnl::add_station`]'s
+/// kind; not the port's own address, which is `permanent`).
+pub fn static_station(message: &NeighbourMessage) -> Option<MacAddr> {
+    let header = &message.header;
+    if header.family == AddressFamily::Bridge
+        && header.flags.contains(NeighbourFlags::Controller)
+        && header.state == NeighbourState::Noarp
+    {
+        mac_of(message)
     } else {
         None
     }

@@ -226,6 +226,18 @@ impl Mirror {
     }
 }
 
+/// The device that carries `vni` in this namespace, other than a mirror
+/// of `bridge` (which [`remove_stale`] removes).
+pub fn vni_carrier(rtnl: &mut Rtnl, vni: u32, bridge: &str) -> io::Result<Option<String>> {
+    let prefix = alias_prefix(bridge);
+    Ok(rtnl
+        .links()?
+        .iter()
+        .filter(|link| !alias(link).is_some_and(|a| a.starts_with(&prefix)))
+        .find(|link| self::vni(link) == Some(vni))
+        .map(|link| name(link).unwrap_or_default()))
+}
+
 /// Removes every device that a mirror of `bridge` left (a run that
 /// crashed); returns their names. Devices of other bridges, and any
 /// device without such an alias, are left alone.

@@ -96,6 +96,9 @@ pub struct VxlanConfig {
     /// and VTEPs: datagrams from any VTEP are taken, as Linux's vxlan
     /// device takes them, and none teaches the port a VTEP.
     pub evpn: bool,
+    /// With `evpn`: the UDP port of the kernel vxlan device that mirrors
+    /// the port for FRR (`crate::evpn::mirror`), never the data port.
+    pub mirror_port: u16,
 }
 
 /// A VXLAN port's counters of what it dropped, beyond the bridge's.
@@ -990,6 +993,7 @@ mod tests {
             remotes: Vec::new(),
             learning: true,
             evpn: false,
+            mirror_port: 0,
         };
         match VxlanQueue::open("t", config, 1) {
             Ok(_) => panic!("{local} opened"),
