@@ -226,7 +226,9 @@ pub struct RunArgs {
     /// or raw:IFNAME (an existing interface through AF_PACKET, promiscuous:
     /// a NIC, a veth, or a VM's tap on its host side; needs CAP_NET_RAW),
     /// or vxlan:NAME,vni=N,local=IP[,port=4789][,remote=IP]...[,learning=off]
-    /// (a VXLAN segment over UDP to the listed VTEPs, RFC 7348), or
+    /// (a VXLAN segment over UDP to the listed VTEPs, RFC 7348; with
+    /// ,evpn=on[,mirror_port=64789] its stations and VTEPs come from FRR's
+    /// BGP EVPN through a kernel mirror of the port), or
     /// vhost:PATH[,client] (a vhost-user socket for a QEMU guest's
     /// virtio-net or a DPDK virtio-user port: mpbridge listens at PATH, or
     /// with ,client connects to a frontend listening there; one queue pair
