@@ -121,8 +121,9 @@ impl Evpn {
         let removed = mirror::remove_stale(&mut self.rtnl, &self.bridge)
             .map_err(|e| format!("removing the EVPN mirrors an earlier run left: {e}"))?;
         if !removed.is_empty() {
-            log::info!(
-                "removed the EVPN mirror devices an earlier run left: {}",
+            log::warn!(
+                "removed the EVPN mirror devices an earlier run left (it did not stop \
+                 cleanly): {}",
                 removed.join(" ")
             );
         }

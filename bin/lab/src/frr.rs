@@ -8,6 +8,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
+use serde_json::Value;
+
 use crate::process::stop_child;
 
 /// Where Debian's frr package puts the daemons.
@@ -99,5 +101,39 @@ impl Drop for Frr {
     fn drop(&mut self) {
         self.stop();
         let _ = fs::remove_dir_all(&self.run_dir);
+    }
+}
+
+/// An iBGP EVPN speaker's frr.conf: router `id`, AS 65001, each of
+/// `neighbours` activated for l2vpn evpn, every VNI advertised.
+pub fn evpn_config(id: &str, neighbours: &[&str]) -> String {
+    let mut config = format!(
+        "frr defaults datacenter\nlog stdout\nrouter bgp 65001\n bgp router-id {id}\n \
+         no bgp default ipv4-unicast\n"
+    );
+    for n in neighbours {
+        config += &format!(" neighbor {n} remote-as internal\n");
+    }
+    config += " address-family l2vpn evpn\n";
+    for n in neighbours {
+        config += &format!("  neighbor {n} activate\n");
+    }
+    config + "  advertise-all-vni\n exit-address-family\n"
+}
+
+/// `bridge -j fdb show dev DEV` in namespace `ns`: the entries, none when
+/// the device is missing.
+pub fn bridge_fdb(ns: &str, dev: &str) -> Vec<Value> {
+    let Ok(output) = Command::new("ip")
+        .args([
+            "netns", "exec", ns, "bridge", "-j", "fdb", "show", "dev", dev,
+        ])
+        .output()
+    else {
+        return Vec::new();
+    };
+    match serde_json::from_slice(&output.stdout) {
+        Ok(Value::Array(entries)) => entries,
+        _ => Vec::new(),
     }
 }

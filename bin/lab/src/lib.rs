@@ -7,7 +7,7 @@
 
 #![deny(unsafe_code)]
 
-mod frr;
+pub mod frr;
 pub mod guest;
 mod netns;
 mod privileges;

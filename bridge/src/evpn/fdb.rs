@@ -134,11 +134,18 @@ pub fn installed(message: &NeighbourMessage) -> Option<Installed> {
 }
 
 /// The station of a static entry of a bridge ([`Rtnl::add_station`]'s
-/// kind; not the port's own address, which is `permanent`).
+/// kind; not the port's own address, which is `permanent`). A dump names
+/// the bridge by an `NDA_MASTER` attribute, a request by the flag.
 pub fn static_station(message: &NeighbourMessage) -> Option<MacAddr> {
     let header = &message.header;
+    let of_bridge = header.flags.contains(NeighbourFlags::Controller)
+        || message
+            .attributes
+            .iter()
+            .any(|a| matches!(a, NeighbourAttribute::Controller(_)));
     if header.family == AddressFamily::Bridge
-        && header.flags.contains(NeighbourFlags::Controller)
+        && of_bridge
+        && !header.flags.contains(NeighbourFlags::Own)
         && header.state == NeighbourState::Noarp
     {
         mac_of(message)

@@ -1,0 +1,505 @@
+//! mpbridge as an EVPN VTEP (`vxlan:...,evpn=on`) beside a Linux VTEP
+//! (bridge, vxlan on 4789 `nolearning`, learning off on its port), each
+//! with FRR (zebra and bgpd, iBGP), a host behind each: routes both ways
+//! and the flood list, the hosts talk; the port removed, `fdb del`, a
+//! station moving to the other VTEP and back, FRR started late, mpbridge
+//! killed and started again; bad input refused with exit 2. Needs root and
+//! FRR; skips with a reason otherwise (fails under MPBRIDGE_REQUIRE_PRIV=1).
+
+mod netns;
+
+use std::net::UdpSocket;
+use std::path::PathBuf;
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use lab::frr::{bridge_fdb, evpn_config};
+use netns::{ctl, ctl_json, ctl_ok, port_stats, privileged, Daemon, Netns, Topology};
+use serde_json::Value;
+
+/// How long BGP may take to bring a route across (sessions open in
+/// seconds with FRR's datacenter defaults; a withdrawal and a new
+/// sequence number take a round of updates).
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The VXLAN port of every scenario.
+const PORT: &str = "vxlan:seg,vni=42,local=198.19.0.1,evpn=on";
+
+/// Whether the test can run here; prints why not.
+fn can_run(test: &str) -> bool {
+    privileged(test) && lab::installed(test, &format!("{}/zebra", lab::FRR_DIR), "frr")
+}
+
+/// Two VTEPs over a veth underlay (A 198.19.0.1, mpbridge's; B 198.19.0.2,
+/// Linux's) and a host behind each (198.18.0.1 on A's raw port `ha0`,
+/// 198.18.0.2 on B's bridge). Fields drop in order: mpbridge and FRR
+/// first, then the namespaces.
+struct Fabric {
+    daemon: Option<Daemon>,
+    frr: Vec<lab::Frr>,
+    name: String,
+    socket: PathBuf,
+    hosts: [Netns; 2],
+    a: Netns,
+    b: Netns,
+}
+
+impl Fabric {
+    fn new() -> Fabric {
+        let a = Netns::new();
+        let b = Netns::new();
+        let hosts = [Netns::new(), Netns::new()];
+        a.ip(&[
+            "link", "add", "u0", "type", "veth", "peer", "name", "u1", "netns", &b.name,
+        ]);
+        a.ip(&["addr", "add", "198.19.0.1/24", "dev", "u0"]);
+        a.ip(&["link", "set", "u0", "up"]);
+        b.ip(&["addr", "add", "198.19.0.2/24", "dev", "u1"]);
+        b.ip(&["link", "set", "u1", "up"]);
+        for (i, (vtep, port)) in [(&a, "ha0"), (&b, "hb0")].into_iter().enumerate() {
+            vtep.ip(&[
+                "link",
+                "add",
+                port,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "h1",
+                "netns",
+                &hosts[i].name,
+            ]);
+            vtep.ip(&["link", "set", port, "mtu", "1450", "up"]);
+            let addr = format!("{}/24", Topology::addr(i));
+            hosts[i].ip(&["addr", "add", &addr, "dev", "h1"]);
+            hosts[i].ip(&["link", "set", "h1", "mtu", "1450", "up"]);
+        }
+        for args in [
+            &["link", "add", "br0", "type", "bridge"][..],
+            &[
+                "link",
+                "add",
+                "vx42",
+                "type",
+                "vxlan",
+                "id",
+                "42",
+                "local",
+                "198.19.0.2",
+                "dstport",
+                "4789",
+                "nolearning",
+            ],
+            &["link", "set", "vx42", "master", "br0"],
+            &["link", "set", "hb0", "master", "br0"],
+            &["link", "set", "br0", "up"],
+            &["link", "set", "vx42", "up"],
+        ] {
+            b.ip(args);
+        }
+        bridge_cmd(&b.name, &["link", "set", "dev", "vx42", "learning", "off"]);
+        let name = lab::unique("ev");
+        Fabric {
+            daemon: None,
+            frr: Vec::new(),
+            socket: PathBuf::from(format!("/run/mpbridge/{name}.sock")),
+            name,
+            hosts,
+            a,
+            b,
+        }
+    }
+
+    /// Starts mpbridge in A: the host's raw port, a tap (so that the VXLAN
+    /// port may be removed), and `vxlan`.
+    fn start_bridge(&mut self, lock: &str, vxlan: &str) {
+        let name = format!("--name={}", self.name);
+        self.daemon = Some(Daemon::start(
+            &self.a,
+            &[
+                "run", &name, "--lock", lock, "--port", "raw:ha0", "--port", "tap:t0", "--port",
+                vxlan,
+            ],
+        ));
+    }
+
+    fn start_frr(&mut self) {
+        for (ns, id, peer) in [
+            (&self.a, "198.19.0.1", "198.19.0.2"),
+            (&self.b, "198.19.0.2", "198.19.0.1"),
+        ] {
+            self.frr
+                .push(lab::Frr::start(&ns.name, &evpn_config(id, &[peer])).expect("FRR"));
+        }
+    }
+
+    /// Host `i`'s MAC.
+    fn mac(&self, i: usize) -> String {
+        mac_string(netns::link_mac(&self.hosts[i], "h1"))
+    }
+
+    /// Waits (at most `WAIT`) until `done` holds, each host sending to the
+    /// other meanwhile (so that its VTEP hears it); panics with `what`, the
+    /// bridge's state and FRR's logs otherwise.
+    fn wait_for(&self, what: &str, mut done: impl FnMut(&Fabric) -> bool) {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            self.nudge();
+            if done(self) {
+                return;
+            }
+            if Instant::now() > deadline {
+                let logs: String = self.frr.iter().map(lab::Frr::logs).collect();
+                let (_, fdb, _) = ctl(&self.socket, &["fdb", "show"]);
+                panic!(
+                    "{what}: not within {WAIT:?}\nmpbridge's fdb:\n{fdb}\nB's vx42: {:?}\n{logs}",
+                    bridge_fdb(&self.b.name, "vx42")
+                );
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// A datagram from each host to the other: each ARPs for the other.
+    fn nudge(&self) {
+        for (i, host) in self.hosts.iter().enumerate() {
+            let to = std::net::SocketAddr::from((Topology::addr(1 - i), 9));
+            host.run(move || {
+                if let Ok(socket) = UdpSocket::bind("0.0.0.0:0") {
+                    let _ = socket.send_to(b"evpn", to);
+                }
+            });
+        }
+    }
+
+    /// Whether mpbridge has `mac` on its VXLAN port as FRR installed it,
+    /// behind B.
+    fn installed_here(&self, mac: &str) -> bool {
+        fdb_of(&self.socket, mac).iter().any(|e| {
+            e["state"] == "extern_learn" && e["dst"] == "198.19.0.2" && e["port"] == "vxlan:seg"
+        })
+    }
+
+    /// Whether the Linux VTEP has `mac` behind mpbridge's VTEP, as FRR
+    /// installed it (the flood entry: as zebra writes it).
+    fn installed_there(&self, mac: &str) -> bool {
+        bridge_fdb(&self.b.name, "vx42").into_iter().any(|e| {
+            e["mac"] == mac
+                && e["dst"] == "198.19.0.1"
+                && (mac == "00:00:00:00:00:00"
+                    || e["flags"]
+                        .as_array()
+                        .is_some_and(|f| f.contains(&Value::from("extern_learn"))))
+        })
+    }
+
+    /// Both hosts' routes and both flood entries in place.
+    fn wait_for_routes(&self) {
+        let mac_b = self.mac(1);
+        self.wait_for("mpbridge's routes", |f| {
+            let stats = ctl_json(&f.socket, &["stats", "-j"]);
+            port_stats(&stats, "vxlan:seg")["evpn"]["vteps"] == serde_json::json!(["198.19.0.2"])
+                && f.installed_here(&mac_b)
+        });
+        let mac_a = self.mac(0);
+        self.wait_for("the Linux VTEP's routes", |f| {
+            f.installed_there(&mac_a) && f.installed_there("00:00:00:00:00:00")
+        });
+    }
+
+    /// 8 MiB of TCP each way between the hosts (their ARP entries, failed
+    /// while the routes came, resolved again first).
+    fn talk(&self, port: u16) {
+        for host in &self.hosts {
+            host.ip(&["neigh", "flush", "all"]);
+        }
+        netns::tcp_transfer(&self.hosts, 0, 1, port, 7);
+        netns::tcp_transfer(&self.hosts, 1, 0, port + 1, 8);
+    }
+}
+
+/// `ip netns exec NS bridge ARGS` must succeed.
+fn bridge_cmd(ns: &str, args: &[&str]) {
+    let status = Command::new("ip")
+        .args(["netns", "exec", ns, "bridge"])
+        .args(args)
+        .status()
+        .expect("bridge");
+    assert!(status.success(), "bridge {args:?}");
+}
+
+/// The entries of `mpbridge fdb show -j` for `mac`.
+fn fdb_of(socket: &std::path::Path, mac: &str) -> Vec<Value> {
+    match ctl_json(socket, &["fdb", "show", "-j"]) {
+        Value::Array(entries) => entries.into_iter().filter(|e| e["mac"] == mac).collect(),
+        other => panic!("not a list: {other}"),
+    }
+}
+
+fn mac_string(mac: [u8; 6]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// The interfaces of `ns` whose name starts with `prefix`.
+fn links_named(ns: &Netns, prefix: &str) -> Vec<String> {
+    let output = Command::new("ip")
+        .args(["-n", &ns.name, "-j", "link", "show"])
+        .output()
+        .expect("ip");
+    let links: Value = serde_json::from_slice(&output.stdout).expect("ip's JSON");
+    links
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l["ifname"].as_str())
+        .filter(|n| n.starts_with(prefix))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Routes both ways, the flood list, the figures in `stats`, the hosts
+/// talking; the port removed: its mirror goes, its host's route is
+/// withdrawn.
+fn routes_both_ways_and_the_hosts_talk(lock: &str) {
+    if !can_run(&format!("routes_both_ways_and_the_hosts_talk_{lock}")) {
+        return;
+    }
+    let mut fabric = Fabric::new();
+    fabric.start_bridge(lock, PORT);
+    fabric.start_frr();
+    fabric.wait_for_routes();
+    let stats = ctl_json(&fabric.socket, &["stats", "-j"]);
+    let port = port_stats(&stats, "vxlan:seg");
+    assert_eq!(port["flags"]["learning"], false, "{port}");
+    assert!(port["evpn"]["local_macs"].as_u64() >= Some(1), "{port}");
+    assert!(port["evpn"]["remote_macs"].as_u64() >= Some(1), "{port}");
+    fabric.talk(5301);
+
+    ctl_ok(&fabric.socket, &["port", "del", "vxlan:seg"]);
+    assert_eq!(links_named(&fabric.a, "mpe"), Vec::<String>::new());
+    let mac_a = fabric.mac(0);
+    fabric.wait_for("the withdrawal", |f| !f.installed_there(&mac_a));
+    let (status, log) = fabric.daemon.take().unwrap().stop(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+}
+
+strategy_tests!(
+    routes_both_ways_and_the_hosts_talk: talk_mutex, talk_rwlock, talk_rmlock, talk_sharded,
+    talk_rcu, talk_epoch
+);
+
+/// `fdb del` of a local station withdraws its route; heard again, it is
+/// advertised again. The Linux VTEP's host moving behind mpbridge (its MAC
+/// on a third host there) takes the installed entry over and is
+/// advertised from here; moving back, it is installed again.
+fn fdb_del_and_mac_mobility() {
+    if !can_run("fdb_del_and_mac_mobility") {
+        return;
+    }
+    let mut fabric = Fabric::new();
+    fabric.start_bridge("epoch", PORT);
+    fabric.start_frr();
+    fabric.wait_for_routes();
+    let (mac_a, mac_b) = (fabric.mac(0), fabric.mac(1));
+    // No ARP from here on: a host sends only what the test makes it send.
+    for (i, mac) in [(0, &mac_b), (1, &mac_a)] {
+        let peer = Topology::addr(1 - i).to_string();
+        fabric.hosts[i].ip(&[
+            "neigh",
+            "replace",
+            &peer,
+            "lladdr",
+            mac,
+            "nud",
+            "permanent",
+            "dev",
+            "h1",
+        ]);
+    }
+    // Anything still in flight arrives first.
+    thread::sleep(Duration::from_secs(1));
+
+    // fdb del: withdrawn, until the host is heard again.
+    ctl_ok(&fabric.socket, &["fdb", "del", &mac_a]);
+    let deadline = Instant::now() + WAIT;
+    while fabric.installed_there(&mac_a) {
+        assert!(Instant::now() < deadline, "not withdrawn after fdb del");
+        thread::sleep(Duration::from_millis(100));
+    }
+    fabric.wait_for("advertised again", |f| f.installed_there(&mac_a));
+
+    // Host B's MAC appears behind mpbridge: a third host, B's gone quiet
+    // (its link down).
+    fabric.hosts[1].ip(&["link", "set", "h1", "down"]);
+    let mover = Netns::new();
+    fabric.a.ip(&[
+        "link",
+        "add",
+        "hm0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "h1",
+        "netns",
+        &mover.name,
+    ]);
+    fabric.a.ip(&["link", "set", "hm0", "up"]);
+    mover.ip(&["link", "set", "h1", "address", &mac_b, "up"]);
+    mover.ip(&["addr", "add", "198.18.0.2/24", "dev", "h1"]);
+    ctl_ok(&fabric.socket, &["port", "add", "raw:hm0"]);
+    let send_from_mover = || {
+        mover.run(|| {
+            if let Ok(socket) = UdpSocket::bind("0.0.0.0:0") {
+                let _ = socket.send_to(b"moved", "198.18.0.1:9");
+            }
+        });
+    };
+    let deadline = Instant::now() + WAIT;
+    loop {
+        send_from_mover();
+        let here = fdb_of(&fabric.socket, &mac_b);
+        let learned_here = here
+            .iter()
+            .any(|e| e["state"] == "learned" && e["port"] == "raw:hm0");
+        if learned_here && fabric.installed_there(&mac_b) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the move to mpbridge: here {here:?}, there {:?}",
+            bridge_fdb(&fabric.b.name, "vx42")
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+
+    // And back: the mover quiet and gone, host B heard again behind B.
+    ctl_ok(&fabric.socket, &["port", "del", "raw:hm0"]);
+    drop(mover);
+    fabric.hosts[1].ip(&["link", "set", "h1", "up"]);
+    fabric.wait_for("the move back", |f| f.installed_here(&mac_b));
+}
+
+/// mpbridge killed: its mirror stays until it starts again, which removes
+/// it, makes it anew and gets the routes back; stopped, nothing is left.
+fn killed_and_started_again() {
+    if !can_run("killed_and_started_again") {
+        return;
+    }
+    let mut fabric = Fabric::new();
+    fabric.start_bridge("epoch", PORT);
+    fabric.start_frr();
+    fabric.wait_for_routes();
+    let mut daemon = fabric.daemon.take().unwrap();
+    daemon.child.kill().expect("SIGKILL");
+    daemon.child.wait().expect("reaped");
+    drop(daemon);
+    assert_eq!(
+        links_named(&fabric.a, "mpe42").len(),
+        4,
+        "a killed bridge leaves its mirror"
+    );
+    fabric.start_bridge("epoch", PORT);
+    let log = fabric.daemon.as_ref().unwrap().log.join("\n");
+    assert!(
+        log.contains("removed the EVPN mirror devices an earlier run left"),
+        "{log}"
+    );
+    fabric.wait_for_routes();
+    let (status, log) = fabric.daemon.take().unwrap().stop(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+    assert_eq!(links_named(&fabric.a, "mpe"), Vec::<String>::new());
+}
+
+/// FRR started after mpbridge: the port forwards meanwhile, and takes the
+/// routes once zebra runs.
+fn frr_started_late() {
+    if !can_run("frr_started_late") {
+        return;
+    }
+    let mut fabric = Fabric::new();
+    fabric.start_bridge("epoch", PORT);
+    thread::sleep(Duration::from_secs(2));
+    let stats = ctl_json(&fabric.socket, &["stats", "-j"]);
+    let evpn = &port_stats(&stats, "vxlan:seg")["evpn"];
+    assert_eq!(evpn["vteps"], serde_json::json!([]), "{evpn}");
+    fabric.start_frr();
+    fabric.wait_for_routes();
+    fabric.talk(5311);
+}
+
+/// One line and exit 2, before anything is made: a VNI another device
+/// carries, two EVPN ports of one VNI, a mirror port that is the data
+/// port, `mirror_port=` without EVPN.
+fn bad_input_is_refused() {
+    if !privileged("bad_input_is_refused") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.ip(&["link", "add", "a0", "type", "veth", "peer", "name", "a1"]);
+    ns.ip(&[
+        "link",
+        "add",
+        "vx7",
+        "type",
+        "vxlan",
+        "id",
+        "7",
+        "dstport",
+        "4789",
+        "local",
+        "198.19.0.1",
+    ]);
+    for (port, extra, expected) in [
+        (
+            "vxlan:s,vni=7,local=198.19.0.1,evpn=on",
+            None,
+            "port vxlan:s: VNI 7 is carried by vx7 already",
+        ),
+        (
+            "vxlan:s,vni=8,local=198.19.0.1,evpn=on",
+            Some("vxlan:t,vni=8,local=198.19.0.1,port=4790,evpn=on"),
+            "ports vxlan:s and vxlan:t are both EVPN ports of VNI 8",
+        ),
+        (
+            "vxlan:s,vni=8,local=198.19.0.1,evpn=on,mirror_port=4789",
+            None,
+            "mirror_port=4789 is the port's data port",
+        ),
+        (
+            "vxlan:s,vni=8,local=198.19.0.1,mirror_port=5000",
+            None,
+            "mirror_port= goes with evpn=on",
+        ),
+    ] {
+        let mut args = vec!["run", "--port", "raw:a0", "--port", port];
+        if let Some(extra) = extra {
+            args.extend(["--port", extra]);
+        }
+        let (status, out) = netns::run_to_exit(Some(&ns), &args, Duration::from_secs(10));
+        assert_eq!(status.code(), Some(2), "{args:?}: {out}");
+        assert!(out.contains(expected), "{args:?}: {out}");
+        assert_eq!(out.trim().lines().count(), 1, "one line: {out}");
+        assert_eq!(links_named(&ns, "mpe"), Vec::<String>::new());
+    }
+}
+
+lab::test_main! {
+    privileged: [
+        talk_mutex,
+        talk_rwlock,
+        talk_rmlock,
+        talk_sharded,
+        talk_rcu,
+        talk_epoch,
+        fdb_del_and_mac_mobility,
+        killed_and_started_again,
+        frr_started_late,
+        bad_input_is_refused,
+    ],
+    plain: [],
+}
