@@ -112,16 +112,36 @@ impl Fabric {
     }
 
     /// Starts mpbridge in A: the host's raw port, a tap (so that the VXLAN
-    /// port may be removed), and `vxlan`.
-    fn start_bridge(&mut self, lock: &str, vxlan: &str) {
+    /// port may be removed), `vxlan`, and `extra` options.
+    fn start_bridge(&mut self, lock: &str, vxlan: &str, extra: &[&str]) {
         let name = format!("--name={}", self.name);
-        self.daemon = Some(Daemon::start(
-            &self.a,
-            &[
-                "run", &name, "--lock", lock, "--port", "raw:ha0", "--port", "tap:t0", "--port",
-                vxlan,
-            ],
-        ));
+        let mut args = vec![
+            "run", &name, "--lock", lock, "--port", "raw:ha0", "--port", "tap:t0", "--port", vxlan,
+        ];
+        args.extend(extra);
+        self.daemon = Some(Daemon::start(&self.a, &args));
+    }
+
+    /// Host `i` sends nothing the test does not make it send: its
+    /// neighbour entry for the other host is permanent (no ARP), and what
+    /// was in flight has arrived.
+    fn quiet(&self) {
+        let macs = [self.mac(0), self.mac(1)];
+        for i in 0..2 {
+            let peer = Topology::addr(1 - i).to_string();
+            self.hosts[i].ip(&[
+                "neigh",
+                "replace",
+                &peer,
+                "lladdr",
+                &macs[1 - i],
+                "nud",
+                "permanent",
+                "dev",
+                "h1",
+            ]);
+        }
+        thread::sleep(Duration::from_secs(1));
     }
 
     fn start_frr(&mut self) {
@@ -269,7 +289,7 @@ fn routes_both_ways_and_the_hosts_talk(lock: &str) {
         return;
     }
     let mut fabric = Fabric::new();
-    fabric.start_bridge(lock, PORT);
+    fabric.start_bridge(lock, PORT, &[]);
     fabric.start_frr();
     fabric.wait_for_routes();
     let stats = ctl_json(&fabric.socket, &["stats", "-j"]);
@@ -283,6 +303,11 @@ fn routes_both_ways_and_the_hosts_talk(lock: &str) {
     assert_eq!(links_named(&fabric.a, "mpe"), Vec::<String>::new());
     let mac_a = fabric.mac(0);
     fabric.wait_for("the withdrawal", |f| !f.installed_there(&mac_a));
+
+    // Added again while running: a mirror anew, the routes back.
+    ctl_ok(&fabric.socket, &["port", "add", PORT]);
+    assert_eq!(links_named(&fabric.a, "mpe42").len(), 4);
+    fabric.wait_for_routes();
     let (status, log) = fabric.daemon.take().unwrap().stop(Duration::from_secs(10));
     assert!(status.is_some_and(|s| s.success()), "{log:?}");
 }
@@ -301,27 +326,11 @@ fn fdb_del_and_mac_mobility() {
         return;
     }
     let mut fabric = Fabric::new();
-    fabric.start_bridge("epoch", PORT);
+    fabric.start_bridge("epoch", PORT, &[]);
     fabric.start_frr();
     fabric.wait_for_routes();
     let (mac_a, mac_b) = (fabric.mac(0), fabric.mac(1));
-    // No ARP from here on: a host sends only what the test makes it send.
-    for (i, mac) in [(0, &mac_b), (1, &mac_a)] {
-        let peer = Topology::addr(1 - i).to_string();
-        fabric.hosts[i].ip(&[
-            "neigh",
-            "replace",
-            &peer,
-            "lladdr",
-            mac,
-            "nud",
-            "permanent",
-            "dev",
-            "h1",
-        ]);
-    }
-    // Anything still in flight arrives first.
-    thread::sleep(Duration::from_secs(1));
+    fabric.quiet();
 
     // fdb del: withdrawn, until the host is heard again.
     ctl_ok(&fabric.socket, &["fdb", "del", &mac_a]);
@@ -391,7 +400,7 @@ fn killed_and_started_again() {
         return;
     }
     let mut fabric = Fabric::new();
-    fabric.start_bridge("epoch", PORT);
+    fabric.start_bridge("epoch", PORT, &[]);
     fabric.start_frr();
     fabric.wait_for_routes();
     let mut daemon = fabric.daemon.take().unwrap();
@@ -403,7 +412,7 @@ fn killed_and_started_again() {
         4,
         "a killed bridge leaves its mirror"
     );
-    fabric.start_bridge("epoch", PORT);
+    fabric.start_bridge("epoch", PORT, &[]);
     let log = fabric.daemon.as_ref().unwrap().log.join("\n");
     assert!(
         log.contains("removed the EVPN mirror devices an earlier run left"),
@@ -422,7 +431,7 @@ fn frr_started_late() {
         return;
     }
     let mut fabric = Fabric::new();
-    fabric.start_bridge("epoch", PORT);
+    fabric.start_bridge("epoch", PORT, &[]);
     thread::sleep(Duration::from_secs(2));
     let stats = ctl_json(&fabric.socket, &["stats", "-j"]);
     let evpn = &port_stats(&stats, "vxlan:seg")["evpn"];
@@ -488,6 +497,267 @@ fn bad_input_is_refused() {
     }
 }
 
+/// Two mpbridge VTEPs (A, C) and a Linux VTEP (B) on one underlay switch,
+/// FRR on each peering with the other two, no `remote=` anywhere: each
+/// VTEP's flood list holds the other two, a broadcast reaches every other
+/// host exactly once, known unicast goes to one VTEP only, and every pair
+/// of hosts talks.
+fn three_vteps(lock: &str) {
+    if !can_run(&format!("three_vteps_{lock}")) {
+        return;
+    }
+    let underlay = Netns::new();
+    underlay.ip(&["link", "add", "ub", "type", "bridge"]);
+    underlay.ip(&["link", "set", "ub", "up"]);
+    let vteps = [Netns::new(), Netns::new(), Netns::new()];
+    let hosts = [Netns::new(), Netns::new(), Netns::new()];
+    for (i, vtep) in vteps.iter().enumerate() {
+        let peer = format!("u{i}");
+        vtep.ip(&[
+            "link",
+            "add",
+            "u",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &peer,
+            "netns",
+            &underlay.name,
+        ]);
+        underlay.ip(&["link", "set", &peer, "master", "ub", "up"]);
+        vtep.ip(&["addr", "add", &format!("198.19.0.{}/24", i + 1), "dev", "u"]);
+        vtep.ip(&["link", "set", "u", "up"]);
+        vtep.ip(&[
+            "link",
+            "add",
+            "hv",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "h1",
+            "netns",
+            &hosts[i].name,
+        ]);
+        vtep.ip(&["link", "set", "hv", "mtu", "1450", "up"]);
+        hosts[i].ip(&[
+            "addr",
+            "add",
+            &format!("{}/24", Topology::addr(i)),
+            "dev",
+            "h1",
+        ]);
+        hosts[i].ip(&["link", "set", "h1", "mtu", "1450", "up"]);
+    }
+    // B, the Linux VTEP.
+    for args in [
+        &["link", "add", "br0", "type", "bridge"][..],
+        &[
+            "link",
+            "add",
+            "vx42",
+            "type",
+            "vxlan",
+            "id",
+            "42",
+            "local",
+            "198.19.0.2",
+            "dstport",
+            "4789",
+            "nolearning",
+        ],
+        &["link", "set", "vx42", "master", "br0"],
+        &["link", "set", "hv", "master", "br0"],
+        &["link", "set", "br0", "up"],
+        &["link", "set", "vx42", "up"],
+    ] {
+        vteps[1].ip(args);
+    }
+    bridge_cmd(
+        &vteps[1].name,
+        &["link", "set", "dev", "vx42", "learning", "off"],
+    );
+    // A and C, mpbridge.
+    let mut daemons = Vec::new();
+    let mut sockets = Vec::new();
+    for i in [0, 2] {
+        let name = lab::unique("ev");
+        let port = format!("vxlan:seg,vni=42,local=198.19.0.{},evpn=on", i + 1);
+        daemons.push(Daemon::start(
+            &vteps[i],
+            &[
+                "run",
+                &format!("--name={name}"),
+                "--lock",
+                lock,
+                "--port",
+                "raw:hv",
+                "--port",
+                &port,
+            ],
+        ));
+        sockets.push(PathBuf::from(format!("/run/mpbridge/{name}.sock")));
+    }
+    let addrs = ["198.19.0.1", "198.19.0.2", "198.19.0.3"];
+    let frr: Vec<lab::Frr> = (0..3)
+        .map(|i| {
+            let others: Vec<&str> = (0..3).filter(|&j| j != i).map(|j| addrs[j]).collect();
+            lab::Frr::start(&vteps[i].name, &evpn_config(addrs[i], &others)).expect("FRR")
+        })
+        .collect();
+    let macs: Vec<String> = hosts
+        .iter()
+        .map(|h| mac_string(netns::link_mac(h, "h1")))
+        .collect();
+    // Each host sends to the next: each ARPs, and its VTEP hears it.
+    let nudge = || {
+        for (i, host) in hosts.iter().enumerate() {
+            let to = std::net::SocketAddr::from((Topology::addr((i + 1) % 3), 9));
+            host.run(move || {
+                if let Ok(socket) = UdpSocket::bind("0.0.0.0:0") {
+                    let _ = socket.send_to(b"evpn", to);
+                }
+            });
+        }
+    };
+    let flood = |socket: &PathBuf| {
+        let stats = ctl_json(socket, &["stats", "-j"]);
+        port_stats(&stats, "vxlan:seg")["evpn"]["vteps"].clone()
+    };
+    // On each mpbridge VTEP (A: sockets[0], C: sockets[1]), the other two
+    // hosts as installed stations.
+    let installed = |bridge: usize, host: usize| {
+        fdb_of(&sockets[bridge], &macs[host])
+            .iter()
+            .any(|e| e["state"] == "extern_learn")
+    };
+    let deadline = Instant::now() + WAIT;
+    loop {
+        nudge();
+        let complete = flood(&sockets[0]) == serde_json::json!(["198.19.0.2", "198.19.0.3"])
+            && flood(&sockets[1]) == serde_json::json!(["198.19.0.1", "198.19.0.2"])
+            && ["198.19.0.1", "198.19.0.3"].iter().all(|vtep| {
+                bridge_fdb(&vteps[1].name, "vx42")
+                    .iter()
+                    .any(|e| e["mac"] == "00:00:00:00:00:00" && e["dst"] == *vtep)
+            })
+            && installed(0, 1)
+            && installed(0, 2)
+            && installed(1, 0)
+            && installed(1, 1);
+        if complete {
+            break;
+        }
+        if Instant::now() > deadline {
+            let logs: String = frr.iter().map(lab::Frr::logs).collect();
+            panic!(
+                "routes: A {} C {}\n{logs}",
+                flood(&sockets[0]),
+                flood(&sockets[1])
+            );
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    // Quiet: permanent neighbour entries everywhere, no ARP.
+    for (i, host) in hosts.iter().enumerate() {
+        for j in (0..3).filter(|&j| j != i) {
+            host.ip(&[
+                "neigh",
+                "replace",
+                &Topology::addr(j).to_string(),
+                "lladdr",
+                &macs[j],
+                "nud",
+                "permanent",
+                "dev",
+                "h1",
+            ]);
+        }
+    }
+    thread::sleep(Duration::from_secs(1));
+
+    // A broadcast from each host reaches each other host exactly once.
+    for from in 0..3 {
+        let listeners: Vec<_> = (0..3)
+            .filter(|&i| i != from)
+            .map(|i| {
+                hosts[i].spawn(move || {
+                    let socket = UdpSocket::bind("0.0.0.0:5400").expect("bind");
+                    socket
+                        .set_read_timeout(Some(Duration::from_millis(1500)))
+                        .expect("timeout");
+                    let mut got = 0;
+                    let mut buffer = [0u8; 64];
+                    while let Ok(len) = socket.recv(&mut buffer) {
+                        got += usize::from(&buffer[..len] == b"flood");
+                    }
+                    got
+                })
+            })
+            .collect();
+        thread::sleep(Duration::from_millis(200));
+        hosts[from].run(|| {
+            let socket = UdpSocket::bind("0.0.0.0:0").expect("bind");
+            socket.set_broadcast(true).expect("broadcast");
+            socket.send_to(b"flood", "198.18.0.255:5400").expect("send");
+        });
+        for listener in listeners {
+            assert_eq!(listener.join().expect("listener"), 1, "from host {from}");
+        }
+    }
+
+    // Known unicast from A's host to B's: nothing of it reaches C.
+    let rx = || {
+        port_stats(&ctl_json(&sockets[1], &["stats", "-j"]), "vxlan:seg")["rx_frames"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let before = rx();
+    hosts[0].run(|| {
+        let socket = UdpSocket::bind("0.0.0.0:0").expect("bind");
+        for _ in 0..50 {
+            socket.send_to(b"unicast", "198.18.0.2:9").expect("send");
+        }
+    });
+    thread::sleep(Duration::from_millis(300));
+    let got = rx() - before;
+    assert!(got < 50, "C got {got} frames of 50 sent to B");
+
+    // Every pair talks.
+    netns::tcp_transfer(&hosts, 0, 1, 5401, 1);
+    netns::tcp_transfer(&hosts, 1, 2, 5402, 2);
+    netns::tcp_transfer(&hosts, 2, 0, 5403, 3);
+    drop(frr);
+    for daemon in daemons {
+        let (status, log) = daemon.stop(Duration::from_secs(10));
+        assert!(status.is_some_and(|s| s.success()), "{log:?}");
+    }
+}
+
+strategy_tests!(
+    three_vteps: three_mutex, three_rwlock, three_rmlock, three_sharded, three_rcu, three_epoch
+);
+
+/// A local station that ages out of the table is withdrawn.
+fn ageing_withdraws() {
+    if !can_run("ageing_withdraws") {
+        return;
+    }
+    let mut fabric = Fabric::new();
+    fabric.start_bridge("epoch", PORT, &["--age", "3"]);
+    fabric.start_frr();
+    fabric.wait_for_routes();
+    let mac_a = fabric.mac(0);
+    fabric.quiet();
+    let deadline = Instant::now() + WAIT;
+    while fabric.installed_there(&mac_a) {
+        assert!(Instant::now() < deadline, "not withdrawn after ageing");
+        thread::sleep(Duration::from_millis(200));
+    }
+    assert!(fdb_of(&fabric.socket, &mac_a).is_empty(), "aged out here");
+}
+
 lab::test_main! {
     privileged: [
         talk_mutex,
@@ -496,6 +766,13 @@ lab::test_main! {
         talk_sharded,
         talk_rcu,
         talk_epoch,
+        three_mutex,
+        three_rwlock,
+        three_rmlock,
+        three_sharded,
+        three_rcu,
+        three_epoch,
+        ageing_withdraws,
         fdb_del_and_mac_mobility,
         killed_and_started_again,
         frr_started_late,
