@@ -495,6 +495,33 @@ fn bad_input_is_refused() {
         assert_eq!(out.trim().lines().count(), 1, "one line: {out}");
         assert_eq!(links_named(&ns, "mpe"), Vec::<String>::new());
     }
+    // `port add` of such a port: an error reply, nothing added or made.
+    ns.ip(&["link", "add", "b0", "type", "veth", "peer", "name", "b1"]);
+    ns.ip(&["addr", "add", "198.19.0.1/32", "dev", "lo"]);
+    let name = lab::unique("ev");
+    let daemon = Daemon::start(
+        &ns,
+        &[
+            "run",
+            &format!("--name={name}"),
+            "--port",
+            "raw:a0",
+            "--port",
+            "raw:b0",
+        ],
+    );
+    let socket = PathBuf::from(format!("/run/mpbridge/{name}.sock"));
+    let (code, _, err) = ctl(
+        &socket,
+        &["port", "add", "vxlan:s,vni=7,local=198.19.0.1,evpn=on"],
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("VNI 7 is carried by vx7 already"), "{err}");
+    let stats = ctl_json(&socket, &["stats", "-j"]);
+    assert_eq!(stats["ports"].as_array().map(Vec::len), Some(2));
+    assert_eq!(links_named(&ns, "mpe"), Vec::<String>::new());
+    let (status, log) = daemon.stop(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
 }
 
 /// Two mpbridge VTEPs (A, C) and a Linux VTEP (B) on one underlay switch,
@@ -758,6 +785,198 @@ fn ageing_withdraws() {
     assert!(fdb_of(&fabric.socket, &mac_a).is_empty(), "aged out here");
 }
 
+/// Two VNIs on one bridge (`--vlan-filtering`, an EVPN port per VNI with
+/// an access VLAN) against a Linux VTEP with a bridge per VNI, all four
+/// hosts in one IP subnet: each VNI's routes stay in it, a broadcast
+/// reaches its own VNI's hosts only, and each VNI's pair talks.
+fn two_vnis_kept_apart() {
+    if !can_run("two_vnis_kept_apart") {
+        return;
+    }
+    let a = Netns::new();
+    let b = Netns::new();
+    // Hosts 0 and 1 in VNI 10, 2 and 3 in VNI 20; even ones behind A.
+    let hosts = [Netns::new(), Netns::new(), Netns::new(), Netns::new()];
+    a.ip(&[
+        "link", "add", "u0", "type", "veth", "peer", "name", "u1", "netns", &b.name,
+    ]);
+    a.ip(&["addr", "add", "198.19.0.1/24", "dev", "u0"]);
+    a.ip(&["link", "set", "u0", "up"]);
+    b.ip(&["addr", "add", "198.19.0.2/24", "dev", "u1"]);
+    b.ip(&["link", "set", "u1", "up"]);
+    for (i, host) in hosts.iter().enumerate() {
+        let vtep = if i % 2 == 0 { &a } else { &b };
+        let port = format!("h{i}");
+        vtep.ip(&[
+            "link", "add", &port, "type", "veth", "peer", "name", "h1", "netns", &host.name,
+        ]);
+        vtep.ip(&["link", "set", &port, "mtu", "1450", "up"]);
+        host.ip(&[
+            "addr",
+            "add",
+            &format!("{}/24", Topology::addr(i)),
+            "dev",
+            "h1",
+        ]);
+        host.ip(&["link", "set", "h1", "mtu", "1450", "up"]);
+    }
+    for (vni, port) in [("10", "h1"), ("20", "h3")] {
+        let (br, vx) = (format!("br{vni}"), format!("vx{vni}"));
+        for args in [
+            &["link", "add", &br, "type", "bridge"][..],
+            &[
+                "link",
+                "add",
+                &vx,
+                "type",
+                "vxlan",
+                "id",
+                vni,
+                "local",
+                "198.19.0.2",
+                "dstport",
+                "4789",
+                "nolearning",
+            ],
+            &["link", "set", &vx, "master", &br],
+            &["link", "set", port, "master", &br],
+            &["link", "set", &br, "up"],
+            &["link", "set", &vx, "up"],
+        ] {
+            b.ip(args);
+        }
+        bridge_cmd(&b.name, &["link", "set", "dev", &vx, "learning", "off"]);
+    }
+    let name = lab::unique("ev");
+    let socket = PathBuf::from(format!("/run/mpbridge/{name}.sock"));
+    let daemon = Daemon::start(
+        &a,
+        &[
+            "run",
+            &format!("--name={name}"),
+            "--vlan-filtering",
+            "--port",
+            "raw:h0,access=10",
+            "--port",
+            "raw:h2,access=20",
+            "--port",
+            "vxlan:s10,vni=10,local=198.19.0.1,evpn=on,access=10",
+            "--port",
+            "vxlan:s20,vni=20,local=198.19.0.1,evpn=on,access=20",
+        ],
+    );
+    let frr = [
+        lab::Frr::start(&a.name, &evpn_config("198.19.0.1", &["198.19.0.2"])).expect("FRR"),
+        lab::Frr::start(&b.name, &evpn_config("198.19.0.2", &["198.19.0.1"])).expect("FRR"),
+    ];
+    let macs: Vec<String> = hosts
+        .iter()
+        .map(|h| mac_string(netns::link_mac(h, "h1")))
+        .collect();
+    // Each host sends to its VNI's other host.
+    let nudge = || {
+        for (i, host) in hosts.iter().enumerate() {
+            let to = std::net::SocketAddr::from((Topology::addr(i ^ 1), 9));
+            host.run(move || {
+                if let Ok(socket) = UdpSocket::bind("0.0.0.0:0") {
+                    let _ = socket.send_to(b"evpn", to);
+                }
+            });
+        }
+    };
+    let at = |mac: &str| -> Vec<(String, u64)> {
+        fdb_of(&socket, mac)
+            .iter()
+            .filter(|e| e["state"] == "extern_learn")
+            .map(|e| {
+                (
+                    e["port"].as_str().unwrap_or("").to_owned(),
+                    e["vlan"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect()
+    };
+    let deadline = Instant::now() + WAIT;
+    loop {
+        nudge();
+        let there = |vx: &str, mac: &str| {
+            bridge_fdb(&b.name, vx)
+                .iter()
+                .any(|e| e["mac"] == mac && e["dst"] == "198.19.0.1")
+        };
+        if at(&macs[1]) == [("vxlan:s10".to_owned(), 10)]
+            && at(&macs[3]) == [("vxlan:s20".to_owned(), 20)]
+            && there("vx10", &macs[0])
+            && there("vx20", &macs[2])
+        {
+            break;
+        }
+        if Instant::now() > deadline {
+            let logs: String = frr.iter().map(lab::Frr::logs).collect();
+            let (_, fdb, _) = ctl(&socket, &["fdb", "show"]);
+            panic!("routes of two VNIs: mpbridge's fdb:\n{fdb}\n{logs}");
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    // Each VNI's stations only in its own VNI, on both sides.
+    assert!(!bridge_fdb(&b.name, "vx20")
+        .iter()
+        .any(|e| e["mac"] == macs[0]));
+    assert!(!bridge_fdb(&b.name, "vx10")
+        .iter()
+        .any(|e| e["mac"] == macs[2]));
+    for (i, host) in hosts.iter().enumerate() {
+        let j = i ^ 1;
+        host.ip(&[
+            "neigh",
+            "replace",
+            &Topology::addr(j).to_string(),
+            "lladdr",
+            &macs[j],
+            "nud",
+            "permanent",
+            "dev",
+            "h1",
+        ]);
+    }
+    thread::sleep(Duration::from_secs(1));
+
+    // A broadcast from host 0 reaches host 1 only.
+    let listeners: Vec<_> = (1..4)
+        .map(|i| {
+            hosts[i].spawn(move || {
+                let socket = UdpSocket::bind("0.0.0.0:5500").expect("bind");
+                socket
+                    .set_read_timeout(Some(Duration::from_millis(1500)))
+                    .expect("timeout");
+                let mut got = 0;
+                let mut buffer = [0u8; 64];
+                while let Ok(len) = socket.recv(&mut buffer) {
+                    got += usize::from(&buffer[..len] == b"vni10");
+                }
+                got
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(200));
+    hosts[0].run(|| {
+        let socket = UdpSocket::bind("0.0.0.0:0").expect("bind");
+        socket.set_broadcast(true).expect("broadcast");
+        socket.send_to(b"vni10", "198.18.0.255:5500").expect("send");
+    });
+    let got: Vec<usize> = listeners
+        .into_iter()
+        .map(|l| l.join().expect("listener"))
+        .collect();
+    assert_eq!(got, [1, 0, 0], "hosts 1, 2, 3");
+
+    netns::tcp_transfer(&hosts, 0, 1, 5501, 1);
+    netns::tcp_transfer(&hosts, 3, 2, 5502, 2);
+    drop(frr);
+    let (status, log) = daemon.stop(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+}
+
 lab::test_main! {
     privileged: [
         talk_mutex,
@@ -773,6 +992,7 @@ lab::test_main! {
         three_rcu,
         three_epoch,
         ageing_withdraws,
+        two_vnis_kept_apart,
         fdb_del_and_mac_mobility,
         killed_and_started_again,
         frr_started_late,
