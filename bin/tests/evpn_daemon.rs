@@ -3,8 +3,10 @@
 //! with FRR (zebra and bgpd, iBGP), a host behind each: routes both ways
 //! and the flood list, the hosts talk; the port removed, `fdb del`, a
 //! station moving to the other VTEP and back, FRR started late, mpbridge
-//! killed and started again; bad input refused with exit 2. Needs root and
-//! FRR; skips with a reason otherwise (fails under MPBRIDGE_REQUIRE_PRIV=1).
+//! killed and started again; bad input refused with exit 2; three VTEPs,
+//! two VNIs; and the first scenario with a Linux VTEP in mpbridge's
+//! place, the reference. Needs root and FRR; skips with a reason otherwise
+//! (fails under MPBRIDGE_REQUIRE_PRIV=1).
 
 mod netns;
 
@@ -977,6 +979,67 @@ fn two_vnis_kept_apart() {
     assert!(status.is_some_and(|s| s.success()), "{log:?}");
 }
 
+/// The reference: a Linux VTEP in mpbridge's place (its host on a kernel
+/// bridge), the same FRR configuration: routes both ways, the hosts talk,
+/// the vxlan device removed withdraws its host's route. What the
+/// scenarios above expect of mpbridge is what Linux does here.
+fn linux_in_mpbridges_place() {
+    if !can_run("linux_in_mpbridges_place") {
+        return;
+    }
+    let mut fabric = Fabric::new();
+    for args in [
+        &["link", "add", "br0", "type", "bridge"][..],
+        &[
+            "link",
+            "add",
+            "vx42",
+            "type",
+            "vxlan",
+            "id",
+            "42",
+            "local",
+            "198.19.0.1",
+            "dstport",
+            "4789",
+            "nolearning",
+        ],
+        &["link", "set", "vx42", "master", "br0"],
+        &["link", "set", "ha0", "master", "br0"],
+        &["link", "set", "br0", "up"],
+        &["link", "set", "vx42", "up"],
+    ] {
+        fabric.a.ip(args);
+    }
+    bridge_cmd(
+        &fabric.a.name,
+        &["link", "set", "dev", "vx42", "learning", "off"],
+    );
+    fabric.start_frr();
+    let (mac_a, mac_b) = (fabric.mac(0), fabric.mac(1));
+    let installed_in_a = |f: &Fabric, mac: &str| {
+        bridge_fdb(&f.a.name, "vx42").iter().any(|e| {
+            e["mac"] == mac
+                && e["dst"] == "198.19.0.2"
+                && e["flags"]
+                    .as_array()
+                    .is_some_and(|fl| fl.contains(&Value::from("extern_learn")))
+        })
+    };
+    fabric.wait_for("A's routes", |f| {
+        installed_in_a(f, &mac_b)
+            && bridge_fdb(&f.a.name, "vx42")
+                .iter()
+                .any(|e| e["mac"] == "00:00:00:00:00:00" && e["dst"] == "198.19.0.2")
+    });
+    fabric.wait_for("B's routes", |f| {
+        f.installed_there(&mac_a) && f.installed_there("00:00:00:00:00:00")
+    });
+    fabric.talk(5321);
+    fabric.a.ip(&["link", "del", "vx42"]);
+    fabric.wait_for("the withdrawal", |f| !f.installed_there(&mac_a));
+}
+
 lab::test_main! {
     privileged: [
         talk_mutex,
@@ -993,6 +1056,7 @@ lab::test_main! {
         three_epoch,
         ageing_withdraws,
         two_vnis_kept_apart,
+        linux_in_mpbridges_place,
         fdb_del_and_mac_mobility,
         killed_and_started_again,
         frr_started_late,
