@@ -293,31 +293,9 @@ fn a_mirror_and_a_linux_vtep_exchange_routes_through_frr() {
     b.ip(&["addr", "add", "198.18.0.2/24", "dev", "u1"])
         .expect("address");
     b.ip(&["link", "set", "u1", "up"]).expect("up");
-    for args in [
-        &["link", "add", "br0", "type", "bridge"][..],
-        &[
-            "link",
-            "add",
-            "vx42",
-            "type",
-            "vxlan",
-            "id",
-            "42",
-            "local",
-            "198.18.0.2",
-            "dstport",
-            "4789",
-            "nolearning",
-        ],
-        &["link", "set", "vx42", "master", "br0"],
-        &["link", "add", "h0", "type", "veth", "peer", "name", "h1"],
-        &["link", "set", "h0", "master", "br0"],
-        &["link", "set", "br0", "up"],
-        &["link", "set", "vx42", "up"],
-        &["link", "set", "h0", "up"],
-    ] {
-        b.ip(args).expect("the Linux VTEP");
-    }
+    b.ip(&["link", "add", "h0", "type", "veth", "peer", "name", "h1"])
+        .expect("the station's link");
+    lab::frr::linux_vtep(&b.name, "br0", "vx42", 42, "198.18.0.2", "h0").expect("the Linux VTEP");
     let status = Command::new("ip")
         .args([
             "netns",

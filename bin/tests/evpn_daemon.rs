@@ -77,30 +77,8 @@ impl Fabric {
             hosts[i].ip(&["addr", "add", &addr, "dev", "h1"]);
             hosts[i].ip(&["link", "set", "h1", "mtu", "1450", "up"]);
         }
-        for args in [
-            &["link", "add", "br0", "type", "bridge"][..],
-            &[
-                "link",
-                "add",
-                "vx42",
-                "type",
-                "vxlan",
-                "id",
-                "42",
-                "local",
-                "198.19.0.2",
-                "dstport",
-                "4789",
-                "nolearning",
-            ],
-            &["link", "set", "vx42", "master", "br0"],
-            &["link", "set", "hb0", "master", "br0"],
-            &["link", "set", "br0", "up"],
-            &["link", "set", "vx42", "up"],
-        ] {
-            b.ip(args);
-        }
-        bridge_cmd(&b.name, &["link", "set", "dev", "vx42", "learning", "off"]);
+        lab::frr::linux_vtep(&b.name, "br0", "vx42", 42, "198.19.0.2", "hb0")
+            .expect("the Linux VTEP");
         let name = lab::unique("ev");
         Fabric {
             daemon: None,
@@ -239,16 +217,6 @@ impl Fabric {
         netns::tcp_transfer(&self.hosts, 0, 1, port, 7);
         netns::tcp_transfer(&self.hosts, 1, 0, port + 1, 8);
     }
-}
-
-/// `ip netns exec NS bridge ARGS` must succeed.
-fn bridge_cmd(ns: &str, args: &[&str]) {
-    let status = Command::new("ip")
-        .args(["netns", "exec", ns, "bridge"])
-        .args(args)
-        .status()
-        .expect("bridge");
-    assert!(status.success(), "bridge {args:?}");
 }
 
 /// The entries of `mpbridge fdb show -j` for `mac`.
@@ -580,33 +548,8 @@ fn three_vteps(lock: &str) {
         hosts[i].ip(&["link", "set", "h1", "mtu", "1450", "up"]);
     }
     // B, the Linux VTEP.
-    for args in [
-        &["link", "add", "br0", "type", "bridge"][..],
-        &[
-            "link",
-            "add",
-            "vx42",
-            "type",
-            "vxlan",
-            "id",
-            "42",
-            "local",
-            "198.19.0.2",
-            "dstport",
-            "4789",
-            "nolearning",
-        ],
-        &["link", "set", "vx42", "master", "br0"],
-        &["link", "set", "hv", "master", "br0"],
-        &["link", "set", "br0", "up"],
-        &["link", "set", "vx42", "up"],
-    ] {
-        vteps[1].ip(args);
-    }
-    bridge_cmd(
-        &vteps[1].name,
-        &["link", "set", "dev", "vx42", "learning", "off"],
-    );
+    lab::frr::linux_vtep(&vteps[1].name, "br0", "vx42", 42, "198.19.0.2", "hv")
+        .expect("the Linux VTEP");
     // A and C, mpbridge.
     let mut daemons = Vec::new();
     let mut sockets = Vec::new();
@@ -822,32 +765,9 @@ fn two_vnis_kept_apart() {
         ]);
         host.ip(&["link", "set", "h1", "mtu", "1450", "up"]);
     }
-    for (vni, port) in [("10", "h1"), ("20", "h3")] {
+    for (vni, port) in [(10, "h1"), (20, "h3")] {
         let (br, vx) = (format!("br{vni}"), format!("vx{vni}"));
-        for args in [
-            &["link", "add", &br, "type", "bridge"][..],
-            &[
-                "link",
-                "add",
-                &vx,
-                "type",
-                "vxlan",
-                "id",
-                vni,
-                "local",
-                "198.19.0.2",
-                "dstport",
-                "4789",
-                "nolearning",
-            ],
-            &["link", "set", &vx, "master", &br],
-            &["link", "set", port, "master", &br],
-            &["link", "set", &br, "up"],
-            &["link", "set", &vx, "up"],
-        ] {
-            b.ip(args);
-        }
-        bridge_cmd(&b.name, &["link", "set", "dev", &vx, "learning", "off"]);
+        lab::frr::linux_vtep(&b.name, &br, &vx, vni, "198.19.0.2", port).expect("the Linux VTEP");
     }
     let name = lab::unique("ev");
     let socket = PathBuf::from(format!("/run/mpbridge/{name}.sock"));
@@ -988,33 +908,8 @@ fn linux_in_mpbridges_place() {
         return;
     }
     let mut fabric = Fabric::new();
-    for args in [
-        &["link", "add", "br0", "type", "bridge"][..],
-        &[
-            "link",
-            "add",
-            "vx42",
-            "type",
-            "vxlan",
-            "id",
-            "42",
-            "local",
-            "198.19.0.1",
-            "dstport",
-            "4789",
-            "nolearning",
-        ],
-        &["link", "set", "vx42", "master", "br0"],
-        &["link", "set", "ha0", "master", "br0"],
-        &["link", "set", "br0", "up"],
-        &["link", "set", "vx42", "up"],
-    ] {
-        fabric.a.ip(args);
-    }
-    bridge_cmd(
-        &fabric.a.name,
-        &["link", "set", "dev", "vx42", "learning", "off"],
-    );
+    lab::frr::linux_vtep(&fabric.a.name, "br0", "vx42", 42, "198.19.0.1", "ha0")
+        .expect("the Linux VTEP");
     fabric.start_frr();
     let (mac_a, mac_b) = (fabric.mac(0), fabric.mac(1));
     let installed_in_a = |f: &Fabric, mac: &str| {

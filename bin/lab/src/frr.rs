@@ -137,3 +137,63 @@ pub fn bridge_fdb(ns: &str, dev: &str) -> Vec<Value> {
         _ => Vec::new(),
     }
 }
+
+/// A Linux VTEP in namespace `ns`, as EVPN setups make one: bridge
+/// `bridge`, vxlan device `vxlan` of `vni` at `local` on port 4789,
+/// `nolearning`, learning off on its bridge port, and `port` (an existing
+/// interface) on the bridge; all up.
+pub fn linux_vtep(
+    ns: &str,
+    bridge: &str,
+    vxlan: &str,
+    vni: u32,
+    local: &str,
+    port: &str,
+) -> Result<(), String> {
+    let vni = vni.to_string();
+    let ip = |args: &[&str]| {
+        let output = Command::new("ip")
+            .args(["-n", ns])
+            .args(args)
+            .output()
+            .map_err(|e| format!("ip: {e}"))?;
+        match output.status.success() {
+            true => Ok(()),
+            false => Err(format!(
+                "ip {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr)
+            )),
+        }
+    };
+    ip(&["link", "add", bridge, "type", "bridge"])?;
+    ip(&[
+        "link",
+        "add",
+        vxlan,
+        "type",
+        "vxlan",
+        "id",
+        &vni,
+        "local",
+        local,
+        "dstport",
+        "4789",
+        "nolearning",
+    ])?;
+    ip(&["link", "set", vxlan, "master", bridge])?;
+    ip(&["link", "set", port, "master", bridge])?;
+    for dev in [bridge, vxlan, port] {
+        ip(&["link", "set", dev, "up"])?;
+    }
+    let status = Command::new("ip")
+        .args([
+            "netns", "exec", ns, "bridge", "link", "set", "dev", vxlan, "learning", "off",
+        ])
+        .status()
+        .map_err(|e| format!("bridge: {e}"))?;
+    match status.success() {
+        true => Ok(()),
+        false => Err(format!("bridge link set dev {vxlan} learning off failed")),
+    }
+}
