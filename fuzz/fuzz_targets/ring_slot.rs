@@ -94,7 +94,9 @@ fn seen(bytes: &[u8], result: Result<Slot<'_>, SlotError>) -> Expected {
                 frame: data,
                 vlan,
                 truncated,
+                in_ring,
             } = frame;
+            assert!(in_ring, "a slot's frame lies in the ring");
             let vnet = range_in(bytes, vnet);
             let data = range_in(bytes, data);
             assert_eq!(vnet.len(), VNET_HDR_LEN);
