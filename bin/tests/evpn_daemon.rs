@@ -291,12 +291,12 @@ strategy_tests!(
 /// advertised again. The Linux VTEP's host moving behind mpbridge (its MAC
 /// on a third host there) takes the installed entry over and is
 /// advertised from here; moving back, it is installed again.
-fn fdb_del_and_mac_mobility() {
-    if !can_run("fdb_del_and_mac_mobility") {
+fn fdb_del_and_mac_mobility(lock: &str) {
+    if !can_run(&format!("fdb_del_and_mac_mobility_{lock}")) {
         return;
     }
     let mut fabric = Fabric::new();
-    fabric.start_bridge("epoch", PORT, &[]);
+    fabric.start_bridge(lock, PORT, &[]);
     fabric.start_frr();
     fabric.wait_for_routes();
     let (mac_a, mac_b) = (fabric.mac(0), fabric.mac(1));
@@ -396,12 +396,12 @@ fn killed_and_started_again() {
 
 /// FRR started after mpbridge: the port forwards meanwhile, and takes the
 /// routes once zebra runs.
-fn frr_started_late() {
-    if !can_run("frr_started_late") {
+fn frr_started_late(lock: &str) {
+    if !can_run(&format!("frr_started_late_{lock}")) {
         return;
     }
     let mut fabric = Fabric::new();
-    fabric.start_bridge("epoch", PORT, &[]);
+    fabric.start_bridge(lock, PORT, &[]);
     thread::sleep(Duration::from_secs(2));
     let stats = ctl_json(&fabric.socket, &["stats", "-j"]);
     let evpn = &port_stats(&stats, "vxlan:seg")["evpn"];
@@ -734,8 +734,8 @@ fn ageing_withdraws() {
 /// an access VLAN) against a Linux VTEP with a bridge per VNI, all four
 /// hosts in one IP subnet: each VNI's routes stay in it, a broadcast
 /// reaches its own VNI's hosts only, and each VNI's pair talks.
-fn two_vnis_kept_apart() {
-    if !can_run("two_vnis_kept_apart") {
+fn two_vnis_kept_apart(lock: &str) {
+    if !can_run(&format!("two_vnis_kept_apart_{lock}")) {
         return;
     }
     let a = Netns::new();
@@ -777,6 +777,8 @@ fn two_vnis_kept_apart() {
             "run",
             &format!("--name={name}"),
             "--vlan-filtering",
+            "--lock",
+            lock,
             "--port",
             "raw:h0,access=10",
             "--port",
@@ -935,6 +937,19 @@ fn linux_in_mpbridges_place() {
     fabric.wait_for("the withdrawal", |f| !f.installed_there(&mac_a));
 }
 
+strategy_tests!(
+    fdb_del_and_mac_mobility: mobility_mutex, mobility_rwlock, mobility_rmlock,
+    mobility_sharded, mobility_rcu, mobility_epoch
+);
+
+strategy_tests!(
+    frr_started_late: late_mutex, late_rwlock, late_rmlock, late_sharded, late_rcu, late_epoch
+);
+
+strategy_tests!(
+    two_vnis_kept_apart: vnis_mutex, vnis_rwlock, vnis_rmlock, vnis_sharded, vnis_rcu, vnis_epoch
+);
+
 lab::test_main! {
     privileged: [
         talk_mutex,
@@ -950,11 +965,26 @@ lab::test_main! {
         three_rcu,
         three_epoch,
         ageing_withdraws,
-        two_vnis_kept_apart,
+        vnis_mutex,
+        vnis_rwlock,
+        vnis_rmlock,
+        vnis_sharded,
+        vnis_rcu,
+        vnis_epoch,
         linux_in_mpbridges_place,
-        fdb_del_and_mac_mobility,
+        mobility_mutex,
+        mobility_rwlock,
+        mobility_rmlock,
+        mobility_sharded,
+        mobility_rcu,
+        mobility_epoch,
         killed_and_started_again,
-        frr_started_late,
+        late_mutex,
+        late_rwlock,
+        late_rmlock,
+        late_sharded,
+        late_rcu,
+        late_epoch,
         bad_input_is_refused,
     ],
     plain: [],
