@@ -494,6 +494,41 @@ fn bad_input_is_refused() {
     assert!(status.is_some_and(|s| s.success()), "{log:?}");
 }
 
+/// A UDP broadcast from host `from` to port `port` of its subnet: how many
+/// copies each other host got (in `hosts` order), once what was in flight
+/// has arrived (1.5 s without another).
+fn broadcast_counts(hosts: &[Netns], from: usize, port: u16) -> Vec<usize> {
+    let listeners: Vec<_> = (0..hosts.len())
+        .filter(|&i| i != from)
+        .map(|i| {
+            hosts[i].spawn(move || {
+                let socket = UdpSocket::bind(("0.0.0.0", port)).expect("bind");
+                socket
+                    .set_read_timeout(Some(Duration::from_millis(1500)))
+                    .expect("timeout");
+                let mut got = 0;
+                let mut buffer = [0u8; 64];
+                while let Ok(len) = socket.recv(&mut buffer) {
+                    got += usize::from(&buffer[..len] == b"broadcast");
+                }
+                got
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(200));
+    hosts[from].run(move || {
+        let socket = UdpSocket::bind("0.0.0.0:0").expect("bind");
+        socket.set_broadcast(true).expect("broadcast");
+        socket
+            .send_to(b"broadcast", ("198.18.0.255", port))
+            .expect("send");
+    });
+    listeners
+        .into_iter()
+        .map(|l| l.join().expect("listener"))
+        .collect()
+}
+
 /// Two mpbridge VTEPs (A, C) and a Linux VTEP (B) on one underlay switch,
 /// FRR on each peering with the other two, no `remote=` anywhere: each
 /// VTEP's flood list holds the other two, a broadcast reaches every other
@@ -651,32 +686,8 @@ fn three_vteps(lock: &str) {
 
     // A broadcast from each host reaches each other host exactly once.
     for from in 0..3 {
-        let listeners: Vec<_> = (0..3)
-            .filter(|&i| i != from)
-            .map(|i| {
-                hosts[i].spawn(move || {
-                    let socket = UdpSocket::bind("0.0.0.0:5400").expect("bind");
-                    socket
-                        .set_read_timeout(Some(Duration::from_millis(1500)))
-                        .expect("timeout");
-                    let mut got = 0;
-                    let mut buffer = [0u8; 64];
-                    while let Ok(len) = socket.recv(&mut buffer) {
-                        got += usize::from(&buffer[..len] == b"flood");
-                    }
-                    got
-                })
-            })
-            .collect();
-        thread::sleep(Duration::from_millis(200));
-        hosts[from].run(|| {
-            let socket = UdpSocket::bind("0.0.0.0:0").expect("bind");
-            socket.set_broadcast(true).expect("broadcast");
-            socket.send_to(b"flood", "198.18.0.255:5400").expect("send");
-        });
-        for listener in listeners {
-            assert_eq!(listener.join().expect("listener"), 1, "from host {from}");
-        }
+        let got = broadcast_counts(&hosts, from, 5400);
+        assert!(got.iter().all(|&n| n == 1), "from host {from}: {got:?}");
     }
 
     // Known unicast from A's host to B's: nothing of it reaches C.
@@ -866,32 +877,7 @@ fn two_vnis_kept_apart(lock: &str) {
     thread::sleep(Duration::from_secs(1));
 
     // A broadcast from host 0 reaches host 1 only.
-    let listeners: Vec<_> = (1..4)
-        .map(|i| {
-            hosts[i].spawn(move || {
-                let socket = UdpSocket::bind("0.0.0.0:5500").expect("bind");
-                socket
-                    .set_read_timeout(Some(Duration::from_millis(1500)))
-                    .expect("timeout");
-                let mut got = 0;
-                let mut buffer = [0u8; 64];
-                while let Ok(len) = socket.recv(&mut buffer) {
-                    got += usize::from(&buffer[..len] == b"vni10");
-                }
-                got
-            })
-        })
-        .collect();
-    thread::sleep(Duration::from_millis(200));
-    hosts[0].run(|| {
-        let socket = UdpSocket::bind("0.0.0.0:0").expect("bind");
-        socket.set_broadcast(true).expect("broadcast");
-        socket.send_to(b"vni10", "198.18.0.255:5500").expect("send");
-    });
-    let got: Vec<usize> = listeners
-        .into_iter()
-        .map(|l| l.join().expect("listener"))
-        .collect();
+    let got = broadcast_counts(&hosts, 0, 5500);
     assert_eq!(got, [1, 0, 0], "hosts 1, 2, 3");
 
     netns::tcp_transfer(&hosts, 0, 1, 5501, 1);
