@@ -2,10 +2,12 @@
 //! (bridge, vxlan on 4789 `nolearning`, learning off on its port), each
 //! with FRR (zebra and bgpd, iBGP), a host behind each: routes both ways
 //! and the flood list, the hosts talk; the port removed, `fdb del`, a
-//! station moving to the other VTEP and back, FRR started late, mpbridge
-//! killed and started again; bad input refused with exit 2; three VTEPs,
-//! two VNIs; and the first scenario with a Linux VTEP in mpbridge's
-//! place, the reference. Needs root and FRR; skips with a reason otherwise
+//! station moving to the other VTEP and back, ageing, FRR started late,
+//! three VTEPs, two VNIs. Each of these runs for the six strategies and
+//! once with a Linux VTEP in mpbridge's place, the reference: what the
+//! scenarios expect of mpbridge is what Linux does. Once, for mpbridge
+//! alone: killed and started again, a silent zebra warned of, bad input
+//! refused with exit 2. Needs root and FRR; skips with a reason otherwise
 //! (fails under MPBRIDGE_REQUIRE_PRIV=1).
 
 mod netns;
@@ -25,23 +27,293 @@ use serde_json::Value;
 /// sequence number take a round of updates).
 const WAIT: Duration = Duration::from_secs(60);
 
-/// The VXLAN port of every scenario.
-const PORT: &str = "vxlan:seg,vni=42,local=198.19.0.1,evpn=on";
+/// In a scenario's VTEP's place: a Linux VTEP, the reference (otherwise
+/// mpbridge with the lock strategy named).
+const LINUX: &str = "linux";
 
 /// Whether the test can run here; prints why not.
 fn can_run(test: &str) -> bool {
     privileged(test) && lab::installed(test, &format!("{}/zebra", lab::FRR_DIR), "frr")
 }
 
-/// Two VTEPs over a veth underlay (A 198.19.0.1, mpbridge's; B 198.19.0.2,
-/// Linux's) and a host behind each (198.18.0.1 on A's raw port `ha0`,
-/// 198.18.0.2 on B's bridge). Fields drop in order: mpbridge and FRR
-/// first, then the namespaces.
-struct Fabric {
+/// The VTEP a scenario tests, in its namespace: mpbridge, or Linux in its
+/// place. One segment per `(VNI, interface)`, the interface a host's link
+/// there. mpbridge names VNI N's port `vxlan:sN` (with `access=N` and
+/// `--vlan-filtering` when there are several); Linux has a bridge `brN`
+/// with a vxlan device `vxN` per VNI.
+struct Vtep {
+    /// mpbridge; none: Linux.
     daemon: Option<Daemon>,
-    frr: Vec<lab::Frr>,
+    /// mpbridge's `--name`.
     name: String,
     socket: PathBuf,
+    ns: String,
+    local: String,
+    segments: Vec<(u32, String)>,
+}
+
+impl Vtep {
+    /// Starts `what` (a lock strategy, or `LINUX`) in `ns` at underlay
+    /// address `local`, its stations ageing after `age` seconds if given.
+    fn start(
+        ns: &Netns,
+        what: &str,
+        local: &str,
+        segments: &[(u32, &str)],
+        age: Option<u32>,
+    ) -> Vtep {
+        Self::start_as(&lab::unique("ev"), ns, what, local, segments, age)
+    }
+
+    /// `start`, mpbridge with `--name=name`.
+    fn start_as(
+        name: &str,
+        ns: &Netns,
+        what: &str,
+        local: &str,
+        segments: &[(u32, &str)],
+        age: Option<u32>,
+    ) -> Vtep {
+        let mut vtep = Vtep {
+            name: name.to_owned(),
+            daemon: None,
+            socket: PathBuf::from(format!("/run/mpbridge/{name}.sock")),
+            ns: ns.name.clone(),
+            local: local.to_owned(),
+            segments: segments.iter().map(|&(v, p)| (v, p.to_owned())).collect(),
+        };
+        if what == LINUX {
+            for (vni, port) in segments {
+                let bridge = format!("br{vni}");
+                lab::frr::linux_vtep(&ns.name, &bridge, &format!("vx{vni}"), *vni, local, port)
+                    .expect("the Linux VTEP");
+                if let Some(age) = age {
+                    let centiseconds = (age * 100).to_string();
+                    ns.ip(&[
+                        "link",
+                        "set",
+                        &bridge,
+                        "type",
+                        "bridge",
+                        "ageing_time",
+                        &centiseconds,
+                    ]);
+                }
+            }
+            return vtep;
+        }
+        let mut args = vec![
+            "run".to_owned(),
+            format!("--name={name}"),
+            "--lock".to_owned(),
+            what.to_owned(),
+        ];
+        if let Some(age) = age {
+            args.extend(["--age".to_owned(), age.to_string()]);
+        }
+        let several = segments.len() > 1;
+        if several {
+            args.push("--vlan-filtering".to_owned());
+        }
+        let access = |vni: u32| match several {
+            true => format!(",access={vni}"),
+            false => String::new(),
+        };
+        for (vni, port) in segments {
+            args.extend(["--port".to_owned(), format!("raw:{port}{}", access(*vni))]);
+        }
+        // A tap too: the VXLAN port may then be removed.
+        args.extend(["--port".to_owned(), "tap:t0".to_owned()]);
+        for &(vni, _) in segments {
+            args.extend(["--port".to_owned(), vtep.port(vni) + &access(vni)]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        vtep.daemon = Some(Daemon::start(ns, &args));
+        vtep
+    }
+
+    fn is_mpbridge(&self) -> bool {
+        self.daemon.is_some()
+    }
+
+    /// mpbridge's VXLAN port of `vni`, as given to `--port`.
+    fn port(&self, vni: u32) -> String {
+        format!("vxlan:s{vni},vni={vni},local={},evpn=on", self.local)
+    }
+
+    /// The VTEPs that `mac` is installed behind (`extern_learn`) in
+    /// segment `vni`.
+    fn installed(&self, vni: u32, mac: &str) -> Vec<String> {
+        let entries = match self.is_mpbridge() {
+            true => fdb_of(&self.socket, mac)
+                .into_iter()
+                .filter(|e| e["state"] == "extern_learn" && e["port"] == format!("vxlan:s{vni}"))
+                .collect(),
+            false => bridge_fdb(&self.ns, &format!("vx{vni}"))
+                .into_iter()
+                .filter(|e| e["mac"] == mac && has_flag(e, "extern_learn"))
+                .collect::<Vec<_>>(),
+        };
+        entries
+            .iter()
+            .filter_map(|e| e["dst"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// The flood list of segment `vni`, sorted.
+    fn flood(&self, vni: u32) -> Vec<String> {
+        let mut vteps: Vec<String> = match self.is_mpbridge() {
+            true => {
+                let stats = ctl_json(&self.socket, &["stats", "-j"]);
+                let port = port_stats(&stats, &format!("vxlan:s{vni}"));
+                port["evpn"]["vteps"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            }
+            false => bridge_fdb(&self.ns, &format!("vx{vni}"))
+                .iter()
+                .filter(|e| e["mac"] == "00:00:00:00:00:00")
+                .filter_map(|e| e["dst"].as_str().map(str::to_owned))
+                .collect(),
+        };
+        vteps.sort();
+        vteps
+    }
+
+    /// Whether `mac` is learned on the host link `dev`.
+    fn learned(&self, mac: &str, dev: &str) -> bool {
+        match self.is_mpbridge() {
+            true => fdb_of(&self.socket, mac)
+                .iter()
+                .any(|e| e["state"] == "learned" && e["port"] == format!("raw:{dev}")),
+            false => bridge_fdb(&self.ns, dev).iter().any(|e| {
+                e["mac"] == mac
+                    && !has_flag(e, "extern_learn")
+                    && !matches!(e["state"].as_str(), Some("permanent" | "static"))
+            }),
+        }
+    }
+
+    /// `fdb del` of `mac`, learned on `dev`.
+    fn fdb_del(&self, mac: &str, dev: &str) {
+        match self.is_mpbridge() {
+            true => ctl_ok(&self.socket, &["fdb", "del", mac]),
+            false => self.run(&["bridge", "fdb", "del", mac, "dev", dev, "master"]),
+        }
+    }
+
+    /// Host link `dev` added to the (first) segment.
+    fn add_port(&self, dev: &str) {
+        match self.is_mpbridge() {
+            true => ctl_ok(&self.socket, &["port", "add", &format!("raw:{dev}")]),
+            false => {
+                let bridge = format!("br{}", self.segments[0].0);
+                self.run(&["ip", "link", "set", dev, "master", &bridge]);
+            }
+        }
+    }
+
+    /// Host link `dev` removed.
+    fn del_port(&self, dev: &str) {
+        match self.is_mpbridge() {
+            true => ctl_ok(&self.socket, &["port", "del", &format!("raw:{dev}")]),
+            false => self.run(&["ip", "link", "set", dev, "nomaster"]),
+        }
+    }
+
+    /// Segment `vni`'s VXLAN port (Linux: vxlan device) removed.
+    fn remove_segment(&self, vni: u32) {
+        match self.is_mpbridge() {
+            true => ctl_ok(&self.socket, &["port", "del", &format!("vxlan:s{vni}")]),
+            false => self.run(&["ip", "link", "del", &format!("vx{vni}")]),
+        }
+    }
+
+    /// Segment `vni`'s VXLAN port added again.
+    fn add_segment(&self, vni: u32) {
+        match self.is_mpbridge() {
+            true => ctl_ok(&self.socket, &["port", "add", &self.port(vni)]),
+            false => lab::frr::linux_vxlan(
+                &self.ns,
+                &format!("br{vni}"),
+                &format!("vx{vni}"),
+                vni,
+                &self.local,
+            )
+            .expect("the vxlan device"),
+        }
+    }
+
+    /// Frames received from the underlay in segment `vni`.
+    fn rx_frames(&self, vni: u32) -> u64 {
+        match self.is_mpbridge() {
+            true => port_stats(
+                &ctl_json(&self.socket, &["stats", "-j"]),
+                &format!("vxlan:s{vni}"),
+            )["rx_frames"]
+                .as_u64()
+                .unwrap_or(0),
+            false => {
+                let output = Command::new("ip")
+                    .args([
+                        "-n",
+                        &self.ns,
+                        "-s",
+                        "-j",
+                        "link",
+                        "show",
+                        &format!("vx{vni}"),
+                    ])
+                    .output()
+                    .expect("ip");
+                let links: Value = serde_json::from_slice(&output.stdout).expect("ip's JSON");
+                links[0]["stats64"]["rx"]["packets"].as_u64().unwrap_or(0)
+            }
+        }
+    }
+
+    /// Its fdb, for a failing test.
+    fn state(&self) -> String {
+        match self.is_mpbridge() {
+            true => ctl(&self.socket, &["fdb", "show"]).1,
+            false => self
+                .segments
+                .iter()
+                .map(|(vni, _)| format!("{:?}\n", bridge_fdb(&self.ns, &format!("br{vni}"))))
+                .collect(),
+        }
+    }
+
+    /// `args` in its namespace, which must succeed.
+    fn run(&self, args: &[&str]) {
+        let status = Command::new("ip")
+            .args(["netns", "exec", &self.ns])
+            .args(args)
+            .status()
+            .expect("ip netns exec");
+        assert!(status.success(), "{args:?}");
+    }
+
+    /// mpbridge stopped, which must exit cleanly and leave no mirror.
+    fn stop(mut self, ns: &Netns) {
+        if let Some(daemon) = self.daemon.take() {
+            let (status, log) = daemon.stop(Duration::from_secs(10));
+            assert!(status.is_some_and(|s| s.success()), "{log:?}");
+            assert_eq!(links_named(ns, "mpe"), Vec::<String>::new());
+        }
+    }
+}
+
+/// Two VTEPs over a veth underlay (A 198.19.0.1, the one under test; B
+/// 198.19.0.2, Linux's) and a host behind each (198.18.0.1 on A's `ha0`,
+/// 198.18.0.2 on B's bridge), VNI 42. Fields drop in order: the VTEP
+/// under test and FRR first, then the namespaces.
+struct Fabric {
+    vtep: Option<Vtep>,
+    frr: Vec<lab::Frr>,
     hosts: [Netns; 2],
     a: Netns,
     b: Netns,
@@ -77,29 +349,30 @@ impl Fabric {
             hosts[i].ip(&["addr", "add", &addr, "dev", "h1"]);
             hosts[i].ip(&["link", "set", "h1", "mtu", "1450", "up"]);
         }
-        lab::frr::linux_vtep(&b.name, "br0", "vx42", 42, "198.19.0.2", "hb0")
+        lab::frr::linux_vtep(&b.name, "br42", "vx42", 42, "198.19.0.2", "hb0")
             .expect("the Linux VTEP");
-        let name = lab::unique("ev");
         Fabric {
-            daemon: None,
+            vtep: None,
             frr: Vec::new(),
-            socket: PathBuf::from(format!("/run/mpbridge/{name}.sock")),
-            name,
             hosts,
             a,
             b,
         }
     }
 
-    /// Starts mpbridge in A: the host's raw port, a tap (so that the VXLAN
-    /// port may be removed), `vxlan`, and `extra` options.
-    fn start_bridge(&mut self, lock: &str, vxlan: &str, extra: &[&str]) {
-        let name = format!("--name={}", self.name);
-        let mut args = vec![
-            "run", &name, "--lock", lock, "--port", "raw:ha0", "--port", "tap:t0", "--port", vxlan,
-        ];
-        args.extend(extra);
-        self.daemon = Some(Daemon::start(&self.a, &args));
+    /// Starts `what` (a lock strategy, or `LINUX`) as VTEP A.
+    fn start_vtep(&mut self, what: &str, age: Option<u32>) {
+        self.vtep = Some(Vtep::start(
+            &self.a,
+            what,
+            "198.19.0.1",
+            &[(42, "ha0")],
+            age,
+        ));
+    }
+
+    fn vtep(&self) -> &Vtep {
+        self.vtep.as_ref().expect("VTEP A started")
     }
 
     /// Host `i` sends nothing the test does not make it send: its
@@ -140,8 +413,8 @@ impl Fabric {
     }
 
     /// Waits (at most `WAIT`) until `done` holds, each host sending to the
-    /// other meanwhile (so that its VTEP hears it); panics with `what`, the
-    /// bridge's state and FRR's logs otherwise.
+    /// other meanwhile (so that its VTEP hears it); panics with `what`,
+    /// both VTEPs' state and FRR's logs otherwise.
     fn wait_for(&self, what: &str, mut done: impl FnMut(&Fabric) -> bool) {
         let deadline = Instant::now() + WAIT;
         loop {
@@ -151,9 +424,9 @@ impl Fabric {
             }
             if Instant::now() > deadline {
                 let logs: String = self.frr.iter().map(lab::Frr::logs).collect();
-                let (_, fdb, _) = ctl(&self.socket, &["fdb", "show"]);
                 panic!(
-                    "{what}: not within {WAIT:?}\nmpbridge's fdb:\n{fdb}\nB's vx42: {:?}\n{logs}",
+                    "{what}: not within {WAIT:?}\nA's fdb:\n{}\nB's vx42: {:?}\n{logs}",
+                    self.vtep().state(),
                     bridge_fdb(&self.b.name, "vx42")
                 );
             }
@@ -173,37 +446,29 @@ impl Fabric {
         }
     }
 
-    /// Whether mpbridge has `mac` on its VXLAN port as FRR installed it,
-    /// behind B.
+    /// Whether A has `mac` installed behind B.
     fn installed_here(&self, mac: &str) -> bool {
-        fdb_of(&self.socket, mac).iter().any(|e| {
-            e["state"] == "extern_learn" && e["dst"] == "198.19.0.2" && e["port"] == "vxlan:seg"
-        })
+        self.vtep().installed(42, mac) == ["198.19.0.2"]
     }
 
-    /// Whether the Linux VTEP has `mac` behind mpbridge's VTEP, as FRR
-    /// installed it (the flood entry: as zebra writes it).
+    /// Whether the Linux VTEP B has `mac` behind A, as FRR installed it
+    /// (the flood entry: as zebra writes it).
     fn installed_there(&self, mac: &str) -> bool {
         bridge_fdb(&self.b.name, "vx42").into_iter().any(|e| {
             e["mac"] == mac
                 && e["dst"] == "198.19.0.1"
-                && (mac == "00:00:00:00:00:00"
-                    || e["flags"]
-                        .as_array()
-                        .is_some_and(|f| f.contains(&Value::from("extern_learn"))))
+                && (mac == "00:00:00:00:00:00" || has_flag(&e, "extern_learn"))
         })
     }
 
     /// Both hosts' routes and both flood entries in place.
     fn wait_for_routes(&self) {
         let mac_b = self.mac(1);
-        self.wait_for("mpbridge's routes", |f| {
-            let stats = ctl_json(&f.socket, &["stats", "-j"]);
-            port_stats(&stats, "vxlan:seg")["evpn"]["vteps"] == serde_json::json!(["198.19.0.2"])
-                && f.installed_here(&mac_b)
+        self.wait_for("A's routes", |f| {
+            f.vtep().flood(42) == ["198.19.0.2"] && f.installed_here(&mac_b)
         });
         let mac_a = self.mac(0);
-        self.wait_for("the Linux VTEP's routes", |f| {
+        self.wait_for("B's routes", |f| {
             f.installed_there(&mac_a) && f.installed_there("00:00:00:00:00:00")
         });
     }
@@ -217,6 +482,20 @@ impl Fabric {
         netns::tcp_transfer(&self.hosts, 0, 1, port, 7);
         netns::tcp_transfer(&self.hosts, 1, 0, port + 1, 8);
     }
+
+    /// VTEP A stopped (mpbridge: cleanly, leaving nothing).
+    fn stop(&mut self) {
+        if let Some(vtep) = self.vtep.take() {
+            vtep.stop(&self.a);
+        }
+    }
+}
+
+/// Whether a `bridge -j fdb` entry has `flag`.
+fn has_flag(entry: &Value, flag: &str) -> bool {
+    entry["flags"]
+        .as_array()
+        .is_some_and(|f| f.contains(&Value::from(flag)))
 }
 
 /// The entries of `mpbridge fdb show -j` for `mac`.
@@ -251,59 +530,75 @@ fn links_named(ns: &Netns, prefix: &str) -> Vec<String> {
         .collect()
 }
 
+/// A scenario for the six strategies, and with Linux in mpbridge's place.
+macro_rules! vtep_tests {
+    ($body:ident: $($strategy:ident),+; $linux:ident) => {
+        strategy_tests!($body: $($strategy),+);
+        fn $linux() {
+            $body(LINUX)
+        }
+    };
+}
+
 /// Routes both ways, the flood list, the figures in `stats`, the hosts
-/// talking; the port removed: its mirror goes, its host's route is
-/// withdrawn.
-fn routes_both_ways_and_the_hosts_talk(lock: &str) {
-    if !can_run(&format!("routes_both_ways_and_the_hosts_talk_{lock}")) {
+/// talking; the VXLAN port removed: its route withdrawn (and mpbridge's
+/// mirror gone); added again: the routes back.
+fn routes_both_ways_and_the_hosts_talk(what: &str) {
+    if !can_run(&format!("routes_both_ways_and_the_hosts_talk_{what}")) {
         return;
     }
     let mut fabric = Fabric::new();
-    fabric.start_bridge(lock, PORT, &[]);
+    fabric.start_vtep(what, None);
     fabric.start_frr();
     fabric.wait_for_routes();
-    let stats = ctl_json(&fabric.socket, &["stats", "-j"]);
-    let port = port_stats(&stats, "vxlan:seg");
-    assert_eq!(port["flags"]["learning"], false, "{port}");
-    assert!(port["evpn"]["local_macs"].as_u64() >= Some(1), "{port}");
-    assert!(port["evpn"]["remote_macs"].as_u64() >= Some(1), "{port}");
+    let vtep = fabric.vtep();
+    if vtep.is_mpbridge() {
+        let stats = ctl_json(&vtep.socket, &["stats", "-j"]);
+        let port = port_stats(&stats, "vxlan:s42");
+        assert_eq!(port["flags"]["learning"], false, "{port}");
+        assert!(port["evpn"]["local_macs"].as_u64() >= Some(1), "{port}");
+        assert!(port["evpn"]["remote_macs"].as_u64() >= Some(1), "{port}");
+    }
     fabric.talk(5301);
 
-    ctl_ok(&fabric.socket, &["port", "del", "vxlan:seg"]);
-    assert_eq!(links_named(&fabric.a, "mpe"), Vec::<String>::new());
+    vtep.remove_segment(42);
+    if vtep.is_mpbridge() {
+        assert_eq!(links_named(&fabric.a, "mpe"), Vec::<String>::new());
+    }
     let mac_a = fabric.mac(0);
     fabric.wait_for("the withdrawal", |f| !f.installed_there(&mac_a));
 
-    // Added again while running: a mirror anew, the routes back.
-    ctl_ok(&fabric.socket, &["port", "add", PORT]);
-    assert_eq!(links_named(&fabric.a, "mpe42").len(), 4);
+    // Added again while running: the routes back (a mirror anew).
+    vtep.add_segment(42);
+    if vtep.is_mpbridge() {
+        assert_eq!(links_named(&fabric.a, "mpe42").len(), 4);
+    }
     fabric.wait_for_routes();
-    let (status, log) = fabric.daemon.take().unwrap().stop(Duration::from_secs(10));
-    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+    fabric.stop();
 }
 
-strategy_tests!(
+vtep_tests!(
     routes_both_ways_and_the_hosts_talk: talk_mutex, talk_rwlock, talk_rmlock, talk_sharded,
-    talk_rcu, talk_epoch
+    talk_rcu, talk_epoch; talk_linux
 );
 
 /// `fdb del` of a local station withdraws its route; heard again, it is
-/// advertised again. The Linux VTEP's host moving behind mpbridge (its MAC
-/// on a third host there) takes the installed entry over and is
-/// advertised from here; moving back, it is installed again.
-fn fdb_del_and_mac_mobility(lock: &str) {
-    if !can_run(&format!("fdb_del_and_mac_mobility_{lock}")) {
+/// advertised again. The Linux VTEP's host moving behind A (its MAC on a
+/// third host there) takes the installed entry over and is advertised
+/// from A; moving back, it is installed again.
+fn fdb_del_and_mac_mobility(what: &str) {
+    if !can_run(&format!("fdb_del_and_mac_mobility_{what}")) {
         return;
     }
     let mut fabric = Fabric::new();
-    fabric.start_bridge(lock, PORT, &[]);
+    fabric.start_vtep(what, None);
     fabric.start_frr();
     fabric.wait_for_routes();
     let (mac_a, mac_b) = (fabric.mac(0), fabric.mac(1));
     fabric.quiet();
 
     // fdb del: withdrawn, until the host is heard again.
-    ctl_ok(&fabric.socket, &["fdb", "del", &mac_a]);
+    fabric.vtep().fdb_del(&mac_a, "ha0");
     let deadline = Instant::now() + WAIT;
     while fabric.installed_there(&mac_a) {
         assert!(Instant::now() < deadline, "not withdrawn after fdb del");
@@ -311,8 +606,8 @@ fn fdb_del_and_mac_mobility(lock: &str) {
     }
     fabric.wait_for("advertised again", |f| f.installed_there(&mac_a));
 
-    // Host B's MAC appears behind mpbridge: a third host, B's gone quiet
-    // (its link down).
+    // Host B's MAC appears behind A: a third host, B's gone quiet (its
+    // link down).
     fabric.hosts[1].ip(&["link", "set", "h1", "down"]);
     let mover = Netns::new();
     fabric.a.ip(&[
@@ -330,7 +625,7 @@ fn fdb_del_and_mac_mobility(lock: &str) {
     fabric.a.ip(&["link", "set", "hm0", "up"]);
     mover.ip(&["link", "set", "h1", "address", &mac_b, "up"]);
     mover.ip(&["addr", "add", "198.18.0.2/24", "dev", "h1"]);
-    ctl_ok(&fabric.socket, &["port", "add", "raw:hm0"]);
+    fabric.vtep().add_port("hm0");
     let send_from_mover = || {
         mover.run(|| {
             if let Ok(socket) = UdpSocket::bind("0.0.0.0:0") {
@@ -341,26 +636,142 @@ fn fdb_del_and_mac_mobility(lock: &str) {
     let deadline = Instant::now() + WAIT;
     loop {
         send_from_mover();
-        let here = fdb_of(&fabric.socket, &mac_b);
-        let learned_here = here
-            .iter()
-            .any(|e| e["state"] == "learned" && e["port"] == "raw:hm0");
-        if learned_here && fabric.installed_there(&mac_b) {
+        if fabric.vtep().learned(&mac_b, "hm0") && fabric.installed_there(&mac_b) {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "the move to mpbridge: here {here:?}, there {:?}",
+            "the move to A: A {}, B {:?}",
+            fabric.vtep().state(),
             bridge_fdb(&fabric.b.name, "vx42")
         );
         thread::sleep(Duration::from_millis(200));
     }
 
     // And back: the mover quiet and gone, host B heard again behind B.
-    ctl_ok(&fabric.socket, &["port", "del", "raw:hm0"]);
+    fabric.vtep().del_port("hm0");
     drop(mover);
     fabric.hosts[1].ip(&["link", "set", "h1", "up"]);
     fabric.wait_for("the move back", |f| f.installed_here(&mac_b));
+    fabric.stop();
+}
+
+vtep_tests!(
+    fdb_del_and_mac_mobility: mobility_mutex, mobility_rwlock, mobility_rmlock,
+    mobility_sharded, mobility_rcu, mobility_epoch; mobility_linux
+);
+
+/// A local station that ages out of the table is withdrawn.
+fn ageing_withdraws(what: &str) {
+    if !can_run(&format!("ageing_withdraws_{what}")) {
+        return;
+    }
+    let mut fabric = Fabric::new();
+    fabric.start_vtep(what, Some(3));
+    fabric.start_frr();
+    fabric.wait_for_routes();
+    let mac_a = fabric.mac(0);
+    fabric.quiet();
+    let deadline = Instant::now() + WAIT;
+    while fabric.installed_there(&mac_a) {
+        assert!(Instant::now() < deadline, "not withdrawn after ageing");
+        thread::sleep(Duration::from_millis(200));
+    }
+    assert!(!fabric.vtep().learned(&mac_a, "ha0"), "aged out in A");
+    fabric.stop();
+}
+
+fn ageing_epoch() {
+    ageing_withdraws("epoch")
+}
+
+fn ageing_linux() {
+    ageing_withdraws(LINUX)
+}
+
+/// FRR started after the VTEP: it forwards meanwhile, and takes the
+/// routes once zebra runs.
+fn frr_started_late(what: &str) {
+    if !can_run(&format!("frr_started_late_{what}")) {
+        return;
+    }
+    let mut fabric = Fabric::new();
+    fabric.start_vtep(what, None);
+    thread::sleep(Duration::from_secs(2));
+    assert_eq!(fabric.vtep().flood(42), Vec::<String>::new());
+    fabric.start_frr();
+    fabric.wait_for_routes();
+    fabric.talk(5311);
+    fabric.stop();
+}
+
+vtep_tests!(
+    frr_started_late: late_mutex, late_rwlock, late_rmlock, late_sharded, late_rcu, late_epoch;
+    late_linux
+);
+
+/// The next line of mpbridge's that contains `needle`, read for at most
+/// `within`; every line read is kept in its log.
+fn wait_for_line(daemon: &mut Daemon, needle: &str, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while let Ok(line) = daemon
+        .lines
+        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+    {
+        let found = line.contains(needle);
+        daemon.log.push(line);
+        if found {
+            return true;
+        }
+    }
+    false
+}
+
+/// No FRR: after 30 s without a route the bridge warns, once; the port
+/// forwards to its `remote=` VTEPs meanwhile, and takes the routes when
+/// zebra starts.
+fn warns_once_while_zebra_is_silent() {
+    if !can_run("warns_once_while_zebra_is_silent") {
+        return;
+    }
+    let mut fabric = Fabric::new();
+    let name = lab::unique("ev");
+    let mut daemon = Daemon::start(
+        &fabric.a,
+        &[
+            "run",
+            &format!("--name={name}"),
+            "--port",
+            "raw:ha0",
+            "--port",
+            "vxlan:s42,vni=42,local=198.19.0.1,evpn=on,remote=198.19.0.2",
+        ],
+    );
+    let warning = "no EVPN routes from zebra";
+    assert!(
+        wait_for_line(&mut daemon, warning, Duration::from_secs(45)),
+        "no warning: {:?}",
+        daemon.log
+    );
+    // Forwarding meanwhile: host A's broadcast reaches host B through the
+    // listed remote.
+    fabric.quiet();
+    assert_eq!(broadcast_counts(&fabric.hosts, 0, 5600), [1]);
+    fabric.vtep = Some(Vtep {
+        daemon: Some(daemon),
+        name: name.clone(),
+        socket: PathBuf::from(format!("/run/mpbridge/{name}.sock")),
+        ns: fabric.a.name.clone(),
+        local: "198.19.0.1".to_owned(),
+        segments: vec![(42, "ha0".to_owned())],
+    });
+    fabric.start_frr();
+    fabric.wait_for_routes();
+    let daemon = fabric.vtep.take().unwrap().daemon.unwrap();
+    let (status, log) = daemon.stop(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+    let warnings = log.iter().filter(|l| l.contains(warning)).count();
+    assert_eq!(warnings, 1, "{log:?}");
 }
 
 /// mpbridge killed: its mirror stays until it starts again, which removes
@@ -370,10 +781,10 @@ fn killed_and_started_again() {
         return;
     }
     let mut fabric = Fabric::new();
-    fabric.start_bridge("epoch", PORT, &[]);
+    fabric.start_vtep("epoch", None);
     fabric.start_frr();
     fabric.wait_for_routes();
-    let mut daemon = fabric.daemon.take().unwrap();
+    let mut daemon = fabric.vtep.as_mut().unwrap().daemon.take().unwrap();
     daemon.child.kill().expect("SIGKILL");
     daemon.child.wait().expect("reaped");
     drop(daemon);
@@ -382,33 +793,23 @@ fn killed_and_started_again() {
         4,
         "a killed bridge leaves its mirror"
     );
-    fabric.start_bridge("epoch", PORT, &[]);
-    let log = fabric.daemon.as_ref().unwrap().log.join("\n");
+    let name = fabric.vtep().name.clone();
+    let vtep = Vtep::start_as(
+        &name,
+        &fabric.a,
+        "epoch",
+        "198.19.0.1",
+        &[(42, "ha0")],
+        None,
+    );
+    fabric.vtep = Some(vtep);
+    let log = fabric.vtep().daemon.as_ref().unwrap().log.join("\n");
     assert!(
         log.contains("removed the EVPN mirror devices an earlier run left"),
         "{log}"
     );
     fabric.wait_for_routes();
-    let (status, log) = fabric.daemon.take().unwrap().stop(Duration::from_secs(10));
-    assert!(status.is_some_and(|s| s.success()), "{log:?}");
-    assert_eq!(links_named(&fabric.a, "mpe"), Vec::<String>::new());
-}
-
-/// FRR started after mpbridge: the port forwards meanwhile, and takes the
-/// routes once zebra runs.
-fn frr_started_late(lock: &str) {
-    if !can_run(&format!("frr_started_late_{lock}")) {
-        return;
-    }
-    let mut fabric = Fabric::new();
-    fabric.start_bridge(lock, PORT, &[]);
-    thread::sleep(Duration::from_secs(2));
-    let stats = ctl_json(&fabric.socket, &["stats", "-j"]);
-    let evpn = &port_stats(&stats, "vxlan:seg")["evpn"];
-    assert_eq!(evpn["vteps"], serde_json::json!([]), "{evpn}");
-    fabric.start_frr();
-    fabric.wait_for_routes();
-    fabric.talk(5311);
+    fabric.stop();
 }
 
 /// One line and exit 2, before anything is made: a VNI another device
@@ -529,23 +930,23 @@ fn broadcast_counts(hosts: &[Netns], from: usize, port: u16) -> Vec<usize> {
         .collect()
 }
 
-/// Two mpbridge VTEPs (A, C) and a Linux VTEP (B) on one underlay switch,
-/// FRR on each peering with the other two, no `remote=` anywhere: each
-/// VTEP's flood list holds the other two, a broadcast reaches every other
-/// host exactly once, known unicast goes to one VTEP only, and every pair
-/// of hosts talks.
-fn three_vteps(lock: &str) {
-    if !can_run(&format!("three_vteps_{lock}")) {
+/// Two VTEPs under test (A, C) and a Linux VTEP (B) on one underlay
+/// switch, FRR on each peering with the other two, no `remote=` anywhere:
+/// each VTEP's flood list holds the other two, a broadcast reaches every
+/// other host exactly once, known unicast goes to one VTEP only, and every
+/// pair of hosts talks.
+fn three_vteps(what: &str) {
+    if !can_run(&format!("three_vteps_{what}")) {
         return;
     }
     let underlay = Netns::new();
     underlay.ip(&["link", "add", "ub", "type", "bridge"]);
     underlay.ip(&["link", "set", "ub", "up"]);
-    let vteps = [Netns::new(), Netns::new(), Netns::new()];
+    let namespaces = [Netns::new(), Netns::new(), Netns::new()];
     let hosts = [Netns::new(), Netns::new(), Netns::new()];
-    for (i, vtep) in vteps.iter().enumerate() {
+    for (i, ns) in namespaces.iter().enumerate() {
         let peer = format!("u{i}");
-        vtep.ip(&[
+        ns.ip(&[
             "link",
             "add",
             "u",
@@ -558,9 +959,9 @@ fn three_vteps(lock: &str) {
             &underlay.name,
         ]);
         underlay.ip(&["link", "set", &peer, "master", "ub", "up"]);
-        vtep.ip(&["addr", "add", &format!("198.19.0.{}/24", i + 1), "dev", "u"]);
-        vtep.ip(&["link", "set", "u", "up"]);
-        vtep.ip(&[
+        ns.ip(&["addr", "add", &format!("198.19.0.{}/24", i + 1), "dev", "u"]);
+        ns.ip(&["link", "set", "u", "up"]);
+        ns.ip(&[
             "link",
             "add",
             "hv",
@@ -572,7 +973,7 @@ fn three_vteps(lock: &str) {
             "netns",
             &hosts[i].name,
         ]);
-        vtep.ip(&["link", "set", "hv", "mtu", "1450", "up"]);
+        ns.ip(&["link", "set", "hv", "mtu", "1450", "up"]);
         hosts[i].ip(&[
             "addr",
             "add",
@@ -582,35 +983,16 @@ fn three_vteps(lock: &str) {
         ]);
         hosts[i].ip(&["link", "set", "h1", "mtu", "1450", "up"]);
     }
-    // B, the Linux VTEP.
-    lab::frr::linux_vtep(&vteps[1].name, "br0", "vx42", 42, "198.19.0.2", "hv")
-        .expect("the Linux VTEP");
-    // A and C, mpbridge.
-    let mut daemons = Vec::new();
-    let mut sockets = Vec::new();
-    for i in [0, 2] {
-        let name = lab::unique("ev");
-        let port = format!("vxlan:seg,vni=42,local=198.19.0.{},evpn=on", i + 1);
-        daemons.push(Daemon::start(
-            &vteps[i],
-            &[
-                "run",
-                &format!("--name={name}"),
-                "--lock",
-                lock,
-                "--port",
-                "raw:hv",
-                "--port",
-                &port,
-            ],
-        ));
-        sockets.push(PathBuf::from(format!("/run/mpbridge/{name}.sock")));
-    }
     let addrs = ["198.19.0.1", "198.19.0.2", "198.19.0.3"];
+    // A and C under test; B, Linux.
+    let vteps: Vec<Vtep> = [(0, what), (1, LINUX), (2, what)]
+        .into_iter()
+        .map(|(i, what)| Vtep::start(&namespaces[i], what, addrs[i], &[(42, "hv")], None))
+        .collect();
     let frr: Vec<lab::Frr> = (0..3)
         .map(|i| {
             let others: Vec<&str> = (0..3).filter(|&j| j != i).map(|j| addrs[j]).collect();
-            lab::Frr::start(&vteps[i].name, &evpn_config(addrs[i], &others)).expect("FRR")
+            lab::Frr::start(&namespaces[i].name, &evpn_config(addrs[i], &others)).expect("FRR")
         })
         .collect();
     let macs: Vec<String> = hosts
@@ -628,41 +1010,25 @@ fn three_vteps(lock: &str) {
             });
         }
     };
-    let flood = |socket: &PathBuf| {
-        let stats = ctl_json(socket, &["stats", "-j"]);
-        port_stats(&stats, "vxlan:seg")["evpn"]["vteps"].clone()
-    };
-    // On each mpbridge VTEP (A: sockets[0], C: sockets[1]), the other two
-    // hosts as installed stations.
-    let installed = |bridge: usize, host: usize| {
-        fdb_of(&sockets[bridge], &macs[host])
-            .iter()
-            .any(|e| e["state"] == "extern_learn")
-    };
     let deadline = Instant::now() + WAIT;
     loop {
         nudge();
-        let complete = flood(&sockets[0]) == serde_json::json!(["198.19.0.2", "198.19.0.3"])
-            && flood(&sockets[1]) == serde_json::json!(["198.19.0.1", "198.19.0.2"])
-            && ["198.19.0.1", "198.19.0.3"].iter().all(|vtep| {
-                bridge_fdb(&vteps[1].name, "vx42")
+        // Every VTEP floods to the other two, and has the other two hosts
+        // installed behind their VTEPs.
+        let complete = (0..3).all(|i| {
+            let others: Vec<usize> = (0..3).filter(|&j| j != i).collect();
+            vteps[i].flood(42) == others.iter().map(|&j| addrs[j]).collect::<Vec<_>>()
+                && others
                     .iter()
-                    .any(|e| e["mac"] == "00:00:00:00:00:00" && e["dst"] == *vtep)
-            })
-            && installed(0, 1)
-            && installed(0, 2)
-            && installed(1, 0)
-            && installed(1, 1);
+                    .all(|&j| vteps[i].installed(42, &macs[j]) == [addrs[j]])
+        });
         if complete {
             break;
         }
         if Instant::now() > deadline {
             let logs: String = frr.iter().map(lab::Frr::logs).collect();
-            panic!(
-                "routes: A {} C {}\n{logs}",
-                flood(&sockets[0]),
-                flood(&sockets[1])
-            );
+            let state: String = vteps.iter().map(Vtep::state).collect();
+            panic!("routes of three VTEPs:\n{state}\n{logs}");
         }
         thread::sleep(Duration::from_millis(100));
     }
@@ -691,12 +1057,7 @@ fn three_vteps(lock: &str) {
     }
 
     // Known unicast from A's host to B's: nothing of it reaches C.
-    let rx = || {
-        port_stats(&ctl_json(&sockets[1], &["stats", "-j"]), "vxlan:seg")["rx_frames"]
-            .as_u64()
-            .unwrap_or(0)
-    };
-    let before = rx();
+    let before = vteps[2].rx_frames(42);
     hosts[0].run(|| {
         let socket = UdpSocket::bind("0.0.0.0:0").expect("bind");
         for _ in 0..50 {
@@ -704,7 +1065,7 @@ fn three_vteps(lock: &str) {
         }
     });
     thread::sleep(Duration::from_millis(300));
-    let got = rx() - before;
+    let got = vteps[2].rx_frames(42) - before;
     assert!(got < 50, "C got {got} frames of 50 sent to B");
 
     // Every pair talks.
@@ -712,41 +1073,23 @@ fn three_vteps(lock: &str) {
     netns::tcp_transfer(&hosts, 1, 2, 5402, 2);
     netns::tcp_transfer(&hosts, 2, 0, 5403, 3);
     drop(frr);
-    for daemon in daemons {
-        let (status, log) = daemon.stop(Duration::from_secs(10));
-        assert!(status.is_some_and(|s| s.success()), "{log:?}");
+    for (i, vtep) in vteps.into_iter().enumerate() {
+        vtep.stop(&namespaces[i]);
     }
 }
 
-strategy_tests!(
-    three_vteps: three_mutex, three_rwlock, three_rmlock, three_sharded, three_rcu, three_epoch
+vtep_tests!(
+    three_vteps: three_mutex, three_rwlock, three_rmlock, three_sharded, three_rcu, three_epoch;
+    three_linux
 );
 
-/// A local station that ages out of the table is withdrawn.
-fn ageing_withdraws() {
-    if !can_run("ageing_withdraws") {
-        return;
-    }
-    let mut fabric = Fabric::new();
-    fabric.start_bridge("epoch", PORT, &["--age", "3"]);
-    fabric.start_frr();
-    fabric.wait_for_routes();
-    let mac_a = fabric.mac(0);
-    fabric.quiet();
-    let deadline = Instant::now() + WAIT;
-    while fabric.installed_there(&mac_a) {
-        assert!(Instant::now() < deadline, "not withdrawn after ageing");
-        thread::sleep(Duration::from_millis(200));
-    }
-    assert!(fdb_of(&fabric.socket, &mac_a).is_empty(), "aged out here");
-}
-
-/// Two VNIs on one bridge (`--vlan-filtering`, an EVPN port per VNI with
-/// an access VLAN) against a Linux VTEP with a bridge per VNI, all four
-/// hosts in one IP subnet: each VNI's routes stay in it, a broadcast
-/// reaches its own VNI's hosts only, and each VNI's pair talks.
-fn two_vnis_kept_apart(lock: &str) {
-    if !can_run(&format!("two_vnis_kept_apart_{lock}")) {
+/// Two VNIs on VTEP A (mpbridge: one bridge, `--vlan-filtering`, an EVPN
+/// port per VNI with an access VLAN; Linux: a bridge per VNI) against a
+/// Linux VTEP with a bridge per VNI, all four hosts in one IP subnet: each
+/// VNI's routes stay in it, a broadcast reaches its own VNI's hosts only,
+/// and each VNI's pair talks.
+fn two_vnis_kept_apart(what: &str) {
+    if !can_run(&format!("two_vnis_kept_apart_{what}")) {
         return;
     }
     let a = Netns::new();
@@ -780,26 +1123,7 @@ fn two_vnis_kept_apart(lock: &str) {
         let (br, vx) = (format!("br{vni}"), format!("vx{vni}"));
         lab::frr::linux_vtep(&b.name, &br, &vx, vni, "198.19.0.2", port).expect("the Linux VTEP");
     }
-    let name = lab::unique("ev");
-    let socket = PathBuf::from(format!("/run/mpbridge/{name}.sock"));
-    let daemon = Daemon::start(
-        &a,
-        &[
-            "run",
-            &format!("--name={name}"),
-            "--vlan-filtering",
-            "--lock",
-            lock,
-            "--port",
-            "raw:h0,access=10",
-            "--port",
-            "raw:h2,access=20",
-            "--port",
-            "vxlan:s10,vni=10,local=198.19.0.1,evpn=on,access=10",
-            "--port",
-            "vxlan:s20,vni=20,local=198.19.0.1,evpn=on,access=20",
-        ],
-    );
+    let vtep = Vtep::start(&a, what, "198.19.0.1", &[(10, "h0"), (20, "h2")], None);
     let frr = [
         lab::Frr::start(&a.name, &evpn_config("198.19.0.1", &["198.19.0.2"])).expect("FRR"),
         lab::Frr::start(&b.name, &evpn_config("198.19.0.2", &["198.19.0.1"])).expect("FRR"),
@@ -819,28 +1143,16 @@ fn two_vnis_kept_apart(lock: &str) {
             });
         }
     };
-    let at = |mac: &str| -> Vec<(String, u64)> {
-        fdb_of(&socket, mac)
+    let there = |vx: &str, mac: &str| {
+        bridge_fdb(&b.name, vx)
             .iter()
-            .filter(|e| e["state"] == "extern_learn")
-            .map(|e| {
-                (
-                    e["port"].as_str().unwrap_or("").to_owned(),
-                    e["vlan"].as_u64().unwrap_or(0),
-                )
-            })
-            .collect()
+            .any(|e| e["mac"] == mac && e["dst"] == "198.19.0.1")
     };
     let deadline = Instant::now() + WAIT;
     loop {
         nudge();
-        let there = |vx: &str, mac: &str| {
-            bridge_fdb(&b.name, vx)
-                .iter()
-                .any(|e| e["mac"] == mac && e["dst"] == "198.19.0.1")
-        };
-        if at(&macs[1]) == [("vxlan:s10".to_owned(), 10)]
-            && at(&macs[3]) == [("vxlan:s20".to_owned(), 20)]
+        if vtep.installed(10, &macs[1]) == ["198.19.0.2"]
+            && vtep.installed(20, &macs[3]) == ["198.19.0.2"]
             && there("vx10", &macs[0])
             && there("vx20", &macs[2])
         {
@@ -848,18 +1160,15 @@ fn two_vnis_kept_apart(lock: &str) {
         }
         if Instant::now() > deadline {
             let logs: String = frr.iter().map(lab::Frr::logs).collect();
-            let (_, fdb, _) = ctl(&socket, &["fdb", "show"]);
-            panic!("routes of two VNIs: mpbridge's fdb:\n{fdb}\n{logs}");
+            panic!("routes of two VNIs: A's fdb:\n{}\n{logs}", vtep.state());
         }
         thread::sleep(Duration::from_millis(100));
     }
     // Each VNI's stations only in its own VNI, on both sides.
-    assert!(!bridge_fdb(&b.name, "vx20")
-        .iter()
-        .any(|e| e["mac"] == macs[0]));
-    assert!(!bridge_fdb(&b.name, "vx10")
-        .iter()
-        .any(|e| e["mac"] == macs[2]));
+    assert_eq!(vtep.installed(20, &macs[1]), Vec::<String>::new());
+    assert_eq!(vtep.installed(10, &macs[3]), Vec::<String>::new());
+    assert!(!there("vx20", &macs[0]));
+    assert!(!there("vx10", &macs[2]));
     for (i, host) in hosts.iter().enumerate() {
         let j = i ^ 1;
         host.ip(&[
@@ -883,57 +1192,12 @@ fn two_vnis_kept_apart(lock: &str) {
     netns::tcp_transfer(&hosts, 0, 1, 5501, 1);
     netns::tcp_transfer(&hosts, 3, 2, 5502, 2);
     drop(frr);
-    let (status, log) = daemon.stop(Duration::from_secs(10));
-    assert!(status.is_some_and(|s| s.success()), "{log:?}");
+    vtep.stop(&a);
 }
 
-/// The reference: a Linux VTEP in mpbridge's place (its host on a kernel
-/// bridge), the same FRR configuration: routes both ways, the hosts talk,
-/// the vxlan device removed withdraws its host's route. What the
-/// scenarios above expect of mpbridge is what Linux does here.
-fn linux_in_mpbridges_place() {
-    if !can_run("linux_in_mpbridges_place") {
-        return;
-    }
-    let mut fabric = Fabric::new();
-    lab::frr::linux_vtep(&fabric.a.name, "br0", "vx42", 42, "198.19.0.1", "ha0")
-        .expect("the Linux VTEP");
-    fabric.start_frr();
-    let (mac_a, mac_b) = (fabric.mac(0), fabric.mac(1));
-    let installed_in_a = |f: &Fabric, mac: &str| {
-        bridge_fdb(&f.a.name, "vx42").iter().any(|e| {
-            e["mac"] == mac
-                && e["dst"] == "198.19.0.2"
-                && e["flags"]
-                    .as_array()
-                    .is_some_and(|fl| fl.contains(&Value::from("extern_learn")))
-        })
-    };
-    fabric.wait_for("A's routes", |f| {
-        installed_in_a(f, &mac_b)
-            && bridge_fdb(&f.a.name, "vx42")
-                .iter()
-                .any(|e| e["mac"] == "00:00:00:00:00:00" && e["dst"] == "198.19.0.2")
-    });
-    fabric.wait_for("B's routes", |f| {
-        f.installed_there(&mac_a) && f.installed_there("00:00:00:00:00:00")
-    });
-    fabric.talk(5321);
-    fabric.a.ip(&["link", "del", "vx42"]);
-    fabric.wait_for("the withdrawal", |f| !f.installed_there(&mac_a));
-}
-
-strategy_tests!(
-    fdb_del_and_mac_mobility: mobility_mutex, mobility_rwlock, mobility_rmlock,
-    mobility_sharded, mobility_rcu, mobility_epoch
-);
-
-strategy_tests!(
-    frr_started_late: late_mutex, late_rwlock, late_rmlock, late_sharded, late_rcu, late_epoch
-);
-
-strategy_tests!(
-    two_vnis_kept_apart: vnis_mutex, vnis_rwlock, vnis_rmlock, vnis_sharded, vnis_rcu, vnis_epoch
+vtep_tests!(
+    two_vnis_kept_apart: vnis_mutex, vnis_rwlock, vnis_rmlock, vnis_sharded, vnis_rcu,
+    vnis_epoch; vnis_linux
 );
 
 lab::test_main! {
@@ -944,33 +1208,39 @@ lab::test_main! {
         talk_sharded,
         talk_rcu,
         talk_epoch,
+        talk_linux,
         three_mutex,
         three_rwlock,
         three_rmlock,
         three_sharded,
         three_rcu,
         three_epoch,
-        ageing_withdraws,
+        three_linux,
+        ageing_epoch,
+        ageing_linux,
         vnis_mutex,
         vnis_rwlock,
         vnis_rmlock,
         vnis_sharded,
         vnis_rcu,
         vnis_epoch,
-        linux_in_mpbridges_place,
+        vnis_linux,
         mobility_mutex,
         mobility_rwlock,
         mobility_rmlock,
         mobility_sharded,
         mobility_rcu,
         mobility_epoch,
+        mobility_linux,
         killed_and_started_again,
+        warns_once_while_zebra_is_silent,
         late_mutex,
         late_rwlock,
         late_rmlock,
         late_sharded,
         late_rcu,
         late_epoch,
+        late_linux,
         bad_input_is_refused,
     ],
     plain: [],

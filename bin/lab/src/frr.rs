@@ -139,9 +139,8 @@ pub fn bridge_fdb(ns: &str, dev: &str) -> Vec<Value> {
 }
 
 /// A Linux VTEP in namespace `ns`, as EVPN setups make one: bridge
-/// `bridge`, vxlan device `vxlan` of `vni` at `local` on port 4789,
-/// `nolearning`, learning off on its bridge port, and `port` (an existing
-/// interface) on the bridge; all up.
+/// `bridge` with `port` (an existing interface) and the vxlan device
+/// `linux_vxlan` makes on it; all up.
 pub fn linux_vtep(
     ns: &str,
     bridge: &str,
@@ -150,42 +149,43 @@ pub fn linux_vtep(
     local: &str,
     port: &str,
 ) -> Result<(), String> {
+    ip(ns, &["link", "add", bridge, "type", "bridge"])?;
+    ip(ns, &["link", "set", port, "master", bridge])?;
+    ip(ns, &["link", "set", bridge, "up"])?;
+    ip(ns, &["link", "set", port, "up"])?;
+    linux_vxlan(ns, bridge, vxlan, vni, local)
+}
+
+/// The vxlan device `vxlan` of `vni` at `local` on port 4789 in namespace
+/// `ns`, `nolearning`, on bridge `bridge` with learning off on its port,
+/// up: what zebra reads a VNI from.
+pub fn linux_vxlan(
+    ns: &str,
+    bridge: &str,
+    vxlan: &str,
+    vni: u32,
+    local: &str,
+) -> Result<(), String> {
     let vni = vni.to_string();
-    let ip = |args: &[&str]| {
-        let output = Command::new("ip")
-            .args(["-n", ns])
-            .args(args)
-            .output()
-            .map_err(|e| format!("ip: {e}"))?;
-        match output.status.success() {
-            true => Ok(()),
-            false => Err(format!(
-                "ip {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&output.stderr)
-            )),
-        }
-    };
-    ip(&["link", "add", bridge, "type", "bridge"])?;
-    ip(&[
-        "link",
-        "add",
-        vxlan,
-        "type",
-        "vxlan",
-        "id",
-        &vni,
-        "local",
-        local,
-        "dstport",
-        "4789",
-        "nolearning",
-    ])?;
-    ip(&["link", "set", vxlan, "master", bridge])?;
-    ip(&["link", "set", port, "master", bridge])?;
-    for dev in [bridge, vxlan, port] {
-        ip(&["link", "set", dev, "up"])?;
-    }
+    ip(
+        ns,
+        &[
+            "link",
+            "add",
+            vxlan,
+            "type",
+            "vxlan",
+            "id",
+            &vni,
+            "local",
+            local,
+            "dstport",
+            "4789",
+            "nolearning",
+        ],
+    )?;
+    ip(ns, &["link", "set", vxlan, "master", bridge])?;
+    ip(ns, &["link", "set", vxlan, "up"])?;
     let status = Command::new("ip")
         .args([
             "netns", "exec", ns, "bridge", "link", "set", "dev", vxlan, "learning", "off",
@@ -195,5 +195,22 @@ pub fn linux_vtep(
     match status.success() {
         true => Ok(()),
         false => Err(format!("bridge link set dev {vxlan} learning off failed")),
+    }
+}
+
+/// `ip -n NS args`, its error output on failure.
+fn ip(ns: &str, args: &[&str]) -> Result<(), String> {
+    let output = Command::new("ip")
+        .args(["-n", ns])
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    match output.status.success() {
+        true => Ok(()),
+        false => Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        )),
     }
 }
