@@ -235,12 +235,20 @@ impl Evpn {
             vteps.sort_unstable();
             vteps.dedup();
 
-            // Remote stations into the table, first: one that moved away
-            // from here takes its learned entry over, and is not advertised
-            // below.
+            // Remote stations into the table, first: a new route (one that
+            // moved away from here) takes the learned entry over, and is
+            // not advertised below. A route as it was at the last tick is
+            // not installed again: where learning took its entry over since,
+            // the station moved here (it is advertised below, with the next
+            // sequence number, and zebra removes the route); where the
+            // entry is gone (`fdb del`), it comes back.
             for (&mac, &vtep) in &remote {
+                let key = FdbKey::new(port.vlan, mac);
+                if port.remote.get(&mac) == Some(&vtep) && fdb.locate(&key).is_some() {
+                    continue;
+                }
                 let handle = port.shared.vteps.handle(vtep);
-                fdb.install(FdbKey::new(port.vlan, mac), port.id, handle);
+                fdb.install(key, port.id, handle);
             }
             for mac in port.remote.keys() {
                 if !remote.contains_key(mac) {
