@@ -814,7 +814,7 @@ fn killed_and_started_again() {
 
 /// One line and exit 2, before anything is made: a VNI another device
 /// carries, two EVPN ports of one VNI, a mirror port that is the data
-/// port, `mirror_port=` without EVPN.
+/// port, `mirror_port=` without EVPN, EVPN without `local=`.
 fn bad_input_is_refused() {
     if !privileged("bad_input_is_refused") {
         return;
@@ -855,6 +855,7 @@ fn bad_input_is_refused() {
             None,
             "mirror_port= goes with evpn=on",
         ),
+        ("vxlan:s,vni=8,evpn=on", None, "a vxlan port needs local=IP"),
     ] {
         let mut args = vec!["run", "--port", "raw:a0", "--port", port];
         if let Some(extra) = extra {
