@@ -20,9 +20,10 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use bridge::evpn::fdb::{installed, static_station};
-use bridge::evpn::{mirror, Installed, Mirror, MirrorConfig, Rtnl};
+use bridge::evpn::{mirror, Installed, Mirror, MirrorConfig};
 use bridge::fdb::{FdbKey, Table};
 use bridge::port::vxlan::VxlanShared;
+use bridge::rtnl::Rtnl;
 use bridge::wire::MacAddr;
 use bridge::PortId;
 

@@ -22,11 +22,10 @@ use std::time::{Duration, Instant};
 
 use bridge::evpn::fdb::Received;
 use bridge::evpn::mirror::{self, remove_stale};
-use bridge::evpn::{
-    FdbEvents, Installed, Mirror, MirrorConfig, MirrorError, Rtnl, DEFAULT_MIRROR_PORT,
-};
+use bridge::evpn::{FdbEvents, Installed, Mirror, MirrorConfig, MirrorError, DEFAULT_MIRROR_PORT};
 use bridge::port::vxlan::VxlanConfig;
 use bridge::port::{Outgoing, Queue, RxBatch, VxlanQueue, VNET_HDR_LEN};
+use bridge::rtnl::Rtnl;
 use bridge::wire::vxlan::{header, HEADER_LEN};
 use bridge::wire::MacAddr;
 use netns::{privileged, Netns};

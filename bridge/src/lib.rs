@@ -24,6 +24,7 @@ pub mod mcast;
 pub mod monitor;
 pub mod port;
 pub mod port_id;
+pub mod rtnl;
 pub mod stp;
 pub mod vlan;
 pub mod wire;

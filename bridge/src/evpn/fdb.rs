@@ -16,7 +16,7 @@ use netlink_packet_route::neighbour::{
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
-use super::netlink::Rtnl;
+use crate::rtnl::Rtnl;
 use crate::wire::MacAddr;
 
 /// What zebra installed on a mirror's vxlan device.

@@ -28,7 +28,7 @@ use netlink_packet_route::link::{
     LinkMessage,
 };
 
-use super::netlink::Rtnl;
+use crate::rtnl::Rtnl;
 
 /// The mirror's UDP port when the port names none: above Linux's default
 /// ephemeral range (32768-60999), so no socket the kernel numbers takes

@@ -2,13 +2,11 @@
 //! itself (`mirror.rs`) that FRR's zebra reads its VNI, local address and
 //! local stations from, and writes remote stations and the flood list
 //! into (`fdb.rs` writes the one and reads the other); requests to the
-//! kernel go through `netlink.rs`. docs/design.md
+//! kernel go through `crate::rtnl`. docs/design.md
 //! ("EVPN through FRR") says why a mirror.
 
 pub mod fdb;
 pub mod mirror;
-pub mod netlink;
 
 pub use fdb::{Change, FdbEvents, Installed};
 pub use mirror::{Mirror, MirrorConfig, MirrorError, DEFAULT_MIRROR_PORT};
-pub use netlink::Rtnl;

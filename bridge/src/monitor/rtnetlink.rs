@@ -18,14 +18,13 @@ use std::io::IoSliceMut;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use netlink_packet_core::{
-    NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_REQUEST,
-};
+use netlink_packet_core::{NetlinkBuffer, NetlinkMessage, NetlinkPayload};
 use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 
+use crate::rtnl::Rtnl;
 use crate::wire::MacAddr;
 
 /// One interface's news.
@@ -173,80 +172,25 @@ impl LinkEvents {
 
 /// An rtnetlink socket for asking after one link (`RTM_GETLINK`), opened
 /// once so that running out of descriptors later cannot stop the asking.
+#[derive(Debug)]
 pub struct LinkQuery {
-    socket: Socket,
-    sequence: u32,
-    buffer: Vec<u8>,
-}
-
-impl std::fmt::Debug for LinkQuery {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LinkQuery").finish_non_exhaustive()
-    }
+    rtnl: Rtnl,
 }
 
 impl LinkQuery {
     /// A socket talking to the kernel in this network namespace.
     pub fn open() -> io::Result<LinkQuery> {
-        let mut socket = Socket::new(NETLINK_ROUTE)?;
-        socket.bind_auto()?;
-        socket.connect(&SocketAddr::new(0, 0))?;
-        // The kernel answers at once; a bound on the wait all the same.
-        socket2::SockRef::from(&socket).set_read_timeout(Some(Duration::from_secs(1)))?;
         Ok(LinkQuery {
-            socket,
-            sequence: 0,
-            buffer: Vec::with_capacity(BUFFER),
+            rtnl: Rtnl::open()?,
         })
     }
 
     /// Interface `ifindex` now; `None` when there is no such interface.
     pub fn link(&mut self, ifindex: u32) -> io::Result<Option<LinkState>> {
-        self.sequence = self.sequence.wrapping_add(1);
-        let mut link = LinkMessage::default();
-        link.header.index = ifindex;
-        let mut request = NetlinkMessage::new(
-            NetlinkHeader::default(),
-            NetlinkPayload::from(RouteNetlinkMessage::GetLink(link)),
-        );
-        request.header.flags = NLM_F_REQUEST;
-        request.header.sequence_number = self.sequence;
-        request.finalize();
-        let mut bytes = vec![0; request.buffer_len()];
-        request.serialize(&mut bytes);
-        self.socket.send(&bytes, 0)?;
-        loop {
-            self.buffer.clear();
-            self.socket.recv(&mut self.buffer, 0)?;
-            let mut rest = &self.buffer[..];
-            while let Ok(header) = NetlinkBuffer::new_checked(rest) {
-                let len = header.length() as usize;
-                let step = (len + 3) & !3;
-                if let Ok(message) =
-                    NetlinkMessage::<RouteNetlinkMessage>::deserialize(&rest[..len])
-                {
-                    if message.header.sequence_number == self.sequence {
-                        match message.payload {
-                            NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => {
-                                return Ok(new_link(&link, None).state);
-                            }
-                            NetlinkPayload::Error(error) => {
-                                let error = io::Error::from(error);
-                                return match error.raw_os_error() {
-                                    Some(libc::ENODEV) => Ok(None),
-                                    _ => Err(error),
-                                };
-                            }
-                            _ => {}
-                        }
-                    }
-                }
-                if step == 0 || step > rest.len() {
-                    break;
-                }
-                rest = &rest[step..];
-            }
-        }
+        Ok(self
+            .rtnl
+            .link(ifindex)?
+            .and_then(|link| new_link(&link, None).state))
     }
 }
 
@@ -320,6 +264,7 @@ fn new_link(link: &LinkMessage, nsid: Option<i32>) -> LinkUpdate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use netlink_packet_core::NetlinkHeader;
 
     fn emitted(message: RouteNetlinkMessage) -> Vec<u8> {
         let mut message =

@@ -1,7 +1,8 @@
-//! Requests to the kernel's rtnetlink, one at a time and each acknowledged:
-//! making, changing, deleting and listing links and bridge fdb entries (rust-netlink's
-//! `netlink-sys` for the socket, `netlink-packet-route` for the messages,
-//! as the link monitor has them).
+//! Requests to the kernel's rtnetlink, one at a time, each answered:
+//! making, changing, deleting, reading and listing links, and bridge fdb
+//! entries (rust-netlink's `netlink-sys` for the socket,
+//! `netlink-packet-route` for the messages). The link monitor asks after
+//! links through it, EVPN ports keep their mirrors with it.
 
 use std::io;
 use std::time::Duration;
@@ -69,6 +70,21 @@ impl Rtnl {
         match self.ask(RouteNetlinkMessage::DelLink(link), NLM_F_ACK) {
             Err(error) if error.raw_os_error() == Some(libc::ENODEV) => Ok(()),
             other => other.map(drop),
+        }
+    }
+
+    /// Link `index` now; `None` when there is no such link.
+    pub fn link(&mut self, index: u32) -> io::Result<Option<LinkMessage>> {
+        let mut link = LinkMessage::default();
+        link.header.index = index;
+        // The answer, then the acknowledgement that ends the wait.
+        match self.ask(RouteNetlinkMessage::GetLink(link), NLM_F_ACK) {
+            Ok(answers) => Ok(answers.into_iter().find_map(|message| match message {
+                RouteNetlinkMessage::NewLink(link) => Some(link),
+                _ => None,
+            })),
+            Err(error) if error.raw_os_error() == Some(libc::ENODEV) => Ok(None),
+            Err(error) => Err(error),
         }
     }
 
