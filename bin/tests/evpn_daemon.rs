@@ -775,7 +775,8 @@ fn warns_once_while_zebra_is_silent() {
 }
 
 /// mpbridge killed: its mirror stays until it starts again, which removes
-/// it, makes it anew and gets the routes back; stopped, nothing is left.
+/// it, makes it anew and gets the routes back; stopped, nothing is left
+/// and the routes are withdrawn; started again, they come back.
 fn killed_and_started_again() {
     if !can_run("killed_and_started_again") {
         return;
@@ -808,6 +809,13 @@ fn killed_and_started_again() {
         log.contains("removed the EVPN mirror devices an earlier run left"),
         "{log}"
     );
+    fabric.wait_for_routes();
+
+    // Stopped: nothing left, the routes withdrawn; started again: back.
+    fabric.stop();
+    let mac_a = fabric.mac(0);
+    fabric.wait_for("the withdrawal at exit", |f| !f.installed_there(&mac_a));
+    fabric.start_vtep("epoch", None);
     fabric.wait_for_routes();
     fabric.stop();
 }
