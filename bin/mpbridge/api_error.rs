@@ -37,9 +37,6 @@ pub enum ApiError {
     /// Every port id is taken.
     #[error("a bridge has at most {} ports", bridge::MAX_PORTS)]
     TooManyPorts,
-    /// Removing a port would leave one.
-    #[error("a bridge keeps at least two ports; add another before removing {name}")]
-    TooFewPorts { name: String },
     /// A relay's two ports are fixed.
     #[error("a relay has exactly two ports; none can be added")]
     RelayPortAdd,
@@ -171,9 +168,6 @@ pub enum ApiError {
     /// names the file).
     #[error("{0}")]
     ConfigLoad(String),
-    /// The configuration file has fewer than two ports.
-    #[error("{}: a bridge needs at least two ports (the file has {ports})", .path.display())]
-    ConfigTooFewPorts { path: PathBuf, ports: usize },
     /// The configuration file gives a port VLAN options the bridge does
     /// not filter by.
     #[error(
@@ -204,12 +198,6 @@ mod tests {
                     name: "extra0".into(),
                 },
                 "extra0 is already a port of this bridge",
-            ),
-            (
-                ApiError::TooFewPorts {
-                    name: "raw:p0".into(),
-                },
-                "a bridge keeps at least two ports; add another before removing raw:p0",
             ),
             (
                 ApiError::NoSuchQueue {
@@ -272,13 +260,6 @@ mod tests {
                     vlan: "10".parse().unwrap(),
                 },
                 "no entry for 02:00:00:00:00:01 in vlan 10",
-            ),
-            (
-                ApiError::ConfigTooFewPorts {
-                    path: "/etc/mpbridge/br0.toml".into(),
-                    ports: 1,
-                },
-                "/etc/mpbridge/br0.toml: a bridge needs at least two ports (the file has 1)",
             ),
             (
                 ApiError::TooManyPorts,

@@ -161,7 +161,7 @@ pub enum PortCommand {
         #[arg(value_name = "tap:NAME|raw:IFNAME|vxlan:NAME,...|vhost:PATH[,OPTIONS]")]
         port: String,
     },
-    /// Remove a port (at least two stay); its table entries go with it.
+    /// Remove a port (the last one too); its table entries go with it.
     Del {
         /// The port, as given to --port or port add (or its interface name).
         port: String,
@@ -234,8 +234,9 @@ pub struct RunArgs {
     /// with ,client connects to a frontend listening there; one queue pair
     /// per worker; ,max_memory=SIZE caps the memory the frontend may share,
     /// 256G by default; a socket mpbridge serves takes ,socket_owner=USER
-    /// ,socket_group=GROUP ,socket_mode=0660). Repeat for each port; at
-    /// least two. With --vlan-filtering, VLAN options may follow:
+    /// ,socket_group=GROUP ,socket_mode=0660). Repeat for each port; a
+    /// bridge given none starts empty and takes them with `port add` (a
+    /// relay needs two). With --vlan-filtering, VLAN options may follow:
     /// ,access=VID (untagged in and out, in VLAN VID), ,trunk=LIST (tagged,
     /// LIST like 10,20,100-110), ,native=VID (with trunk: untagged frames
     /// belong to VID and leave untagged). Every port takes Linux's port
@@ -246,7 +247,6 @@ pub struct RunArgs {
         help_heading = "Ports",
         long = "port",
         value_name = "tap:NAME|raw:IFNAME|vxlan:NAME,...|vhost:PATH[,OPTIONS]",
-        required_unless_present = "config",
         value_parser = parse_port
     )]
     pub ports: Vec<PortSpec>,
@@ -532,12 +532,8 @@ pub fn stp_config(args: &RunArgs) -> bridge::stp::StpConfig {
 /// the command line left to it.
 pub fn check(args: &RunArgs) -> Result<(), String> {
     let specs = &args.ports;
-    if specs.len() < 2 {
-        return Err(format!(
-            "a bridge needs at least two ports (got {})",
-            specs.len()
-        ));
-    }
+    // A bridge may start with no ports and take them with `port add` (a
+    // container platform's, as containers come); a relay has its two.
     let relay = args.mode == ModeArg::Relay;
     if relay && specs.len() != 2 {
         return Err(format!(

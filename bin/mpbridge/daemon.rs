@@ -235,29 +235,16 @@ fn run<S: Strategy>(
     )?;
     let started_rx = std::mem::replace(&mut first.started, mpsc::channel().1);
     let stp = args.stp.then(|| {
-        let macs: Vec<_> = specs
-            .iter()
-            .map(|spec| crate::stp::port_mac(name, spec))
-            .collect();
-        // As the Linux bridge: the lowest of the ports' addresses.
-        let mac = *macs
-            .iter()
-            .min_by_key(|mac| mac.to_u64())
-            .expect("two ports");
+        let mac = crate::stp::bridge_mac(name, specs);
         let mut stp = crate::stp::SpanningTree::new(cli::stp_config(args), mac);
-        for (index, (spec, mac)) in specs.iter().zip(macs).enumerate() {
-            stp.add(PortId(index as u16), spec, mac);
+        for (index, spec) in specs.iter().enumerate() {
+            stp.add(PortId(index as u16), spec, crate::stp::port_mac(name, spec));
         }
         stp
     });
     let mcast = groups.map(|groups| {
-        // Queries leave from the lowest of the ports' addresses, as the
-        // bridge id's.
-        let mac = specs
-            .iter()
-            .map(|spec| crate::stp::port_mac(name, spec))
-            .min_by_key(|mac| mac.to_u64())
-            .expect("two ports");
+        // Queries leave from the bridge's address, as the bridge id's.
+        let mac = crate::stp::bridge_mac(name, specs);
         let mut snooper = crate::mcast::Snooper::new(snoop_config, mac, groups);
         for (index, spec) in specs.iter().enumerate() {
             snooper.add(PortId(index as u16), spec);

@@ -218,6 +218,17 @@ fn link_speed(spec: &PortSpec) -> Option<u32> {
     u32::try_from(speed).ok().filter(|&s| s > 0)
 }
 
+/// The bridge's own address, as the Linux bridge takes it: the lowest of
+/// its ports' ([`port_mac`]); for a bridge started with none, one made
+/// from its name (locally administered, the same at every start).
+pub fn bridge_mac(bridge: &str, specs: &[PortSpec]) -> MacAddr {
+    specs
+        .iter()
+        .map(|spec| port_mac(bridge, spec))
+        .min_by_key(|mac| mac.to_u64())
+        .unwrap_or_else(|| named_mac(bridge, ""))
+}
+
 /// The address spanning tree sends a port's BPDUs from: a raw or tap
 /// port's interface address, or one made from the bridge's and the port's
 /// names (locally administered, the same at every start).
@@ -229,9 +240,14 @@ pub fn port_mac(bridge: &str, spec: &PortSpec) -> MacAddr {
             }
         }
     }
-    // FNV-1a over the names: stable, and different per port.
+    named_mac(bridge, &spec.label())
+}
+
+/// A locally administered address from the bridge's and a port's names:
+/// FNV-1a over them, stable, and different per port.
+fn named_mac(bridge: &str, port: &str) -> MacAddr {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in bridge.bytes().chain([0]).chain(spec.label().bytes()) {
+    for byte in bridge.bytes().chain([0]).chain(port.bytes()) {
         hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
     }
     let b = hash.to_be_bytes();

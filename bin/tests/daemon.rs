@@ -317,9 +317,12 @@ fn bad_input_gives_one_line_and_a_non_zero_exit() {
         err.contains("'v4'") && err.contains("frame, block"),
         "{err}"
     );
-    let (code, err) = run_bad(None, &["run", "--port", "tap:a"]);
+    let (code, err) = run_bad(None, &["run", "--mode", "relay", "--port", "tap:a"]);
     assert_ne!(code, 0);
-    assert!(err.contains("at least two ports"), "{err}");
+    assert!(
+        err.contains("--mode relay needs exactly two ports (got 1)"),
+        "{err}"
+    );
     let (code, err) = run_bad(None, &["run", "--port", "tap:a", "--port", "eth0"]);
     assert_ne!(code, 0);
     assert!(err.contains("'eth0'"), "{err}");

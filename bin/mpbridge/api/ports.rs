@@ -264,19 +264,10 @@ impl BridgeState {
         })
     }
 
-    /// Removes a port while the bridge runs: every worker closes its queue
-    /// between batches, and once all have, the port's entries go.
+    /// Removes a port while the bridge runs, the last one too: every
+    /// worker closes its queue between batches, and once all have, the
+    /// port's entries go.
     pub(super) fn remove_port(&mut self, name: &str) -> Result<protocol::PortRemoved, ApiError> {
-        if self.ports.iter().flatten().count() <= 2 && !self.relay {
-            return Err(ApiError::TooFewPorts {
-                name: name.to_owned(),
-            });
-        }
-        self.take_port(name)
-    }
-
-    /// Removes a port, however many stay (to add it again at once).
-    pub(super) fn take_port(&mut self, name: &str) -> Result<protocol::PortRemoved, ApiError> {
         if self.relay {
             return Err(ApiError::RelayPortRemove);
         }

@@ -21,12 +21,6 @@ impl BridgeState {
             return Err(ApiError::NoConfig);
         };
         let new = crate::config::load(&path).map_err(ApiError::ConfigLoad)?;
-        if new.ports.len() < 2 {
-            return Err(ApiError::ConfigTooFewPorts {
-                path,
-                ports: new.ports.len(),
-            });
-        }
         if let Some(spec) = new.ports.iter().find(|s| s.vlans.is_some()) {
             if !self.worker_config.vlan_filtering {
                 return Err(ApiError::ConfigVlanFilteringNeeded {
@@ -101,7 +95,7 @@ impl BridgeState {
         }
         for spec in changed {
             let statics = self.statics_of(&spec.label());
-            self.take_port(&spec.label())?;
+            self.remove_port(&spec.label())?;
             let added = self.add_port(spec)?;
             let port = PortId(added.id as u16);
             let vlans = spec.vlans();
