@@ -160,6 +160,17 @@ pub enum PortCommand {
         /// with options.
         #[arg(value_name = "tap:NAME|raw:IFNAME|vxlan:NAME,...|vhost:PATH[,OPTIONS]")]
         port: String,
+        /// The network the port is for (a CNI network's name); with
+        /// --container and --ifname it names the port's owner, which port
+        /// show and stats list.
+        #[arg(long, value_name = "NAME", requires_all = ["container", "ifname"])]
+        network: Option<String>,
+        /// The container the port is for (CNI_CONTAINERID).
+        #[arg(long, value_name = "ID", requires_all = ["network", "ifname"])]
+        container: Option<String>,
+        /// The container's interface name for it (CNI_IFNAME).
+        #[arg(long, value_name = "IFNAME", requires_all = ["network", "container"])]
+        ifname: Option<String>,
     },
     /// Remove a port (the last one too); its table entries go with it.
     Del {

@@ -39,9 +39,22 @@ pub fn operate(name: &str, socket: &Path, command: Command) -> Result<(), Failur
             };
             client::capture(name, socket, request, file.as_deref())
         }
-        Command::Port(PortCommand::Add { port }) => {
+        Command::Port(PortCommand::Add {
+            port,
+            network,
+            container,
+            ifname,
+        }) => {
             let port = PortSpec::parse(&port).map_err(|message| Failure { code: 2, message })?;
-            let added: protocol::PortAdded = client::call(name, socket, Request::PortAdd { port })?;
+            let owner = match (network, container, ifname) {
+                (Some(network), Some(container), Some(ifname)) => Some(
+                    protocol::PortOwner::new(network, container, ifname)
+                        .map_err(|message| Failure { code: 2, message })?,
+                ),
+                _ => None,
+            };
+            let request = Request::PortAdd { port, owner };
+            let added: protocol::PortAdded = client::call(name, socket, request)?;
             println!("added {}", added.port);
             Ok(())
         }
@@ -78,8 +91,14 @@ pub fn operate(name: &str, socket: &Path, command: Command) -> Result<(), Failur
                     let groups = port
                         .mcast_n_groups
                         .map_or(String::new(), |n| format!(" mcast_n_groups {n}"));
+                    let owner = port.owner.as_ref().map_or(String::new(), |o| {
+                        format!(
+                            " owner network {} container {} ifname {}",
+                            o.network, o.container, o.ifname
+                        )
+                    });
                     println!(
-                        "{}: {} link {}{stp}{groups} options {}",
+                        "{}: {} link {}{stp}{groups}{owner} options {}",
                         port.id, port.name, port.link, port.options
                     );
                 }

@@ -834,7 +834,7 @@ fn parse(line: &[u8], grant: Grant, access: &Access) -> Result<Request, ReplyLin
             "permission denied: the read-only control group may show and read stats only",
         ));
     }
-    if let Request::PortAdd { port } = &request {
+    if let Request::PortAdd { port, .. } = &request {
         access.may_add(grant, port).map_err(ReplyLine::error)?;
     }
     Ok(request)

@@ -1001,6 +1001,7 @@ mod tests {
             stp: None,
             flags: Default::default(),
             max_learned: None,
+            owner: None,
             learned: 0,
             mcast_n_groups: None,
             mcast_max_groups: None,

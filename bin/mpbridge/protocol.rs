@@ -101,6 +101,9 @@ pub enum Request {
         /// or `vhost:PATH`, with options; a string on the wire.
         #[serde(with = "as_text")]
         port: PortSpec,
+        /// Whom the port is for, when a container's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        owner: Option<PortOwner>,
     },
     /// Streams a port's frames as pcapng after the reply line, until
     /// `count` frames or the client closes.
@@ -405,6 +408,9 @@ pub struct PortInfo {
     /// Its `max_learned` limit, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_learned: Option<u32>,
+    /// Whom it was added for, if `port add` named an owner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<PortOwner>,
     /// Stations learned on it now.
     #[serde(default)]
     pub learned: usize,
@@ -419,6 +425,76 @@ pub struct PortInfo {
     /// with `--mcast-snooping`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcast_max_groups_refused: Option<u64>,
+}
+
+/// Whom a port was added for: a container's attachment to a network, as
+/// a CNI runtime names it, so that the plugin that added it finds it again
+/// (CHECK, GC). Each name is checked as CNI checks it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "OwnerNames")]
+pub struct PortOwner {
+    /// The network's name (a CNI configuration's `name`).
+    pub network: String,
+    /// The container's id (`CNI_CONTAINERID`).
+    pub container: String,
+    /// Its interface's name inside the container (`CNI_IFNAME`).
+    pub ifname: String,
+}
+
+/// A [`PortOwner`]'s names as they came, before the checks.
+#[derive(Deserialize)]
+struct OwnerNames {
+    network: String,
+    container: String,
+    ifname: String,
+}
+
+impl TryFrom<OwnerNames> for PortOwner {
+    type Error = String;
+
+    fn try_from(names: OwnerNames) -> Result<PortOwner, String> {
+        PortOwner::new(names.network, names.container, names.ifname)
+    }
+}
+
+impl PortOwner {
+    /// The owner of these names: a network name and a container id as
+    /// CNI allows them (a letter or digit, then letters, digits, `_`, `.`
+    /// and `-`; at most 255 bytes), an interface name as Linux does (1 to
+    /// 15 bytes, no `/`, `:` or white space, not `.` or `..`).
+    pub fn new(network: String, container: String, ifname: String) -> Result<PortOwner, String> {
+        let cni_name = |what: &str, name: &str| {
+            let mut chars = name.chars();
+            let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
+            let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+            match first_ok && rest_ok && name.len() <= 255 {
+                true => Ok(()),
+                false => Err(format!(
+                    "owner {what} {name:?}: a letter or digit, then letters, digits, '_', '.' \
+                     or '-', at most 255 bytes"
+                )),
+            }
+        };
+        cni_name("network", &network)?;
+        cni_name("container", &container)?;
+        let ifname_ok = (1..=15).contains(&ifname.len())
+            && ifname != "."
+            && ifname != ".."
+            && !ifname
+                .chars()
+                .any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control());
+        if !ifname_ok {
+            return Err(format!(
+                "owner ifname {ifname:?}: 1 to 15 bytes, no '/', ':' or white space, not '.' \
+                 or '..'"
+            ));
+        }
+        Ok(PortOwner {
+            network,
+            container,
+            ifname,
+        })
+    }
 }
 
 /// A port's spanning tree role and state, its guard and its BPDU counts.
@@ -691,6 +767,9 @@ pub struct PortStats {
     /// Its `max_learned` limit, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_learned: Option<u32>,
+    /// Whom it was added for, if `port add` named an owner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<PortOwner>,
     /// Stations learned on it now.
     #[serde(default)]
     pub learned: usize,
@@ -914,6 +993,53 @@ mod tests {
     }
 
     #[test]
+    fn a_port_owner_is_checked_as_cni_names_it() {
+        let owner = |n: &str, c: &str, i: &str| {
+            PortOwner::new(n.to_owned(), c.to_owned(), i.to_owned()).map(|_| ())
+        };
+        assert_eq!(owner("podman", "3f2a.b_c-9", "eth0"), Ok(()));
+        assert_eq!(owner("n", &"a".repeat(255), "a23456789012345"), Ok(()));
+        for (n, c, i, why) in [
+            ("", "c", "eth0", "owner network"),
+            ("-net", "c", "eth0", "owner network"),
+            ("net", "", "eth0", "owner container"),
+            ("net", "c/d", "eth0", "owner container"),
+            ("net", &"a".repeat(256), "eth0", "owner container"),
+            ("net", "c", "", "owner ifname"),
+            ("net", "c", "a234567890123456", "owner ifname"),
+            ("net", "c", "eth/0", "owner ifname"),
+            ("net", "c", "eth:0", "owner ifname"),
+            ("net", "c", "eth 0", "owner ifname"),
+            ("net", "c", "..", "owner ifname"),
+        ] {
+            let error = owner(n, c, i).unwrap_err();
+            assert!(error.starts_with(why), "{n:?} {c:?} {i:?}: {error}");
+        }
+        // On the wire: read back as sent; a bad name refused, with why.
+        let text = r#"{"version":1,"command":"port-add","port":"raw:veth1","owner":{"network":"net","container":"c1","ifname":"eth0"}}"#;
+        let request = read(text).unwrap();
+        match &request {
+            Request::PortAdd { owner: Some(o), .. } => {
+                assert_eq!(
+                    (&*o.network, &*o.container, &*o.ifname),
+                    ("net", "c1", "eth0")
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        let line = RequestLine {
+            version: VERSION,
+            request,
+        };
+        assert_eq!(serde_json::to_string(&line).unwrap(), text);
+        let bad = text.replace("eth0", "eth/0");
+        assert!(read(&bad).unwrap_err().contains("owner ifname"), "{bad}");
+        // Without an owner, as before.
+        let plain = read(r#"{"version":1,"command":"port-add","port":"raw:veth1"}"#).unwrap();
+        assert!(matches!(plain, Request::PortAdd { owner: None, .. }));
+    }
+
+    #[test]
     fn fdb_requests_keep_their_json_shape() {
         let mac: StationMac = "02:00:00:00:00:01".parse().unwrap();
         let vlan = FdbVlan::try_from(10).unwrap();
@@ -1022,6 +1148,7 @@ mod tests {
             stp: None,
             flags: Default::default(),
             max_learned: None,
+            owner: None,
             learned: 0,
             mcast_n_groups: None,
             mcast_max_groups: None,
@@ -1069,7 +1196,7 @@ mod tests {
             assert_eq!(line(request), json);
         }
         match read(port).unwrap() {
-            Request::PortAdd { port } => assert_eq!(port.label(), "tap:vm2"),
+            Request::PortAdd { port, .. } => assert_eq!(port.label(), "tap:vm2"),
             other => panic!("{other:?}"),
         }
         let error = read(r#"{"version":1,"command":"lock-set","lock":"spinlock"}"#).unwrap_err();

@@ -586,9 +586,10 @@ fn ports_come_and_go_while_traffic_flows() {
 const EMPTY_CPU_LIMIT: f64 = 0.04;
 
 /// A bridge run without ports is ready and serves its socket; it takes
-/// ports with `port add` and forwards between them; `port del` removes the
+/// ports with `port add` (one for a container, its owner listed by `port
+/// show` and `stats`) and forwards between them; `port del` removes the
 /// last one, and then it holds no port and no entry, costs no CPU, and
-/// takes ports again.
+/// takes ports again. An owner with a bad name is refused.
 fn a_bridge_starts_empty_and_gives_up_its_last_port(lock: &str) {
     let (_scratch, socket) = socket_path(&format!("empty-{lock}"));
     let ctl_arg = format!("--ctl={}", socket.display());
@@ -630,15 +631,62 @@ fn a_bridge_starts_empty_and_gives_up_its_last_port(lock: &str) {
     };
     empty("started without ports");
     for round in 0..2u16 {
-        ctl_ok(&socket, &["port", "add", "raw:p0"]);
+        // Host 0's port for a container, named as CNI names it.
+        let container = format!("c{round}");
+        ctl_ok(
+            &socket,
+            &[
+                "port",
+                "add",
+                "raw:p0",
+                "--network",
+                "net1",
+                "--container",
+                &container,
+                "--ifname",
+                "eth0",
+            ],
+        );
         ctl_ok(&socket, &["port", "add", "raw:p1"]);
         assert_eq!(ports(), ["raw:p0", "raw:p1"]);
+        let owner =
+            serde_json::json!({"network": "net1", "container": container, "ifname": "eth0"});
+        let shown = ctl_json(&socket, &["port", "show", "--json"]);
+        assert_eq!(shown[0]["owner"], owner, "{shown}");
+        assert_eq!(shown[1].get("owner"), None, "{shown}");
+        let stats = ctl_json(&socket, &["stats", "--json"]);
+        assert_eq!(port_stats(&stats, "raw:p0")["owner"], owner, "{stats}");
+        let (_, text, _) = ctl(&socket, &["port", "show"]);
+        assert!(
+            text.contains(&format!(
+                "owner network net1 container {container} ifname eth0"
+            )),
+            "{text}"
+        );
         tcp_transfer(&hosts, 0, 1, 5330 + round, u64::from(round));
         assert!(!fdb(&socket).is_empty(), "round {round}: nothing learned");
         ctl_ok(&socket, &["port", "del", "raw:p0"]);
         ctl_ok(&socket, &["port", "del", "raw:p1"]);
         empty(&format!("round {round}: the last port removed"));
     }
+    // An owner CNI would not name is refused before anything is added.
+    let (code, _, err) = ctl(
+        &socket,
+        &[
+            "port",
+            "add",
+            "raw:p0",
+            "--network",
+            "net1",
+            "--container",
+            "c",
+            "--ifname",
+            "eth/0",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("owner ifname \"eth/0\""), "{err}");
+    assert_eq!(ports(), Vec::<String>::new());
     let (status, log) = daemon.stop(Duration::from_secs(10));
     assert!(status.is_some_and(|s| s.success()), "{log:?}");
 }

@@ -64,7 +64,7 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(read_request(line.as_bytes()).ok(), Some(request.clone()));
             // A port-add's port was parsed as it was read: it describes
             // itself as a spec that parses back to it.
-            if let Request::PortAdd { port } = &request {
+            if let Request::PortAdd { port, .. } = &request {
                 let described = port.describe();
                 let again = PortSpec::parse(&described)
                     .unwrap_or_else(|e| panic!("{port:?} described as {described:?}: {e}"));

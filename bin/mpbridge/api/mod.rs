@@ -185,6 +185,8 @@ pub struct BridgeState {
     /// Per port with `guard=on`: whether a BPDU disabled it, and how often
     /// one did.
     guards: BTreeMap<PortId, (bool, u64)>,
+    /// Whom each port `port add` named an owner for was added for.
+    owners: BTreeMap<PortId, protocol::PortOwner>,
     /// Every live port's link as `port_links` last found it: asked of the
     /// kernel (getifaddrs(3) per port) at most once a tick and after a
     /// link, port or guard change, never per BPDU or IGMP message.
@@ -272,6 +274,7 @@ impl BridgeState {
             fatal: None,
             lock_set_failed: 0,
             guards: BTreeMap::new(),
+            owners: BTreeMap::new(),
             links_known: None,
             stp: parts.stp,
             mcast: parts.mcast,
@@ -331,7 +334,13 @@ impl BridgeState {
                 Response::Flushed(protocol::Flushed { flushed })
             }
             Request::Stats => Response::Stats(Box::new(self.stats())),
-            Request::PortAdd { port } => Response::PortAdded(self.add_port(&port)?),
+            Request::PortAdd { port, owner } => {
+                let added = self.add_port(&port)?;
+                if let Some(owner) = owner {
+                    self.owners.insert(PortId(added.id as u16), owner);
+                }
+                Response::PortAdded(added)
+            }
             Request::PortDel { port } => Response::PortRemoved(self.remove_port(&port)?),
             Request::PortShow => Response::Ports(self.port_list()),
             Request::PortEnable { port } => Response::PortEnabled(self.enable_port(&port)?),

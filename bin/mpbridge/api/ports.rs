@@ -289,6 +289,7 @@ impl BridgeState {
         let silent = await_answers(answers.into_iter().enumerate(), CHANGE_TIMEOUT);
         let spec = self.ports[port.index()].take().expect("a live port");
         self.guards.remove(&port);
+        self.owners.remove(&port);
         self.links_changed();
         if let Some(mcast) = &mut self.mcast {
             mcast.remove(port);

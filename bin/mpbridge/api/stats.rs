@@ -46,6 +46,7 @@ impl BridgeState {
                     stp: self.port_stp(id),
                     flags: spec.options.flag_map(),
                     max_learned: spec.options.max_learned,
+                    owner: self.owners.get(&id).cloned(),
                     learned: self.fdb.port_learned(id),
                     mcast_n_groups: groups.map(|g| g.n_groups),
                     mcast_max_groups: groups.map(|g| g.max_groups),
@@ -146,6 +147,7 @@ impl BridgeState {
                         flags
                     },
                     max_learned: spec.options.max_learned,
+                    owner: self.owners.get(&id).cloned(),
                     learned: self.fdb.port_learned(id),
                     mcast_n_groups: groups.map(|g| g.n_groups),
                     mcast_max_groups: groups.map(|g| g.max_groups),
