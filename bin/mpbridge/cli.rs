@@ -235,7 +235,8 @@ pub struct RunArgs {
     /// A port: tap:NAME (a tap that mpbridge owns: created if it does not
     /// exist, removed at exit if mpbridge created it; needs CAP_NET_ADMIN)
     /// or raw:IFNAME (an existing interface through AF_PACKET, promiscuous:
-    /// a NIC, a veth, or a VM's tap on its host side; needs CAP_NET_RAW),
+    /// a NIC, a veth, or a VM's tap on its host side; needs CAP_NET_RAW;
+    /// ,ring=SIZE sets its receive ring per worker, 4M by default),
     /// or vxlan:NAME,vni=N,local=IP[,port=4789][,remote=IP]...[,learning=off]
     /// (a VXLAN segment over UDP to the listed VTEPs, RFC 7348; with
     /// ,evpn=on[,mirror_port=64789] its stations and VTEPs come from FRR's

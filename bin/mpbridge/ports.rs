@@ -10,7 +10,7 @@ use bridge::port::tap::TapError;
 use std::net::{IpAddr, SocketAddr};
 
 use bridge::evpn::DEFAULT_MIRROR_PORT;
-use bridge::port::raw::RingKind;
+use bridge::port::raw::{RingKind, DEFAULT_RING_BYTES, MAX_RING_BYTES, MIN_RING_BYTES};
 use bridge::port::vhost::{self, Mode as VhostMode, SocketAccess, VhostConfig};
 use bridge::port::vxlan::VxlanConfig;
 use bridge::port::{LinkQueue, RawQueue, TapQueue, VxlanQueue};
@@ -58,6 +58,9 @@ pub struct PortSpec {
     pub options: PortOptions,
     /// Tap, raw, VXLAN or vhost-user, with that kind's settings.
     pub kind: PortKind,
+    /// A raw port's receive ring size per worker (`ring=SIZE`), when
+    /// given; 4 MiB otherwise.
+    pub ring: Option<usize>,
 }
 
 impl PortSpec {
@@ -92,6 +95,7 @@ impl PortSpec {
         let own: &[&str] = match prefix {
             "vxlan" => &VXLAN_KEYS,
             "vhost" => &VHOST_KEYS,
+            "raw" => &RAW_KEYS,
             _ => &[],
         };
         let keys: Vec<&str> = own
@@ -116,11 +120,13 @@ impl PortSpec {
             "vxlan" => PortKind::Vxlan(vxlan_options(&items).map_err(in_spec)?),
             _ => PortKind::Vhost(vhost_options(&items, client).map_err(in_spec)?),
         };
+        let ring = ring_option(&items).map_err(in_spec)?;
         Ok(PortSpec {
             name: name.to_owned(),
             vlans,
             options,
             kind,
+            ring,
         })
     }
 
@@ -151,6 +157,9 @@ impl PortSpec {
             } else if !v.learning {
                 text += ",learning=off";
             }
+        }
+        if let Some(bytes) = self.ring {
+            text += &format!(",ring={}", describe_size(bytes as u64));
         }
         if let PortKind::Vhost(config) = &self.kind {
             if config.mode == VhostMode::Client {
@@ -285,6 +294,27 @@ const VXLAN_KEYS: [&str; 7] = [
     "evpn",
     "mirror_port",
 ];
+
+/// A raw port's own keys.
+const RAW_KEYS: [&str; 1] = ["ring"];
+
+/// A raw port's `ring=SIZE`: its receive ring per worker, from 64K to
+/// 256M (rounded up to whole kernel blocks when it is made).
+fn ring_option(items: &[(String, String)]) -> Result<Option<usize>, String> {
+    option(items, "ring")
+        .map(|text| {
+            parse_size(text)
+                .and_then(|bytes| usize::try_from(bytes).ok())
+                .filter(|bytes| (MIN_RING_BYTES..=MAX_RING_BYTES).contains(bytes))
+                .ok_or_else(|| {
+                    format!(
+                        "ring={text}: a receive ring's size from 64K to 256M, with K or M \
+                         for binary multiples (4M by default)"
+                    )
+                })
+        })
+        .transpose()
+}
 
 /// A vhost-user port's own keys (`client` is a flag without a value).
 const VHOST_KEYS: [&str; 4] = ["max_memory", "socket_owner", "socket_group", "socket_mode"];
@@ -558,11 +588,16 @@ pub fn open_queues(
             .into_iter()
             .map(LinkQueue::Vhost)
             .collect(),
-        PortKind::Raw => RawQueue::open_with(&spec.name, workers, settings.rx_ring)
-            .map_err(|e| open_error(spec, &e))?
-            .into_iter()
-            .map(LinkQueue::Raw)
-            .collect(),
+        PortKind::Raw => RawQueue::open_with(
+            &spec.name,
+            workers,
+            settings.rx_ring,
+            spec.ring.unwrap_or(DEFAULT_RING_BYTES),
+        )
+        .map_err(|e| open_error(spec, &e))?
+        .into_iter()
+        .map(LinkQueue::Raw)
+        .collect(),
     })
 }
 
@@ -762,6 +797,39 @@ mod tests {
                 "unknown option 'ttl'",
             ),
             ("tap:t0,vni=1", "unknown option 'vni'"),
+        ] {
+            let error = PortSpec::parse(spec).unwrap_err();
+            assert!(error.contains(expected), "{spec}: {error}");
+        }
+    }
+
+    #[test]
+    fn a_raw_port_takes_its_ring_size() {
+        let small = PortSpec::parse("raw:veth1,ring=512K,isolated=on").unwrap();
+        assert_eq!(small.ring, Some(512 << 10));
+        assert_eq!(small.describe(), "raw:veth1,ring=512K,isolated=on");
+        assert_eq!(PortSpec::parse(&small.describe()).unwrap(), small);
+        assert_eq!(PortSpec::parse("raw:veth1").unwrap().ring, None);
+        assert_eq!(
+            PortSpec::parse("raw:e,ring=64K").unwrap().ring,
+            Some(64 << 10)
+        );
+        assert_eq!(
+            PortSpec::parse("raw:e,ring=256M").unwrap().ring,
+            Some(256 << 20)
+        );
+        for (spec, expected) in [
+            (
+                "raw:e,ring=63K",
+                "ring=63K: a receive ring's size from 64K to 256M",
+            ),
+            (
+                "raw:e,ring=257M",
+                "ring=257M: a receive ring's size from 64K to 256M",
+            ),
+            ("raw:e,ring=1x", "ring=1x: a receive ring's size"),
+            ("tap:t0,ring=1M", "unknown option 'ring'"),
+            ("vhost:v.sock,ring=1M", "unknown option 'ring'"),
         ] {
             let error = PortSpec::parse(spec).unwrap_err();
             assert!(error.contains(expected), "{spec}: {error}");

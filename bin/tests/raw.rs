@@ -13,7 +13,7 @@ use std::os::fd::RawFd;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bridge::port::raw::RingKind;
+use bridge::port::raw::{RingKind, DEFAULT_RING_BYTES, MIN_RING_BYTES};
 use bridge::port::{LinkQueue, Outgoing, Queue, RawQueue, RxBatch, LENT_HEAD, VNET_HDR_LEN};
 use netns::{mac, privileged, tagged_test_frame, test_frame, Netns};
 
@@ -29,11 +29,11 @@ struct Link {
 }
 
 impl Link {
-    fn new(ring: RingKind) -> Link {
+    fn new(ring: RingKind, bytes: usize) -> Link {
         let ns = Netns::new();
         ns.ip(&["link", "add", "rx0", "type", "veth", "peer", "name", "tx0"]);
         let (rx, tx) = ns.run(move || {
-            let rx = RawQueue::open_with("rx0", 1, ring)
+            let rx = RawQueue::open_with("rx0", 1, ring, bytes)
                 .expect("socket on rx0")
                 .remove(0);
             let rx = LinkQueue::Raw(rx);
@@ -107,8 +107,9 @@ fn is_test_frame(frame: &[u8]) -> bool {
         || (ethertype(12) == Some(0x8100) && ethertype(16) == Some(lab::TEST_ETHERTYPE))
 }
 
-fn lends_and_holds(ring: RingKind) {
-    let mut link = Link::new(ring);
+/// With a receive ring of layout `ring` and `bytes`.
+fn lends_and_holds(ring: RingKind, bytes: usize) {
+    let mut link = Link::new(ring, bytes);
     let (to, from) = (mac(2), mac(1));
     // (frame, whether it is lent): the last is the one held below.
     let cases = [
@@ -161,7 +162,7 @@ fn lends_and_holds(ring: RingKind) {
         .expect("the last frame in the last batch");
     assert_eq!(batch.frame(held).ethernet(), frames[frames.len() - 1]);
 
-    // Far more than the ring holds (4 MiB), the batch not released: the
+    // Far more than the ring holds (4 MiB at most), the batch not released: the
     // kernel fills the ring up to the held frame and drops the rest.
     let flood = vec![test_frame(to, from, 0x5a, 1514); 4000];
     link.send(&flood);
@@ -210,7 +211,17 @@ fn lends_and_holds(ring: RingKind) {
         drained += batch.len();
     }
     assert!(drained > 1 && drained < flood.len(), "drained {drained}");
+    // What the full ring held fits its size (each frame takes more than
+    // its 1514 bytes there).
+    assert!(
+        drained * 1514 <= bytes,
+        "drained {drained} frames from a ring of {bytes} bytes"
+    );
     assert_eq!(drops(fd), 0, "the frame sent after release was not dropped");
+    // The last batch handed back, as a worker does once it sent it (a
+    // ring of 32 slots is all in it).
+    link.rx.release();
+    batch.clear();
     let after = vec![test_frame(to, from, 9, 1000); 8];
     link.send(&after);
     let mut got = 0;
@@ -218,8 +229,9 @@ fn lends_and_holds(ring: RingKind) {
     while got < after.len() {
         assert!(
             Instant::now() < deadline,
-            "received {got} of {} after",
-            after.len()
+            "received {got} of {} after ({ring:?}, {bytes} bytes; {} dropped)",
+            after.len(),
+            drops(fd)
         );
         batch.clear();
         link.rx.recv_batch(&mut batch).expect("receive");
@@ -242,20 +254,31 @@ fn frame_rings_lend_and_hold_their_slots() {
     if !privileged("frame_rings_lend_and_hold_their_slots") {
         return;
     }
-    lends_and_holds(RingKind::Frame);
+    lends_and_holds(RingKind::Frame, DEFAULT_RING_BYTES);
 }
 
 fn block_rings_lend_and_hold_their_blocks() {
     if !privileged("block_rings_lend_and_hold_their_blocks") {
         return;
     }
-    lends_and_holds(RingKind::Block);
+    lends_and_holds(RingKind::Block, DEFAULT_RING_BYTES);
+}
+
+/// The smallest frame ring (`ring=64K`: 32 slots) and the smallest block
+/// ring (two blocks, 512 KiB), as a container's port may have them.
+fn small_rings_lend_hold_and_hold_no_more_than_asked() {
+    if !privileged("small_rings_lend_hold_and_hold_no_more_than_asked") {
+        return;
+    }
+    lends_and_holds(RingKind::Frame, MIN_RING_BYTES);
+    lends_and_holds(RingKind::Block, 512 << 10);
 }
 
 lab::test_main! {
     privileged: [
         frame_rings_lend_and_hold_their_slots,
         block_rings_lend_and_hold_their_blocks,
+        small_rings_lend_hold_and_hold_no_more_than_asked,
     ],
     plain: [],
 }

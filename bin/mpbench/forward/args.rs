@@ -74,6 +74,11 @@ pub struct ForwardArgs {
     /// after 1 ms, TPACKET_V3); passed as `--rx-ring` to every mpbridge.
     #[arg(long, default_value = "frame", value_parser = ["frame", "block"])]
     pub(super) rx_ring: String,
+    /// The size of each of mpbridge's raw ports' receive rings per worker
+    /// (64K to 256M), passed as `,ring=SIZE` on its raw ports; mpbridge's
+    /// default (4M) when not given.
+    #[arg(long, value_name = "SIZE")]
+    pub(super) ring: Option<String>,
     /// Measure every strategy on one running mpbridge per configuration,
     /// switching its table with `mpbridge lock set` between measurements,
     /// so that the comparison is not disturbed by restarts and re-learning.

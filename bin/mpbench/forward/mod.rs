@@ -190,6 +190,7 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
     let mpbridge = Program {
         path: mpbridge_path(args.binary.mpbridge.as_deref())?,
         rx_ring: args.rx_ring.clone(),
+        ring: args.ring.clone(),
     };
     if args.ports.contains(&PortKindArg::Vhost) {
         if args.ports.len() > 1 || args.tcp {
@@ -209,12 +210,13 @@ pub fn run(args: ForwardArgs) -> Result<(), String> {
     println!(
         "Forwarding: {} CPU(s); generator (PACKET_TX_RING, qdisc bypass) on CPU 0, forwarder on CPU {}; \
          ingress receive work on CPU {} in placement (a) \"rx apart\", on the forwarder's CPU {} in (b) \"rx shared\"; \
-         mpbridge's raw ports with {} receive rings; median of {} interleaved runs of {} s per point; offered {}",
+         mpbridge's raw ports with {} receive rings of {}; median of {} interleaved runs of {} s per point; offered {}",
         cpus(),
         forwarder_cpus(1),
         receive_cpu(Placement::Apart, 1),
         receive_cpu(Placement::Shared, 1),
         args.rx_ring,
+        args.ring.as_deref().unwrap_or("4M"),
         args.repeats.runs,
         args.interval.seconds,
         match loads.as_slice() {

@@ -18,12 +18,13 @@ pub(super) fn run(args: &ForwardArgs, setups: &[Setup], mpbridge: &Program) -> R
     println!(
         "Bulk TCP: {} CPU(s); sender and receiver threads on CPU 0, forwarder on CPU {}; \
          ingress receive work of the sender's veth on CPU {} in placement (a) \"rx apart\", CPU {} in (b) \"rx shared\"; \
-         default offloads; mpbridge's raw ports with {} receive rings; median of {} interleaved runs of {} s",
+         default offloads; mpbridge's raw ports with {} receive rings of {}; median of {} interleaved runs of {} s",
         cpus(),
         forwarder_cpus(1),
         receive_cpu(Placement::Apart, 1),
         receive_cpu(Placement::Shared, 1),
         mpbridge.rx_ring,
+        mpbridge.ring.as_deref().unwrap_or("4M"),
         args.repeats.runs,
         args.interval.seconds,
     );

@@ -134,6 +134,18 @@ pub fn forwarder_cpus(workers: usize) -> String {
 pub(super) struct Program {
     pub(super) path: String,
     pub(super) rx_ring: String,
+    /// Raw ports' `ring=` option, if given.
+    pub(super) ring: Option<String>,
+}
+
+impl Program {
+    /// `--port=raw:NAME` with the raw ports' options.
+    fn raw_port(&self, name: &str) -> String {
+        match &self.ring {
+            Some(size) => format!("--port=raw:{name},ring={size}"),
+            None => format!("--port=raw:{name}"),
+        }
+    }
 }
 
 pub(super) fn build(setup: Setup, mpbridge: &Program) -> Result<Bench, String> {
@@ -237,10 +249,12 @@ pub(super) fn build(setup: Setup, mpbridge: &Program) -> Result<Bench, String> {
                     )?);
                 }
                 _ => {
+                    let ports = [mpbridge.raw_port("p0"), mpbridge.raw_port("p1")];
+                    let ports: Vec<&str> = ports.iter().map(String::as_str).collect();
                     process = Some(start_mpbridge(
                         &b,
                         target,
-                        &["--port=raw:p0", "--port=raw:p1"],
+                        &ports,
                         mpbridge,
                         &bridge_name(),
                     )?)

@@ -17,6 +17,7 @@ use super::{
 use crate::wire::tag::{push_into, EmitError};
 use block::RingFrame;
 use ring::{RxRing, Taken};
+pub use ring::{DEFAULT_RING_BYTES, MAX_RING_BYTES, MIN_RING_BYTES};
 use sys::Fanout;
 
 /// How a raw port's receive ring hands frames over (`--rx-ring`).
@@ -57,7 +58,7 @@ impl RawQueue {
     /// Opens `queues` sockets on interface `name` with frame rings, in one
     /// fanout group when there are several, and brings the interface up.
     pub fn open(name: &str, queues: usize) -> io::Result<Vec<RawQueue>> {
-        Self::open_with(name, queues, RingKind::default())
+        Self::open_with(name, queues, RingKind::default(), DEFAULT_RING_BYTES)
     }
 
     /// Whether opening it brought its interface up: the interface was down
@@ -66,8 +67,14 @@ impl RawQueue {
         self.raised
     }
 
-    /// The same, with receive rings of layout `ring`.
-    pub fn open_with(name: &str, queues: usize, ring: RingKind) -> io::Result<Vec<RawQueue>> {
+    /// The same, with receive rings of layout `ring` and `ring_bytes`
+    /// each (rounded up to whole kernel blocks: [`RxRing::new`]).
+    pub fn open_with(
+        name: &str,
+        queues: usize,
+        ring: RingKind,
+        ring_bytes: usize,
+    ) -> io::Result<Vec<RawQueue>> {
         let ifindex = netdev::if_index(name)?;
         let raised = netdev::set_link_up(name)?;
         // A single socket needs no fanout, and skips its per-frame flow hash.
@@ -78,7 +85,7 @@ impl RawQueue {
         };
         (0..queues.max(1))
             .map(|_| {
-                let (fd, ring, group) = sys::open_packet_socket(ifindex, fanout, ring)?;
+                let (fd, ring, group) = sys::open_packet_socket(ifindex, fanout, ring, ring_bytes)?;
                 if let Some(id) = group {
                     fanout = Fanout::Join(id);
                 }

@@ -26,20 +26,28 @@ use super::slot::{self, SLOT_STATUS_OFFSET};
 use super::RingKind;
 use crate::port::{fd, RxBatch, VNET_HDR_LEN};
 
+/// A receive ring's size unless its port asks for another (`ring=`):
+/// 2048 frame slots, or 16 blocks.
+pub const DEFAULT_RING_BYTES: usize = 4 << 20;
+/// The smallest ring a port may ask for: 32 frame slots.
+pub const MIN_RING_BYTES: usize = 64 << 10;
+/// The largest ring a port may ask for.
+pub const MAX_RING_BYTES: usize = 256 << 20;
+
 /// Block ring geometry: blocks large enough for a 64 KiB offloaded segment
-/// with its headers, so that no frame is ever cut short.
+/// with its headers, so that no frame is ever cut short; at least two, so
+/// that the kernel has one to fill while a lent one is held.
 const BLOCK_SIZE: usize = 1 << 18;
-const BLOCKS: usize = 16;
+const MIN_BLOCKS: usize = 2;
 const BLOCK_FRAME_SIZE: usize = 1 << 11;
 /// How long the kernel fills a block before handing it over anyway, in
 /// milliseconds: the latency bound on a quiet link (the least it takes).
 const BLOCK_TIMEOUT_MS: u32 = 1;
 
 /// Frame ring geometry: 2 KiB slots (a 1500-byte frame with its headers),
-/// 32 to a kernel block, 2048 in all: the same 4 MiB as the block ring.
+/// 32 to a kernel block.
 const SLOT_SIZE: usize = 1 << 11;
 const SLOT_BLOCK_SIZE: usize = 1 << 16;
-const SLOTS: usize = 2048;
 /// The largest frame read from the receive queue: a 64 KiB offloaded
 /// segment with its Ethernet header and the virtio-net header.
 const COPY_MAX: usize = VNET_HDR_LEN + 65_600;
@@ -146,8 +154,10 @@ impl Drop for Mapping {
 }
 
 impl RxRing {
-    /// Makes the ring of socket `fd` in layout `kind` and maps it.
-    pub fn new(socket: &OwnedFd, kind: RingKind) -> io::Result<RxRing> {
+    /// Makes the ring of socket `fd` in layout `kind`, of `bytes` rounded
+    /// up to whole kernel blocks (64 KiB of frame slots; 256 KiB blocks,
+    /// at least two), and maps it.
+    pub fn new(socket: &OwnedFd, kind: RingKind, bytes: usize) -> io::Result<RxRing> {
         let version = match kind {
             RingKind::Block => libc::tpacket_versions::TPACKET_V3,
             RingKind::Frame => libc::tpacket_versions::TPACKET_V2,
@@ -160,30 +170,34 @@ impl RxRing {
         )?;
         let (len, reader) = match kind {
             RingKind::Block => {
+                let blocks = bytes.div_ceil(BLOCK_SIZE).max(MIN_BLOCKS);
                 let req = libc::tpacket_req3 {
                     tp_block_size: BLOCK_SIZE as u32,
-                    tp_block_nr: BLOCKS as u32,
+                    tp_block_nr: blocks as u32,
                     tp_frame_size: BLOCK_FRAME_SIZE as u32,
-                    tp_frame_nr: (BLOCK_SIZE * BLOCKS / BLOCK_FRAME_SIZE) as u32,
+                    tp_frame_nr: (BLOCK_SIZE * blocks / BLOCK_FRAME_SIZE) as u32,
                     tp_retire_blk_tov: BLOCK_TIMEOUT_MS,
                     tp_sizeof_priv: 0,
                     tp_feature_req_word: 0,
                 };
                 fd::set_option(socket.as_fd(), libc::SOL_PACKET, libc::PACKET_RX_RING, &req)?;
                 (
-                    BLOCK_SIZE * BLOCKS,
+                    BLOCK_SIZE * blocks,
                     Reader::Blocks(BlockReader {
                         current: 0,
+                        blocks,
                         cursor: None,
                     }),
                 )
             }
             RingKind::Frame => {
+                let len = bytes.div_ceil(SLOT_BLOCK_SIZE).max(1) * SLOT_BLOCK_SIZE;
+                let slots = len / SLOT_SIZE;
                 let req = libc::tpacket_req {
                     tp_block_size: SLOT_BLOCK_SIZE as u32,
-                    tp_block_nr: (SLOT_SIZE * SLOTS / SLOT_BLOCK_SIZE) as u32,
+                    tp_block_nr: (len / SLOT_BLOCK_SIZE) as u32,
                     tp_frame_size: SLOT_SIZE as u32,
-                    tp_frame_nr: SLOTS as u32,
+                    tp_frame_nr: slots as u32,
                 };
                 fd::set_option(socket.as_fd(), libc::SOL_PACKET, libc::PACKET_RX_RING, &req)?;
                 // Any threshold turns the receive queue on for frames
@@ -196,9 +210,10 @@ impl RxRing {
                     &on,
                 )?;
                 (
-                    SLOT_SIZE * SLOTS,
+                    len,
                     Reader::Slots(SlotReader {
                         current: 0,
+                        slots,
                         copy: vec![0; COPY_MAX],
                         taken_error: None,
                     }),
@@ -274,6 +289,8 @@ impl RxRing {
 struct BlockReader {
     /// The block being read.
     current: usize,
+    /// How many the ring has.
+    blocks: usize,
     /// Where reading the current block stopped, when it did midway.
     cursor: Option<Cursor>,
 }
@@ -323,7 +340,7 @@ impl BlockReader {
                 self.cursor = Some(frames.cursor());
                 return handed;
             }
-            self.current = (self.current + 1) % BLOCKS;
+            self.current = (self.current + 1) % self.blocks;
             if lent {
                 held.push(offset);
             } else {
@@ -343,6 +360,8 @@ impl BlockReader {
 struct SlotReader {
     /// The slot to read next.
     current: usize,
+    /// How many the ring has.
+    slots: usize,
     /// A frame longer than a slot, read from the receive queue.
     copy: Vec<u8>,
     /// A socket error a `recv` on the receive queue took (and so cleared)
@@ -369,7 +388,7 @@ impl SlotReader {
                 return handed;
             }
             let bytes = ring.owned(self.current * SLOT_SIZE, SLOT_SIZE);
-            self.current = (self.current + 1) % SLOTS;
+            self.current = (self.current + 1) % self.slots;
             // A slot marked COPY has its whole frame next in the receive
             // queue: taken whatever the slot holds, so that the queue stays
             // in step with the ring.
@@ -406,7 +425,7 @@ impl SlotReader {
                         // the kernel does, but then no later slot could
                         // trust it). Emptied, it is in step again.
                         Some(_) => {
-                            drain(socket, &mut self.copy, &mut self.taken_error);
+                            drain(socket, &mut self.copy, &mut self.taken_error, self.slots);
                             f(slot.frame, ring)
                         }
                         // The slot's cut copy, counted as oversize.
@@ -479,9 +498,10 @@ fn recv_whole(socket: &OwnedFd, buffer: &mut [u8], taken: &mut Option<io::Error>
     None
 }
 
-/// Empties the socket's receive queue (bounded: more than the ring holds).
-fn drain(socket: &OwnedFd, buffer: &mut [u8], taken: &mut Option<io::Error>) {
-    for _ in 0..2 * SLOTS {
+/// Empties the socket's receive queue (bounded: more than a ring of
+/// `slots` holds).
+fn drain(socket: &OwnedFd, buffer: &mut [u8], taken: &mut Option<io::Error>, slots: usize) {
+    for _ in 0..2 * slots {
         if recv_whole(socket, buffer, taken).is_none() {
             return;
         }

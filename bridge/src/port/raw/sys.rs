@@ -28,13 +28,14 @@ const FANOUT_MODE: libc::c_int =
     (libc::PACKET_FANOUT_HASH | libc::PACKET_FANOUT_FLAG_DEFRAG) as libc::c_int;
 
 /// A packet socket on interface `ifindex`: virtio-net headers, a receive
-/// ring of layout `kind`, its own transmissions not received, the interface
+/// ring of layout `kind` and `ring_bytes` ([`RxRing::new`]), its own transmissions not received, the interface
 /// promiscuous, and the socket in a fanout group as `fanout` says. Returns
 /// the group's id too, when it has one.
 pub fn open_packet_socket(
     ifindex: u32,
     fanout: Fanout,
     kind: RingKind,
+    ring_bytes: usize,
 ) -> io::Result<(OwnedFd, RxRing, Option<u16>)> {
     // Protocol 0: the socket receives nothing until bound to one interface
     // below, so no frame of another interface lands in its ring first.
@@ -71,7 +72,7 @@ pub fn open_packet_socket(
             let _ = fd::set_option(socket.as_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, &room);
         }
     }
-    let ring = RxRing::new(&socket, kind)?;
+    let ring = RxRing::new(&socket, kind, ring_bytes)?;
     // SAFETY: sockaddr_ll is plain old data; all zeroes is a valid value.
     let mut addr: libc::sockaddr_ll = unsafe { zeroed() };
     addr.sll_family = libc::AF_PACKET as u16;
