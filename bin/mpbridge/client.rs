@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bridge::vlan::FdbVlan;
 
-use crate::protocol::{self, FdbEntry, ReplyLine, Request, RequestLine, VERSION};
+use crate::protocol::{self, default_socket, FdbEntry, ReplyLine, Request, RequestLine, VERSION};
 
 /// How long the client waits for the daemon's reply.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -120,10 +120,14 @@ pub fn capture(
 fn connect(name: &str, socket: &Path) -> Result<UnixStream, Failure> {
     let shown = socket.display();
     UnixStream::connect(socket).map_err(|e| match e.raw_os_error() {
-        Some(libc::ENOENT | libc::ECONNREFUSED) => Failure::new(
+        // Named by --name, or by the socket --ctl gave.
+        Some(libc::ENOENT | libc::ECONNREFUSED) if socket == default_socket(name) => Failure::new(
             1,
             format!("no bridge named {name} is running ({shown}: {e})"),
         ),
+        Some(libc::ENOENT | libc::ECONNREFUSED) => {
+            Failure::new(1, format!("no bridge is listening on {shown} ({e})"))
+        }
         Some(libc::EACCES | libc::EPERM) => Failure::new(
             1,
             format!("permission denied on {shown} (root or the bridge's control group may use it)"),

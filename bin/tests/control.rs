@@ -486,7 +486,11 @@ fn client_errors_are_one_line_with_the_right_exit_code() {
         ),
         (&["fdb", "show", "--vlan", "x"], 2, "'x'"),
         (&["fdb", "frobnicate"], 2, "frobnicate"),
-        (&["stats"], 1, socket.to_str().unwrap()),
+        (
+            &["stats"],
+            1,
+            &format!("no bridge is listening on {}", socket.display()),
+        ),
         (&["fdb", "add", "02:00:00:00:00:01"], 2, "port PORT"),
     ];
     for (args, want, needle) in cases {
