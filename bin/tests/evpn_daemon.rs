@@ -5,9 +5,9 @@
 //! station moving to the other VTEP and back, ageing, FRR started late,
 //! three VTEPs, two VNIs. Each of these runs for the six strategies and
 //! once with a Linux VTEP in mpbridge's place, the reference: what the
-//! scenarios expect of mpbridge is what Linux does. Once, for mpbridge
-//! alone: killed and started again, a silent zebra warned of, bad input
-//! refused with exit 2. Needs root and FRR; skips with a reason otherwise
+//! scenarios expect of mpbridge is what Linux does. For mpbridge alone:
+//! killed and started again (six strategies); once, a silent zebra warned
+//! of and bad input refused with exit 2. Needs root and FRR; skips with a reason otherwise
 //! (fails under MPBRIDGE_REQUIRE_PRIV=1).
 
 mod netns;
@@ -681,13 +681,10 @@ fn ageing_withdraws(what: &str) {
     fabric.stop();
 }
 
-fn ageing_epoch() {
-    ageing_withdraws("epoch")
-}
-
-fn ageing_linux() {
-    ageing_withdraws(LINUX)
-}
+vtep_tests!(
+    ageing_withdraws: ageing_mutex, ageing_rwlock, ageing_rmlock, ageing_sharded, ageing_rcu,
+    ageing_epoch; ageing_linux
+);
 
 /// FRR started after the VTEP: it forwards meanwhile, and takes the
 /// routes once zebra runs.
@@ -777,12 +774,12 @@ fn warns_once_while_zebra_is_silent() {
 /// mpbridge killed: its mirror stays until it starts again, which removes
 /// it, makes it anew and gets the routes back; stopped, nothing is left
 /// and the routes are withdrawn; started again, they come back.
-fn killed_and_started_again() {
-    if !can_run("killed_and_started_again") {
+fn killed_and_started_again(lock: &str) {
+    if !can_run(&format!("killed_and_started_again_{lock}")) {
         return;
     }
     let mut fabric = Fabric::new();
-    fabric.start_vtep("epoch", None);
+    fabric.start_vtep(lock, None);
     fabric.start_frr();
     fabric.wait_for_routes();
     let mut daemon = fabric.vtep.as_mut().unwrap().daemon.take().unwrap();
@@ -795,14 +792,7 @@ fn killed_and_started_again() {
         "a killed bridge leaves its mirror"
     );
     let name = fabric.vtep().name.clone();
-    let vtep = Vtep::start_as(
-        &name,
-        &fabric.a,
-        "epoch",
-        "198.19.0.1",
-        &[(42, "ha0")],
-        None,
-    );
+    let vtep = Vtep::start_as(&name, &fabric.a, lock, "198.19.0.1", &[(42, "ha0")], None);
     fabric.vtep = Some(vtep);
     let log = fabric.vtep().daemon.as_ref().unwrap().log.join("\n");
     assert!(
@@ -815,10 +805,15 @@ fn killed_and_started_again() {
     fabric.stop();
     let mac_a = fabric.mac(0);
     fabric.wait_for("the withdrawal at exit", |f| !f.installed_there(&mac_a));
-    fabric.start_vtep("epoch", None);
+    fabric.start_vtep(lock, None);
     fabric.wait_for_routes();
     fabric.stop();
 }
+
+strategy_tests!(
+    killed_and_started_again: killed_mutex, killed_rwlock, killed_rmlock, killed_sharded,
+    killed_rcu, killed_epoch
+);
 
 /// One line and exit 2, before anything is made: a VNI another device
 /// carries, two EVPN ports of one VNI, a mirror port that is the data
@@ -1225,6 +1220,11 @@ lab::test_main! {
         three_rcu,
         three_epoch,
         three_linux,
+        ageing_mutex,
+        ageing_rwlock,
+        ageing_rmlock,
+        ageing_sharded,
+        ageing_rcu,
         ageing_epoch,
         ageing_linux,
         vnis_mutex,
@@ -1241,7 +1241,12 @@ lab::test_main! {
         mobility_rcu,
         mobility_epoch,
         mobility_linux,
-        killed_and_started_again,
+        killed_mutex,
+        killed_rwlock,
+        killed_rmlock,
+        killed_sharded,
+        killed_rcu,
+        killed_epoch,
         warns_once_while_zebra_is_silent,
         late_mutex,
         late_rwlock,
