@@ -265,13 +265,13 @@ fn block_rings_lend_and_hold_their_blocks() {
 }
 
 /// The smallest frame ring (`ring=64K`: 32 slots) and the smallest block
-/// ring (two blocks, 512 KiB), as a container's port may have them.
+/// ring (four blocks, 1 MiB), as a container's port may have them.
 fn small_rings_lend_hold_and_hold_no_more_than_asked() {
     if !privileged("small_rings_lend_hold_and_hold_no_more_than_asked") {
         return;
     }
     lends_and_holds(RingKind::Frame, MIN_RING_BYTES);
-    lends_and_holds(RingKind::Block, 512 << 10);
+    lends_and_holds(RingKind::Block, 1 << 20);
 }
 
 lab::test_main! {
