@@ -584,6 +584,26 @@ fn ports_come_and_go_while_traffic_flows() {
     assert_eq!(names, ["raw:p0", "raw:p1"]);
 }
 
+/// `n` hosts, host i linked to `bridge` by a veth whose end there is
+/// `pI`, its own `eth0` at 198.18.0.(i+1)/24, up.
+fn hosts_on(bridge: &Netns, n: usize) -> Vec<Netns> {
+    (0..n)
+        .map(|i| {
+            let host = Netns::new();
+            host.add_veth(&format!("p{i}"), bridge).expect("veth");
+            host.ip(&[
+                "addr",
+                "add",
+                &format!("198.18.0.{}/24", i + 1),
+                "dev",
+                "eth0",
+            ]);
+            host.ip(&["link", "set", "eth0", "up"]);
+            host
+        })
+        .collect()
+}
+
 /// CPU seconds a bridge with no ports may use over 2 s: about 1% of a
 /// core, with room for the once-a-second tick and the clock's granularity.
 /// A worker that spins for want of ports uses about 2 s.
@@ -598,18 +618,7 @@ fn a_bridge_starts_empty_and_gives_up_its_last_port(lock: &str) {
     let (_scratch, socket) = socket_path(&format!("empty-{lock}"));
     let ctl_arg = format!("--ctl={}", socket.display());
     let bridge = Netns::new();
-    let hosts = [Netns::new(), Netns::new()];
-    for (i, host) in hosts.iter().enumerate() {
-        host.add_veth(&format!("p{i}"), &bridge).expect("veth");
-        host.ip(&[
-            "addr",
-            "add",
-            &format!("198.18.0.{}/24", i + 1),
-            "dev",
-            "eth0",
-        ]);
-        host.ip(&["link", "set", "eth0", "up"]);
-    }
+    let hosts = hosts_on(&bridge, 2);
     let daemon = Daemon::start(
         &bridge,
         &["run", &ctl_arg, "--lock", lock, "--workers", "2"],
@@ -1345,18 +1354,7 @@ fn reload_keeps_the_static_entries_of_a_changed_port_that_still_fit() {
 
 fn reloads_and_port_changes_at_once_keep_the_bridge_whole() {
     let bridge = Netns::new();
-    let hosts: Vec<Netns> = (0..4).map(|_| Netns::new()).collect();
-    for (i, host) in hosts.iter().enumerate() {
-        host.add_veth(&format!("p{i}"), &bridge).expect("veth");
-        host.ip(&[
-            "addr",
-            "add",
-            &format!("198.18.0.{}/24", i + 1),
-            "dev",
-            "eth0",
-        ]);
-        host.ip(&["link", "set", "eth0", "up"]);
-    }
+    let hosts = hosts_on(&bridge, 4);
     let (_scratch, socket) = socket_path("race");
     let file = socket.with_file_name("bridge.toml");
     let write = |third: bool| {
