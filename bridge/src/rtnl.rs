@@ -1,8 +1,9 @@
 //! Requests to the kernel's rtnetlink, one at a time, each answered:
-//! making, changing, deleting, reading and listing links, and bridge fdb
-//! entries (rust-netlink's `netlink-sys` for the socket,
-//! `netlink-packet-route` for the messages). The link monitor asks after
-//! links through it, EVPN ports keep their mirrors with it.
+//! making, changing, deleting, reading and listing links, bridge fdb
+//! entries, addresses and routes (rust-netlink's `netlink-sys` for the
+//! socket, `netlink-packet-route` for the messages). The link monitor asks
+//! after links through it, EVPN ports keep their mirrors with it, the CNI
+//! plugin makes a container's link and addresses with it.
 
 use std::io;
 use std::time::Duration;
@@ -11,8 +12,10 @@ use netlink_packet_core::{
     NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE,
     NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST,
 };
+use netlink_packet_route::address::AddressMessage;
 use netlink_packet_route::link::LinkMessage;
 use netlink_packet_route::neighbour::NeighbourMessage;
+use netlink_packet_route::route::RouteMessage;
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
@@ -128,6 +131,54 @@ impl Rtnl {
             .into_iter()
             .filter_map(|message| match message {
                 RouteNetlinkMessage::NewNeighbour(entry) => Some(entry),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Adds an address to a link; fails with `EEXIST` when it has it.
+    pub fn new_address(&mut self, address: AddressMessage) -> io::Result<()> {
+        self.ask(
+            RouteNetlinkMessage::NewAddress(address),
+            NLM_F_CREATE | NLM_F_EXCL | NLM_F_ACK,
+        )
+        .map(drop)
+    }
+
+    /// Every address of every link in this namespace.
+    pub fn addresses(&mut self) -> io::Result<Vec<AddressMessage>> {
+        let answers = self.ask(
+            RouteNetlinkMessage::GetAddress(AddressMessage::default()),
+            NLM_F_DUMP,
+        )?;
+        Ok(answers
+            .into_iter()
+            .filter_map(|message| match message {
+                RouteNetlinkMessage::NewAddress(address) => Some(address),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Adds a route; fails with `EEXIST` when it exists.
+    pub fn new_route(&mut self, route: RouteMessage) -> io::Result<()> {
+        self.ask(
+            RouteNetlinkMessage::NewRoute(route),
+            NLM_F_CREATE | NLM_F_EXCL | NLM_F_ACK,
+        )
+        .map(drop)
+    }
+
+    /// Every route of family `family` (`Inet` or `Inet6`) in this
+    /// namespace, of every table.
+    pub fn routes(&mut self, family: AddressFamily) -> io::Result<Vec<RouteMessage>> {
+        let mut request = RouteMessage::default();
+        request.header.address_family = family;
+        let answers = self.ask(RouteNetlinkMessage::GetRoute(request), NLM_F_DUMP)?;
+        Ok(answers
+            .into_iter()
+            .filter_map(|message| match message {
+                RouteNetlinkMessage::NewRoute(route) => Some(route),
                 _ => None,
             })
             .collect())
