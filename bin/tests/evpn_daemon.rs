@@ -530,16 +530,6 @@ fn links_named(ns: &Netns, prefix: &str) -> Vec<String> {
         .collect()
 }
 
-/// A scenario for the six strategies, and with Linux in mpbridge's place.
-macro_rules! vtep_tests {
-    ($body:ident: $($strategy:ident),+; $linux:ident) => {
-        strategy_tests!($body: $($strategy),+);
-        fn $linux() {
-            $body(LINUX)
-        }
-    };
-}
-
 /// Routes both ways, the flood list, the figures in `stats`, the hosts
 /// talking; the VXLAN port removed: its route withdrawn (and mpbridge's
 /// mirror gone); added again: the routes back.
@@ -577,7 +567,7 @@ fn routes_both_ways_and_the_hosts_talk(what: &str) {
     fabric.stop();
 }
 
-vtep_tests!(
+reference_tests!(
     routes_both_ways_and_the_hosts_talk: talk_mutex, talk_rwlock, talk_rmlock, talk_sharded,
     talk_rcu, talk_epoch; talk_linux
 );
@@ -656,7 +646,7 @@ fn fdb_del_and_mac_mobility(what: &str) {
     fabric.stop();
 }
 
-vtep_tests!(
+reference_tests!(
     fdb_del_and_mac_mobility: mobility_mutex, mobility_rwlock, mobility_rmlock,
     mobility_sharded, mobility_rcu, mobility_epoch; mobility_linux
 );
@@ -681,7 +671,7 @@ fn ageing_withdraws(what: &str) {
     fabric.stop();
 }
 
-vtep_tests!(
+reference_tests!(
     ageing_withdraws: ageing_mutex, ageing_rwlock, ageing_rmlock, ageing_sharded, ageing_rcu,
     ageing_epoch; ageing_linux
 );
@@ -702,7 +692,7 @@ fn frr_started_late(what: &str) {
     fabric.stop();
 }
 
-vtep_tests!(
+reference_tests!(
     frr_started_late: late_mutex, late_rwlock, late_rmlock, late_sharded, late_rcu, late_epoch;
     late_linux
 );
@@ -1082,7 +1072,7 @@ fn three_vteps(what: &str) {
     }
 }
 
-vtep_tests!(
+reference_tests!(
     three_vteps: three_mutex, three_rwlock, three_rmlock, three_sharded, three_rcu, three_epoch;
     three_linux
 );
@@ -1199,7 +1189,7 @@ fn two_vnis_kept_apart(what: &str) {
     vtep.stop(&a);
 }
 
-vtep_tests!(
+reference_tests!(
     two_vnis_kept_apart: vnis_mutex, vnis_rwlock, vnis_rmlock, vnis_sharded, vnis_rcu,
     vnis_epoch; vnis_linux
 );

@@ -334,9 +334,14 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
 /// Sends TRANSFER bytes from host `from` to host `to` over TCP (ARP first,
 /// implicitly) and checks every byte. Every step is bounded in time.
 pub fn tcp_transfer(hosts: &[Netns], from: usize, to: usize, port: u16, seed: u64) {
-    let server_addr = SocketAddr::from((Topology::addr(to), port));
+    tcp_transfer_to(&hosts[from], &hosts[to], Topology::addr(to), port, seed)
+}
+
+/// `tcp_transfer` from namespace `from` to `to`, whose address is `addr`.
+pub fn tcp_transfer_to(from: &Netns, to: &Netns, addr: std::net::Ipv4Addr, port: u16, seed: u64) {
+    let server_addr = SocketAddr::from((addr, port));
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let server = hosts[to].spawn(move || {
+    let server = to.spawn(move || {
         let listener = TcpListener::bind(server_addr).expect("bind");
         listener.set_nonblocking(true).unwrap();
         ready_tx.send(()).unwrap();
@@ -363,7 +368,7 @@ pub fn tcp_transfer(hosts: &[Netns], from: usize, to: usize, port: u16, seed: u6
     ready_rx
         .recv_timeout(Duration::from_secs(10))
         .expect("server not listening");
-    hosts[from].run(move || {
+    from.run(move || {
         let mut stream =
             TcpStream::connect_timeout(&server_addr, Duration::from_secs(10)).expect("connect");
         stream
@@ -590,6 +595,18 @@ macro_rules! strategy_tests {
         }
         fn $epoch() {
             $body("epoch")
+        }
+    };
+}
+
+/// A scenario for the six strategies and, as `$linux`, with the Linux
+/// reference in mpbridge's place: `$body("linux")`.
+#[macro_export]
+macro_rules! reference_tests {
+    ($body:ident: $($strategy:ident),+; $linux:ident) => {
+        strategy_tests!($body: $($strategy),+);
+        fn $linux() {
+            $body("linux")
         }
     };
 }

@@ -93,17 +93,13 @@ impl Rtnl {
 
     /// Every link in this namespace.
     pub fn links(&mut self) -> io::Result<Vec<LinkMessage>> {
-        let answers = self.ask(
+        self.dump(
             RouteNetlinkMessage::GetLink(LinkMessage::default()),
-            NLM_F_DUMP,
-        )?;
-        Ok(answers
-            .into_iter()
-            .filter_map(|message| match message {
+            |message| match message {
                 RouteNetlinkMessage::NewLink(link) => Some(link),
                 _ => None,
-            })
-            .collect())
+            },
+        )
     }
 
     /// Writes a bridge fdb entry, or replaces the one of its address.
@@ -126,14 +122,13 @@ impl Rtnl {
     pub fn fdb(&mut self) -> io::Result<Vec<NeighbourMessage>> {
         let mut request = NeighbourMessage::default();
         request.header.family = AddressFamily::Bridge;
-        let answers = self.ask(RouteNetlinkMessage::GetNeighbour(request), NLM_F_DUMP)?;
-        Ok(answers
-            .into_iter()
-            .filter_map(|message| match message {
+        self.dump(
+            RouteNetlinkMessage::GetNeighbour(request),
+            |message| match message {
                 RouteNetlinkMessage::NewNeighbour(entry) => Some(entry),
                 _ => None,
-            })
-            .collect())
+            },
+        )
     }
 
     /// Adds an address to a link; fails with `EEXIST` when it has it.
@@ -147,17 +142,13 @@ impl Rtnl {
 
     /// Every address of every link in this namespace.
     pub fn addresses(&mut self) -> io::Result<Vec<AddressMessage>> {
-        let answers = self.ask(
+        self.dump(
             RouteNetlinkMessage::GetAddress(AddressMessage::default()),
-            NLM_F_DUMP,
-        )?;
-        Ok(answers
-            .into_iter()
-            .filter_map(|message| match message {
+            |message| match message {
                 RouteNetlinkMessage::NewAddress(address) => Some(address),
                 _ => None,
-            })
-            .collect())
+            },
+        )
     }
 
     /// Adds a route; fails with `EEXIST` when it exists.
@@ -174,13 +165,25 @@ impl Rtnl {
     pub fn routes(&mut self, family: AddressFamily) -> io::Result<Vec<RouteMessage>> {
         let mut request = RouteMessage::default();
         request.header.address_family = family;
-        let answers = self.ask(RouteNetlinkMessage::GetRoute(request), NLM_F_DUMP)?;
-        Ok(answers
-            .into_iter()
-            .filter_map(|message| match message {
+        self.dump(
+            RouteNetlinkMessage::GetRoute(request),
+            |message| match message {
                 RouteNetlinkMessage::NewRoute(route) => Some(route),
                 _ => None,
-            })
+            },
+        )
+    }
+
+    /// Dumps with `request`, keeping what `pick` picks of the answers.
+    fn dump<T>(
+        &mut self,
+        request: RouteNetlinkMessage,
+        pick: impl FnMut(RouteNetlinkMessage) -> Option<T>,
+    ) -> io::Result<Vec<T>> {
+        Ok(self
+            .ask(request, NLM_F_DUMP)?
+            .into_iter()
+            .filter_map(pick)
             .collect())
     }
 
