@@ -407,16 +407,41 @@ fn del_is_idempotent(what: &str) {
 }
 reference_tests!(del_is_idempotent: del_mutex, del_rwlock, del_rmlock, del_sharded, del_rcu, del_epoch; del_linux);
 
-/// CHECK with the ADD's result passes; after the container's interface is
-/// removed it fails with an error object; without prevResult it fails.
+/// IPAM's routes are made in the container; CHECK with the ADD's result
+/// passes; it fails (an error object) without prevResult, after one of
+/// the routes is removed, and after the container's interface is.
 fn check(what: &str) {
     if !can_run(&format!("check_{what}")) {
         return;
     }
     let mut lab = Lab::new(what, &[], 22);
-    let conf = lab.conf("1.0.0", json!({}));
+    let mut conf = lab.conf("1.0.0", json!({}));
+    // A route by its own gateway, and one without (by the subnet's). The
+    // reference plugin here (1.1.1) fails CHECK on the second, which it
+    // made itself, as "not found": it is left out for it.
+    let mut routes = vec![json!({"dst": "198.19.0.0/17", "gw": "198.18.22.254"})];
+    if lab.is_mpbridge() {
+        routes.push(json!({"dst": "198.19.128.0/17"}));
+    }
+    conf["ipam"]["routes"] = routes.clone().into();
     let a = lab.container();
     let result = lab.add(a, &conf);
+    assert_eq!(result["routes"], Value::from(routes), "{result}");
+    let table = Command::new("ip")
+        .args(["-n", &lab.containers[a].name, "route", "show"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains("198.19.0.0/17 via 198.18.22.254 dev eth0"),
+        "{table}"
+    );
+    if lab.is_mpbridge() {
+        assert!(
+            table.contains("198.19.128.0/17 via 198.18.22.1 dev eth0"),
+            "{table}"
+        );
+    }
     let mut with_prev = conf.clone();
     with_prev["prevResult"] = result.clone();
     let (code, out) = lab.cni("CHECK", a, &with_prev);
@@ -427,9 +452,29 @@ fn check(what: &str) {
         out["code"].as_u64().is_some() && out["msg"].is_string(),
         "{out}"
     );
+    // Each failure in turn, the last one found first by mpbridge's CHECK,
+    // whose message names it.
+    let fails = |lab: &Lab, what: &str, says: &str| {
+        let (code, out) = lab.cni("CHECK", a, &with_prev);
+        assert_ne!(code, 0, "CHECK after {what}: {out}");
+        let msg = out["msg"].as_str().unwrap_or_default();
+        assert!(
+            !lab.is_mpbridge() || msg.contains(says),
+            "CHECK after {what}: {out}"
+        );
+    };
+    if lab.is_mpbridge() {
+        ctl_ok(
+            &lab.socket,
+            &["port", "del", &format!("raw:{}", host_end(&result))],
+        );
+        fails(&lab, "the port went", "bridge port");
+    }
+    lab.containers[a].ip(&["route", "del", "198.19.0.0/17"]);
+    fails(&lab, "a route went", "no route to 198.19.0.0/17");
     lab.containers[a].ip(&["link", "del", IFNAME]);
-    let (code, out) = lab.cni("CHECK", a, &with_prev);
-    assert_ne!(code, 0, "CHECK after eth0 went: {out}");
+    fails(&lab, "eth0 went", "container interface eth0 is gone");
+    let (_, out) = lab.cni("CHECK", a, &with_prev);
     assert!(out["code"].as_u64().is_some(), "{out}");
     lab.del(a, &conf);
     lab.assert_empty();
