@@ -34,7 +34,15 @@ pub fn add(conf: &NetConf, raw: &Value, env: &Env) -> Result<Value, Error> {
         env.container_id.clone(),
         env.ifname.clone(),
     )
-    .map_err(|e| Error::new(code::INVALID_ENVIRONMENT, e))?;
+    .map_err(|e| {
+        // The network's name is the configuration's; the rest the
+        // environment's.
+        let code = match e.starts_with("owner network") {
+            true => code::INVALID_NETWORK_CONFIG,
+            false => code::INVALID_ENVIRONMENT,
+        };
+        Error::new(code, e)
+    })?;
     let bridge = Bridge::of(conf);
     // Before anything is made: a bridge that does not run takes no one.
     bridge.answers().map_err(|f| f.into_error())?;
@@ -104,6 +112,13 @@ fn attach(
         .map_err(io("listing links"))?
         .ok_or_else(|| Error::internal(format!("{} vanished from the netns", env.ifname)))?;
     link::set_up(&mut ns_rtnl, inside.index).map_err(io(&format!("setting {} up", env.ifname)))?;
+    if outcome
+        .ips
+        .iter()
+        .any(|ip| ip.cidr().is_some_and(|(a, _)| a.is_ipv6()))
+    {
+        link::enable_ipv6(ns, &env.ifname).map_err(io("enabling IPv6 in the netns"))?;
+    }
     link::configure(&mut ns_rtnl, inside.index, &outcome, 1)
         .map_err(io(&format!("addressing {}", env.ifname)))?;
     let outside = link::find(&mut host_rtnl, &host)
@@ -128,8 +143,10 @@ fn attach(
             spec.push_str(&format!(",{flag}=on"));
         }
     }
-    bridge.add_port(&spec, owner).map_err(|f| f.into_error())?;
+    // Before the request: one that timed out may still have added it. The
+    // name is of the veth just made, so no other port has it.
     made.port = Some(port.clone());
+    bridge.add_port(&spec, owner).map_err(|f| f.into_error())?;
     if conf.macspoofchk {
         // The locked port admits only sources with a static entry on it.
         bridge
@@ -153,7 +170,15 @@ fn attach(
         },
     ];
     for ip in &mut outcome.ips {
-        ip.interface = Some(1);
+        ip.interface = ip.interface.or(Some(1));
+    }
+    if let Some(dns) = &conf.dns {
+        outcome.dns = dns.clone();
+    }
+    if let Some(prev) = &conf.prev_result {
+        let prev = Outcome::from_any(prev.clone())
+            .map_err(|e| Error::new(code::INVALID_NETWORK_CONFIG, format!("prevResult: {e}")))?;
+        outcome = outcome.after(prev);
     }
     Ok(outcome.in_version(&conf.cni_version))
 }

@@ -46,12 +46,10 @@ pub fn check(conf: &NetConf, raw: &Value, env: &Env) -> Result<(), Error> {
         let what = what.to_owned();
         move |e: std::io::Error| Error::internal(format!("{what}: {e}"))
     };
-    let ns = link::open_netns(&env.netns).map_err(|e| {
-        Error::new(
-            code::UNKNOWN_CONTAINER,
-            format!("failed to open netns {:?}: {e}", env.netns),
-        )
-    })?;
+    // Not code 3 (unknown container): that would tell the runtime that
+    // no DEL is needed, and the port and the lease would stay.
+    let ns = link::open_netns(&env.netns)
+        .map_err(|e| Error::internal(format!("failed to open netns {:?}: {e}", env.netns)))?;
     let mut ns_rtnl = link::rtnl_in(&ns).map_err(io("entering the container's netns"))?;
     let Some(inside) = link::find(&mut ns_rtnl, &env.ifname).map_err(io("listing links"))? else {
         return wrong(format!("container interface {} is gone", env.ifname));
@@ -76,8 +74,15 @@ pub fn check(conf: &NetConf, raw: &Value, env: &Env) -> Result<(), Error> {
         let Some((dst, len)) = cidr(&route.dst) else {
             return wrong(format!("prevResult route {} is not a CIDR", route.dst));
         };
-        if !routes.contains(&(dst, len)) {
-            return wrong(format!("no route to {} out of {}", route.dst, env.ifname));
+        let found = routes.iter().any(|&(d, l, gw)| {
+            (d, l) == (dst, len) && route.gw.is_none_or(|want| gw == Some(want))
+        });
+        if !found {
+            let via = route.gw.map(|gw| format!(" via {gw}")).unwrap_or_default();
+            return wrong(format!(
+                "no route to {}{via} out of {}",
+                route.dst, env.ifname
+            ));
         }
     }
 

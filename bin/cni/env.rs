@@ -114,7 +114,8 @@ impl Env {
 }
 
 /// The configuration, checked beyond its shape: one of `bridge` and
-/// `ctl`, a VLAN and an MTU in range, an IPAM section with a type.
+/// `ctl`, a VLAN and an MTU in range (0 is none for both), an IPAM
+/// section without a type read as none.
 pub fn checked(mut conf: NetConf) -> Result<NetConf, Error> {
     let bad = |msg: String| Err(Error::new(code::INVALID_NETWORK_CONFIG, msg));
     if conf.bridge.is_some() && conf.ctl.is_some() {
@@ -130,19 +131,21 @@ pub fn checked(mut conf: NetConf) -> Result<NetConf, Error> {
             return bad(format!("\"vlan\" {vlan}: a VLAN is 1 to 4094"));
         }
     }
+    // 0 is no MTU, as the reference reads it.
+    conf.mtu = conf.mtu.filter(|&mtu| mtu != 0);
     if let Some(mtu) = conf.mtu {
         if !(68..=65535).contains(&mtu) {
             return bad(format!("\"mtu\" {mtu}: 68 to 65535"));
         }
     }
-    if let Some(ipam) = &conf.ipam {
-        if ipam
-            .get("type")
+    // An IPAM section without a type is none (a layer-2 network), as the
+    // reference reads it.
+    if conf.ipam.as_ref().is_some_and(|ipam| {
+        ipam.get("type")
             .and_then(|t| t.as_str())
             .is_none_or(str::is_empty)
-        {
-            return bad("\"ipam\" has no \"type\"".into());
-        }
+    }) {
+        conf.ipam = None;
     }
     Ok(conf)
 }

@@ -2,7 +2,8 @@
 //! code 50 when it does not; an IPAM plugin that speaks 1.1.0 is asked
 //! too. GC: this network's ports whose attachment is not among
 //! `cni.dev/valid-attachments` are removed with their veths and their
-//! leases; then IPAM's own GC, where it speaks 1.1.0.
+//! leases; then IPAM's own GC, where it speaks 1.1.0. GC goes on past
+//! errors and reports the first.
 
 use std::collections::HashSet;
 
@@ -21,6 +22,11 @@ pub fn status(conf: &NetConf, raw: &Value, env: &Env) -> Result<(), Error> {
         error.code = code::NOT_AVAILABLE;
         error
     })?;
+    // CNI_PATH is optional for STATUS: without it there is no IPAM
+    // plugin to ask.
+    if env.path.is_empty() {
+        return Ok(());
+    }
     match Ipam::find(conf, env)? {
         Some(ipam) if ipam.speaks_1_1() => ipam.call_quiet(Command::Status, raw, env),
         _ => Ok(()),
@@ -29,18 +35,26 @@ pub fn status(conf: &NetConf, raw: &Value, env: &Env) -> Result<(), Error> {
 
 /// GC.
 pub fn gc(conf: &NetConf, raw: &Value, env: &Env) -> Result<(), Error> {
-    // The newer key, and the one runtimes sent before the spec named it.
+    // The newer key, or the one runtimes sent before the spec named it;
+    // null (a runtime's empty list) is no attachment. Without either, GC
+    // would remove every port of the network: refused.
     let listed = ["cni.dev/valid-attachments", "cni.dev/attachments"]
         .iter()
-        .find_map(|key| raw.get(*key));
+        .find_map(|key| raw.get(*key))
+        .ok_or_else(|| {
+            Error::new(
+                code::INVALID_NETWORK_CONFIG,
+                "GC needs cni.dev/valid-attachments",
+            )
+        })?;
     let valid: Vec<Attachment> = match listed {
-        Some(list) => serde_json::from_value(list.clone()).map_err(|e| {
+        Value::Null => Vec::new(),
+        list => serde_json::from_value(list.clone()).map_err(|e| {
             Error::new(
                 code::INVALID_NETWORK_CONFIG,
                 format!("cni.dev/valid-attachments: {e}"),
             )
         })?,
-        None => Vec::new(),
     };
     let valid: HashSet<(&str, &str)> = valid
         .iter()
@@ -49,7 +63,12 @@ pub fn gc(conf: &NetConf, raw: &Value, env: &Env) -> Result<(), Error> {
     let bridge = Bridge::of(conf);
     let ipam = Ipam::find(conf, env)?;
     let mut errors = Vec::new();
-    let ports = bridge.ports().map_err(|f| f.into_error())?;
+    // A bridge that does not answer has no ports to look at; IPAM's GC
+    // still runs, and the error is reported after it.
+    let ports = bridge.ports().unwrap_or_else(|failure| {
+        errors.push(failure.into_error());
+        Vec::new()
+    });
     for owner in ports.iter().filter_map(|p| p.owner.as_ref()) {
         if owner.network != conf.name
             || valid.contains(&(owner.container.as_str(), owner.ifname.as_str()))

@@ -111,10 +111,18 @@ impl Ipam {
         let mut conf = raw.clone();
         conf["cniVersion"] = self.version.clone().into();
         if let Some(prev) = conf.get("prevResult").cloned() {
-            let prev = Outcome::from_any(prev).map_err(|e| {
-                Error::new(code::INVALID_NETWORK_CONFIG, format!("prevResult: {e}"))
-            })?;
-            conf["prevResult"] = prev.in_version(&self.version);
+            match Outcome::from_any(prev) {
+                Ok(prev) => conf["prevResult"] = prev.in_version(&self.version),
+                // DEL must release the lease whatever the runtime kept:
+                // the prevResult goes on as it came.
+                Err(_) if command == Command::Del => {}
+                Err(e) => {
+                    return Err(Error::new(
+                        code::INVALID_NETWORK_CONFIG,
+                        format!("prevResult: {e}"),
+                    ))
+                }
+            }
         }
         self.exec(command, &conf, env)
     }

@@ -10,16 +10,18 @@ use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 
 use bridge::rtnl::Rtnl;
-use netlink_packet_route::address::{AddressAttribute, AddressMessage};
+use netlink_packet_route::address::{AddressAttribute, AddressHeaderFlags, AddressMessage};
 use netlink_packet_route::link::{
     InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
 };
 use netlink_packet_route::route::{
-    RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
+    RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteMetric, RouteProtocol,
+    RouteScope, RouteType,
 };
 use netlink_packet_route::AddressFamily;
+use serde_json::Value;
 
-use crate::spec::{cidr, Outcome};
+use crate::spec::{cidr, Outcome, Route};
 
 /// The host end's name for an attachment: "mpb" and 12 hex digits of a
 /// hash of the container's id and interface name, so that DEL and GC find
@@ -39,19 +41,41 @@ pub fn open_netns(path: &str) -> io::Result<File> {
     File::open(path)
 }
 
-/// An rtnetlink socket in namespace `ns`: opened by a thread that enters
-/// it, so this process stays where it is; the socket keeps talking to
-/// the namespace it was made in.
-pub fn rtnl_in(ns: &File) -> io::Result<Rtnl> {
+/// Runs `f` in namespace `ns`, on a thread that enters it, so that this
+/// process stays where it is.
+pub fn in_netns<T: Send>(ns: &File, f: impl FnOnce() -> io::Result<T> + Send) -> io::Result<T> {
     std::thread::scope(|scope| {
         scope
             .spawn(|| {
                 nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET)
                     .map_err(io::Error::from)?;
-                Rtnl::open()
+                f()
             })
             .join()
-            .unwrap_or_else(|_| Err(io::Error::other("entering the namespace panicked")))
+            .unwrap_or_else(|_| Err(io::Error::other("a thread in the netns panicked")))
+    })
+}
+
+/// An rtnetlink socket in namespace `ns`; it keeps talking to the
+/// namespace it was made in.
+pub fn rtnl_in(ns: &File) -> io::Result<Rtnl> {
+    in_netns(ns, Rtnl::open)
+}
+
+/// Lets `ifname` (and `lo`) in namespace `ns` take IPv6 addresses, as the
+/// reference plugins do: a runtime may have turned IPv6 off by default.
+pub fn enable_ipv6(ns: &File, ifname: &str) -> io::Result<()> {
+    in_netns(ns, || {
+        for dev in ["lo", ifname] {
+            let path = format!("/proc/sys/net/ipv6/conf/{dev}/disable_ipv6");
+            match std::fs::write(&path, "0") {
+                // A kernel without IPv6 has no such file; adding the
+                // address then says so.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                other => other?,
+            }
+        }
+        Ok(())
     })
 }
 
@@ -150,9 +174,12 @@ pub fn delete(rtnl: &mut Rtnl, name: &str) -> io::Result<()> {
 }
 
 /// Gives the container's link `index` the result's addresses (those of
-/// interface `interface`) and routes, as the reference plugins'
-/// ConfigureIface does: a route without a gateway goes by the first
-/// gateway of its family, or onto the link when there is none.
+/// interface `interface`, or of none) and routes, as the reference
+/// plugins' ConfigureIface does: a route without a gateway goes by the
+/// first gateway of its family, or onto the link when there is none; a
+/// route that exists already is fine. IPv6 addresses skip duplicate
+/// address detection (the reference turns it off), so they are usable at
+/// once.
 pub fn configure(
     rtnl: &mut Rtnl,
     index: u32,
@@ -173,45 +200,91 @@ pub fn configure(
         message.header.index = index;
         if address.is_ipv4() {
             message.attributes.push(AddressAttribute::Local(address));
+        } else {
+            message.header.flags = AddressHeaderFlags::Nodad;
         }
         message.attributes.push(AddressAttribute::Address(address));
         rtnl.new_address(message)?;
         gateways.extend(ip.gateway);
     }
     for route in &outcome.routes {
-        let (dst, len) = cidr(&route.dst)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, route.dst.clone()))?;
-        let gw = route.gw.or_else(|| {
-            gateways
-                .iter()
-                .copied()
-                .find(|g| g.is_ipv4() == dst.is_ipv4())
-        });
-        let mut message = RouteMessage::default();
-        message.header.address_family = family(dst);
-        message.header.destination_prefix_length = len;
-        message.header.table = RouteHeader::RT_TABLE_MAIN;
-        message.header.protocol = RouteProtocol::Boot;
-        message.header.kind = RouteType::Unicast;
-        message.header.scope = if gw.is_some() {
-            RouteScope::Universe
-        } else {
-            RouteScope::Link
-        };
-        if len > 0 {
-            message
-                .attributes
-                .push(RouteAttribute::Destination(route_address(dst)));
+        let message = route_message(route, index, &gateways)?;
+        match rtnl.new_route(message) {
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+            other => other?,
         }
-        if let Some(gw) = gw {
-            message
-                .attributes
-                .push(RouteAttribute::Gateway(route_address(gw)));
-        }
-        message.attributes.push(RouteAttribute::Oif(index));
-        rtnl.new_route(message)?;
     }
     Ok(())
+}
+
+/// The route `route` out of link `index`, with 1.1.0's fields (mtu,
+/// advmss, priority, table, scope) where it has them.
+fn route_message(route: &Route, index: u32, gateways: &[IpAddr]) -> io::Result<RouteMessage> {
+    let bad = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
+    let (dst, len) = cidr(&route.dst).ok_or_else(|| bad(route.dst.clone()))?;
+    let gw = route.gw.or_else(|| {
+        gateways
+            .iter()
+            .copied()
+            .find(|g| g.is_ipv4() == dst.is_ipv4())
+    });
+    let number = |key: &str| -> io::Result<Option<u32>> {
+        match route.rest.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(value) => value
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .map(Some)
+                .ok_or_else(|| bad(format!("route {}: {key} {value}", route.dst))),
+        }
+    };
+    let mut message = RouteMessage::default();
+    message.header.address_family = family(dst);
+    message.header.destination_prefix_length = len;
+    message.header.table = RouteHeader::RT_TABLE_MAIN;
+    message.header.protocol = RouteProtocol::Boot;
+    message.header.kind = RouteType::Unicast;
+    message.header.scope = match (number("scope")?, gw) {
+        (Some(scope), _) => RouteScope::from(
+            u8::try_from(scope).map_err(|_| bad(format!("route {}: scope", route.dst)))?,
+        ),
+        (None, Some(_)) => RouteScope::Universe,
+        (None, None) => RouteScope::Link,
+    };
+    if let Some(table) = number("table")? {
+        match u8::try_from(table) {
+            Ok(small) => message.header.table = small,
+            Err(_) => {
+                message.header.table = 0;
+                message.attributes.push(RouteAttribute::Table(table));
+            }
+        }
+    }
+    if len > 0 {
+        message
+            .attributes
+            .push(RouteAttribute::Destination(route_address(dst)));
+    }
+    if let Some(gw) = gw {
+        message
+            .attributes
+            .push(RouteAttribute::Gateway(route_address(gw)));
+    }
+    message.attributes.push(RouteAttribute::Oif(index));
+    if let Some(priority) = number("priority")? {
+        message.attributes.push(RouteAttribute::Priority(priority));
+    }
+    let mut metrics = Vec::new();
+    if let Some(mtu) = number("mtu")? {
+        metrics.push(RouteMetric::Mtu(mtu));
+    }
+    if let Some(advmss) = number("advmss")? {
+        metrics.push(RouteMetric::Advmss(advmss));
+    }
+    if !metrics.is_empty() {
+        message.attributes.push(RouteAttribute::Metrics(metrics));
+    }
+    Ok(message)
 }
 
 /// The addresses (with prefix lengths) of link `index`.
@@ -230,11 +303,23 @@ pub fn addresses(rtnl: &mut Rtnl, index: u32) -> io::Result<Vec<(IpAddr, u8)>> {
         .collect())
 }
 
-/// The destinations (address and length) of the routes out of link
-/// `index`, of both families.
-pub fn routes(rtnl: &mut Rtnl, index: u32) -> io::Result<Vec<(IpAddr, u8)>> {
+/// A route as CHECK compares it: destination, prefix length, gateway.
+pub type RouteSeen = (IpAddr, u8, Option<IpAddr>);
+
+/// The routes out of link `index`, of both families and every table.
+pub fn routes(rtnl: &mut Rtnl, index: u32) -> io::Result<Vec<RouteSeen>> {
+    let address = |a: &RouteAddress| match a {
+        RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
+        RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),
+        _ => None,
+    };
     let mut out = Vec::new();
     for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+        let unspecified = if family == AddressFamily::Inet {
+            IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
+        } else {
+            IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+        };
         for route in rtnl.routes(family)? {
             let oif = route
                 .attributes
@@ -243,18 +328,16 @@ pub fn routes(rtnl: &mut Rtnl, index: u32) -> io::Result<Vec<(IpAddr, u8)>> {
             if !oif {
                 continue;
             }
+            let (mut dst, mut gw) = (None, None);
+            for attribute in &route.attributes {
+                match attribute {
+                    RouteAttribute::Destination(a) => dst = address(a),
+                    RouteAttribute::Gateway(a) => gw = address(a),
+                    _ => {}
+                }
+            }
             let len = route.header.destination_prefix_length;
-            let dst = route.attributes.iter().find_map(|a| match a {
-                RouteAttribute::Destination(RouteAddress::Inet(v4)) => Some(IpAddr::V4(*v4)),
-                RouteAttribute::Destination(RouteAddress::Inet6(v6)) => Some(IpAddr::V6(*v6)),
-                _ => None,
-            });
-            let unspecified = if family == AddressFamily::Inet {
-                IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
-            } else {
-                IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
-            };
-            out.push((dst.unwrap_or(unspecified), len));
+            out.push((dst.unwrap_or(unspecified), len, gw));
         }
     }
     Ok(out)

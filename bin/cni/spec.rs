@@ -18,8 +18,6 @@ pub mod code {
     /// The configuration's cniVersion is not one the plugin speaks, or
     /// the command needs a newer one.
     pub const INCOMPATIBLE_VERSION: u32 = 1;
-    /// The container is not known (CHECK of an attachment not there).
-    pub const UNKNOWN_CONTAINER: u32 = 3;
     /// A CNI_* variable is missing or wrong, or the command is unknown.
     pub const INVALID_ENVIRONMENT: u32 = 4;
     /// Reading or writing failed.
@@ -121,6 +119,10 @@ pub struct NetConf {
     /// The port's receive ring per worker (`ring=` of a raw port).
     #[serde(default)]
     pub ring: Option<String>,
+    /// DNS settings for the result (the reference's `dns`); IPAM's when
+    /// absent.
+    #[serde(default)]
+    pub dns: Option<Dns>,
     /// The previous plugin's result, in a chain (CHECK needs it).
     #[serde(default)]
     pub prev_result: Option<Value>,
@@ -322,6 +324,27 @@ impl Outcome {
     }
 }
 
+impl Outcome {
+    /// This result after `prev`, the result of the plugins before this
+    /// one in a chain, which a plugin must pass on: `prev`'s interfaces,
+    /// addresses and routes first, then these (their interface indexes
+    /// shifted past `prev`'s interfaces); these DNS settings where there
+    /// are any.
+    pub fn after(mut self, mut prev: Outcome) -> Outcome {
+        let shift = prev.interfaces.len();
+        for ip in &mut self.ips {
+            ip.interface = ip.interface.map(|i| i + shift);
+        }
+        prev.interfaces.append(&mut self.interfaces);
+        prev.ips.append(&mut self.ips);
+        prev.routes.append(&mut self.routes);
+        if !self.dns.is_empty() {
+            prev.dns = self.dns;
+        }
+        prev
+    }
+}
+
 /// VERSION's answer to a configuration of `version`.
 pub fn version_info(version: &str) -> Value {
     json!({"cniVersion": version, "supportedVersions": SUPPORTED})
@@ -400,6 +423,32 @@ mod tests {
         );
         assert!(outcome.interfaces.is_empty());
         assert!(Outcome::from_any(json!({"ips": [{"address": "198.18.0.2"}]})).is_err());
+    }
+
+    #[test]
+    fn a_result_after_another_keeps_it_and_points_past_it() {
+        let prev = Outcome::from_any(serde_json::from_str(SPEC_RESULT).unwrap()).unwrap();
+        let ours = Outcome {
+            interfaces: vec![Interface {
+                name: "eth1".into(),
+                sandbox: "/run/netns/blue".into(),
+                ..Interface::default()
+            }],
+            ips: vec![IpConfig {
+                address: "198.18.0.2/24".into(),
+                gateway: None,
+                interface: Some(0),
+            }],
+            ..Outcome::default()
+        };
+        let merged = ours.after(prev.clone());
+        assert_eq!(merged.interfaces.len(), 4);
+        assert_eq!(merged.interfaces[..3], prev.interfaces[..]);
+        assert_eq!(merged.ips[0], prev.ips[0]);
+        assert_eq!(merged.ips[1].interface, Some(3));
+        assert_eq!(merged.interfaces[3].name, "eth1");
+        assert_eq!(merged.dns, prev.dns);
+        assert_eq!(merged.routes, prev.routes);
     }
 
     #[test]

@@ -53,7 +53,14 @@ impl Lab {
         let dir = TempDir::new("cni");
         let socket = dir.path("ctl.sock");
         let (daemon, linux) = if what == LINUX {
-            (None, Some(unique("cb")))
+            // Made here with a fixed address, which the reference plugin
+            // then uses as it finds it: a bridge that takes its ports'
+            // lowest MAC changes it as ports come, and the reference's
+            // CHECK compares the one its ADD recorded.
+            let bridge = unique("cb");
+            host.ip(&["link", "add", &bridge, "type", "bridge"]);
+            host.ip(&["link", "set", &bridge, "address", "02:00:5e:00:53:01", "up"]);
+            (None, Some(bridge))
         } else {
             let ctl = format!("--ctl={}", socket.display());
             let mut args = vec!["run", "--name", "cnitest", "--lock", what, &ctl];
@@ -302,7 +309,7 @@ fn host_end(result: &Value) -> String {
 
 /// Whether `from` reaches `addr`: a TCP connection to a closed port
 /// answered (refused) within 2 s.
-fn connects(from: &Netns, addr: Ipv4Addr) -> bool {
+fn reaches(from: &Netns, addr: std::net::IpAddr) -> bool {
     from.run(move || {
         match std::net::TcpStream::connect_timeout(&(addr, 9).into(), Duration::from_secs(2)) {
             Ok(_) => true,
@@ -638,11 +645,11 @@ fn vlans(what: &str) {
         21,
     );
     assert!(
-        !connects(&lab.containers[0], Lab::address(&results[2])),
+        !reaches(&lab.containers[0], Lab::address(&results[2]).into()),
         "VLAN 10 reached VLAN 20"
     );
     assert!(
-        !connects(&lab.containers[2], Lab::address(&results[1])),
+        !reaches(&lab.containers[2], Lab::address(&results[1]).into()),
         "VLAN 20 reached VLAN 10"
     );
     for (i, conf) in [(0, &ten), (1, &ten), (2, &twenty)] {
@@ -696,7 +703,7 @@ fn isolated(what: &str) {
         32,
     );
     assert!(
-        !connects(&lab.containers[0], Lab::address(&results[1])),
+        !reaches(&lab.containers[0], Lab::address(&results[1]).into()),
         "isolated reached isolated"
     );
     for (i, conf) in [(0, &isolated), (1, &isolated), (2, &plain)] {
@@ -713,7 +720,10 @@ fn versions(what: &str) {
         return;
     }
     let mut lab = Lab::new(what, &[], 29);
-    for (i, version) in ["0.3.1", "0.4.0", "1.0.0", "1.1.0"].into_iter().enumerate() {
+    for (i, version) in ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
+        .into_iter()
+        .enumerate()
+    {
         let conf = lab.conf(version, json!({}));
         lab.container();
         let result = lab.add(i, &conf);
@@ -740,7 +750,8 @@ fn versions(what: &str) {
 reference_tests!(versions: versions_mutex, versions_rwlock, versions_rmlock, versions_sharded, versions_rcu, versions_epoch; versions_linux);
 
 /// A conflist's chain as a runtime runs it: mpbridge, then `tuning` and
-/// `bandwidth` each given the previous result; DEL in reverse order.
+/// `bandwidth` each given the previous result; CHECK with the chain's
+/// result; DEL in reverse order.
 fn chain(what: &str) {
     if !can_run(&format!("chain_{what}")) {
         return;
@@ -796,6 +807,11 @@ fn chain(what: &str) {
         41,
     );
     for (i, result) in [a, b].into_iter().zip(&results) {
+        // The chain's final result is what a runtime CHECKs with.
+        let mut check = first.clone();
+        check["prevResult"] = result.clone();
+        let (code, out) = lab.cni("CHECK", i, &check);
+        assert_eq!(code, 0, "CHECK after the chain: {out}");
         for (program, conf) in [
             (format!("{CNI_PATH}/bandwidth"), &bandwidth),
             (format!("{CNI_PATH}/tuning"), &tuning),
@@ -810,6 +826,72 @@ fn chain(what: &str) {
     lab.assert_empty();
 }
 reference_tests!(chain: chain_mutex, chain_rwlock, chain_rmlock, chain_sharded, chain_rcu, chain_epoch; chain_linux);
+
+/// Dual stack: an IPv4 and an IPv6 range. Both addresses usable at once
+/// (IPv6 is off by default in these namespaces: the plugin turns it on for
+/// the interface, as the reference does), the containers reach each other
+/// over both, CHECK passes.
+fn dual_stack(what: &str) {
+    if !can_run(&format!("dual_stack_{what}")) {
+        return;
+    }
+    let mut lab = Lab::new(what, &[], 35);
+    let mut conf = lab.conf("1.1.0", json!({}));
+    conf["ipam"] = json!({
+        "type": "host-local",
+        "ranges": [[{"subnet": "198.18.35.0/24"}], [{"subnet": "2001:2:0:35::/64"}]],
+        "dataDir": lab.dir.path("ipam"),
+    });
+    let mut results = Vec::new();
+    for _ in 0..2 {
+        let i = lab.container();
+        let result = lab.add(i, &conf);
+        let mut with_prev = conf.clone();
+        with_prev["prevResult"] = result.clone();
+        let (code, out) = lab.cni("CHECK", i, &with_prev);
+        assert_eq!(code, 0, "CHECK: {out}");
+        results.push(result);
+    }
+    let v6 = |result: &Value| -> std::net::IpAddr {
+        let ips = result["ips"].as_array().unwrap();
+        let cidr = ips
+            .iter()
+            .filter_map(|ip| ip["address"].as_str())
+            .find(|a| a.contains(':'))
+            .unwrap_or_else(|| panic!("no IPv6 address in {result}"));
+        cidr.split('/').next().unwrap().parse().unwrap()
+    };
+    assert!(reaches(
+        &lab.containers[0],
+        Lab::address(&results[1]).into()
+    ));
+    assert!(reaches(&lab.containers[0], v6(&results[1])), "over IPv6");
+    assert!(reaches(&lab.containers[1], v6(&results[0])), "over IPv6");
+    for i in 0..2 {
+        lab.del(i, &conf);
+    }
+    lab.assert_empty();
+}
+reference_tests!(dual_stack: dual_mutex, dual_rwlock, dual_rmlock, dual_sharded, dual_rcu, dual_epoch; dual_linux);
+
+/// A layer-2 network (`"ipam": {}`, as Multus definitions often have):
+/// a link, up, with no address; DEL leaves nothing.
+fn layer2_only(what: &str) {
+    if !can_run(&format!("layer2_only_{what}")) {
+        return;
+    }
+    let mut lab = Lab::new(what, &[], 36);
+    let mut conf = lab.conf("1.1.0", json!({}));
+    conf["ipam"] = json!({});
+    let a = lab.container();
+    let result = lab.add(a, &conf);
+    assert!(result.get("ips").is_none(), "{result}");
+    let link = link_json(&lab.containers[a], IFNAME);
+    assert_eq!(link["operstate"], "UP", "{link}");
+    lab.del(a, &conf);
+    lab.assert_empty();
+}
+reference_tests!(layer2_only: l2_mutex, l2_rwlock, l2_rmlock, l2_sharded, l2_rcu, l2_epoch; l2_linux);
 
 /// STATUS: success while the bridge answers, code 50 once it is gone;
 /// refused (code 1) for a configuration older than 1.1.0.
@@ -827,6 +909,9 @@ fn status() {
         )
     };
     assert_eq!(status(&lab, &conf).0, 0, "{}", status(&lab, &conf).1);
+    // CNI_PATH is optional for STATUS.
+    let (code, out) = lab.plugin(&lab.program(), &[("CNI_COMMAND", "STATUS")], &conf);
+    assert_eq!(code, 0, "STATUS without CNI_PATH: {out}");
     let (code, out) = status(&lab, &lab.conf("1.0.0", json!({})));
     assert_eq!((code != 0, out["code"].as_u64()), (true, Some(1)), "{out}");
     lab.daemon.take();
@@ -843,7 +928,9 @@ fn status() {
 
 /// GC with `cni.dev/valid-attachments`: the network's other attachments
 /// go (ports, veths, leases), the listed one stays and passes CHECK;
-/// another network's port is left alone.
+/// another network's port is left alone. The older key works the same; no
+/// key, or a configuration before 1.1.0, is refused; null is an empty
+/// list; with the bridge gone GC fails with code 50.
 fn gc() {
     if !can_run("gc") {
         return;
@@ -880,9 +967,55 @@ fn gc() {
     with_prev["prevResult"] = kept;
     let (code, out) = lab.cni("CHECK", 0, &with_prev);
     assert_eq!(code, 0, "CHECK of the kept one: {out}");
+    let gc = |lab: &Lab, request: &Value| {
+        lab.plugin(
+            &lab.program(),
+            &[("CNI_COMMAND", "GC"), ("CNI_PATH", CNI_PATH)],
+            request,
+        )
+    };
+    // The older key keeps the same; no key is refused; nor before 1.1.0.
+    let mut older = conf.clone();
+    older["cni.dev/attachments"] = json!([{"containerID": "ctr0", "ifname": IFNAME}]);
+    assert_eq!(gc(&lab, &older).0, 0, "{}", gc(&lab, &older).1);
+    assert_eq!(lab.ports().len(), 2);
+    let (code, out) = gc(&lab, &conf);
+    assert_eq!(
+        (code != 0, out["code"].as_u64()),
+        (true, Some(7)),
+        "GC without a list: {out}"
+    );
+    let mut old = request.clone();
+    old["cniVersion"] = "1.0.0".into();
+    let (code, out) = gc(&lab, &old);
+    assert_eq!(
+        (code != 0, out["code"].as_u64()),
+        (true, Some(1)),
+        "GC at 1.0.0: {out}"
+    );
+    assert_eq!(lab.ports().len(), 2);
+    // null, a runtime's empty list: the network has no valid attachment.
+    let mut none = conf.clone();
+    none["cni.dev/valid-attachments"] = Value::Null;
+    assert_eq!(gc(&lab, &none).0, 0, "{}", gc(&lab, &none).1);
+    let left: Vec<Value> = lab
+        .ports()
+        .iter()
+        .map(|p| p["owner"]["network"].clone())
+        .collect();
+    assert_eq!(left, ["othernet"]);
+    assert_eq!(lab.leases(), Vec::<String>::new());
     lab.del(0, &conf);
     lab.del(3, &other);
     lab.assert_empty();
+    // A bridge that does not answer: GC fails, saying so.
+    lab.daemon.take();
+    let (code, out) = gc(&lab, &request);
+    assert_eq!(
+        (code != 0, out["code"].as_u64()),
+        (true, Some(50)),
+        "GC, bridge gone: {out}"
+    );
 }
 
 /// Every error code, as the spec's error object with the configuration's
@@ -918,10 +1051,22 @@ fn error_codes() {
     ];
     // The variables, stdin, the code, what the case is.
     type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, u64, &'a str);
-    let cases: [Case; 8] = [
+    let cases: [Case; 10] = [
         (&[], good, 4, "no CNI_COMMAND"),
         (&[("CNI_COMMAND", "FROB")], good, 4, "an unknown command"),
         (&full[..4], good, 4, "no CNI_PATH"),
+        (
+            &[full[0], full[1], full[3], full[4]],
+            good,
+            4,
+            "ADD without CNI_NETNS",
+        ),
+        (
+            &[("CNI_COMMAND", "DEL"), full[1], full[2], full[4]],
+            good,
+            4,
+            "DEL without CNI_IFNAME",
+        ),
         (&full, "{not json", 6, "stdin not JSON"),
         (
             &full,
@@ -1192,6 +1337,8 @@ lab::test_main! {
         versions_mutex, versions_rwlock, versions_rmlock, versions_sharded, versions_rcu,
         versions_epoch, versions_linux,
         chain_mutex, chain_rwlock, chain_rmlock, chain_sharded, chain_rcu, chain_epoch, chain_linux,
+        dual_mutex, dual_rwlock, dual_rmlock, dual_sharded, dual_rcu, dual_epoch, dual_linux,
+        l2_mutex, l2_rwlock, l2_rmlock, l2_sharded, l2_rcu, l2_epoch, l2_linux,
         status,
         gc,
         hundred_containers,

@@ -55,10 +55,14 @@ fn check_result(data: &[u8]) {
         }
         assert_eq!(back.ips, outcome.ips, "{version}");
         assert_eq!(back.dns, outcome.dns, "{version}");
-        let routes = |o: &Outcome| -> Vec<_> { o.routes.iter().map(|r| (r.dst.clone(), r.gw)).collect() };
+        let routes =
+            |o: &Outcome| -> Vec<_> { o.routes.iter().map(|r| (r.dst.clone(), r.gw)).collect() };
         assert_eq!(routes(&back), routes(&outcome), "{version}");
         let names = |o: &Outcome| -> Vec<_> {
-            o.interfaces.iter().map(|i| (i.name.clone(), i.mac.clone(), i.sandbox.clone())).collect()
+            o.interfaces
+                .iter()
+                .map(|i| (i.name.clone(), i.mac.clone(), i.sandbox.clone()))
+                .collect()
         };
         assert_eq!(names(&back), names(&outcome), "{version}");
     }
