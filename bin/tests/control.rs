@@ -591,14 +591,7 @@ fn hosts_on(bridge: &Netns, n: usize) -> Vec<Netns> {
         .map(|i| {
             let host = Netns::new();
             host.add_veth(&format!("p{i}"), bridge).expect("veth");
-            host.ip(&[
-                "addr",
-                "add",
-                &format!("198.18.0.{}/24", i + 1),
-                "dev",
-                "eth0",
-            ]);
-            host.ip(&["link", "set", "eth0", "up"]);
+            host.host_address(i);
             host
         })
         .collect()

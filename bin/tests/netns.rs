@@ -57,6 +57,14 @@ impl Netns {
         Netns(ns)
     }
 
+    /// Makes this host `i`: its `eth0` at 198.18.0.(i+1)/24 (the address
+    /// [`Topology::addr`] gives), up.
+    pub fn host_address(&self, i: usize) {
+        let addr = format!("{}/24", Topology::addr(i));
+        self.ip(&["addr", "add", &addr, "dev", "eth0"]);
+        self.ip(&["link", "set", "eth0", "up"]);
+    }
+
     /// Runs `ip -n NAME args`.
     pub fn ip(&self, args: &[&str]) {
         if let Err(error) = self.0.ip(args) {
@@ -249,9 +257,7 @@ impl Topology {
                 bridge.ip(&["link", "set", &port, "netns", &host.name]);
                 host.ip(&["link", "set", &port, "name", "eth0"]);
             }
-            let addr = format!("198.18.0.{}/24", i + 1);
-            host.ip(&["addr", "add", &addr, "dev", "eth0"]);
-            host.ip(&["link", "set", "eth0", "up"]);
+            host.host_address(i);
         }
         Topology {
             daemon: Some(daemon),

@@ -325,14 +325,7 @@ fn kernel_topology(scenario: &Scenario) -> (Netns, Vec<Netns>) {
                 .expect("bridge");
             assert!(status.success(), "bridge fdb add {station}");
         }
-        host.ip(&[
-            "addr",
-            "add",
-            &format!("198.18.0.{}/24", i + 1),
-            "dev",
-            "eth0",
-        ]);
-        host.ip(&["link", "set", "dev", "eth0", "up"]);
+        host.host_address(i);
     }
     bridge.ip(&["link", "set", "dev", "br0", "up"]);
     (bridge, hosts)

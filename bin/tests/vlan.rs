@@ -289,14 +289,7 @@ fn kernel_bridge_agrees_where_it_filters_vlans() {
             }
             bridge_vlan(&args);
         }
-        host.ip(&[
-            "addr",
-            "add",
-            &format!("198.18.0.{}/24", i + 1),
-            "dev",
-            "eth0",
-        ]);
-        host.ip(&["link", "set", "eth0", "up"]);
+        host.host_address(i);
     }
     bridge.ip(&["link", "set", "br0", "up"]);
     scenarios(&hosts, false);
