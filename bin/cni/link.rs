@@ -122,29 +122,23 @@ pub struct Link {
 
 /// Link `name` in the socket's namespace.
 pub fn find(rtnl: &mut Rtnl, name: &str) -> io::Result<Option<Link>> {
-    Ok(rtnl.links()?.into_iter().find_map(|link| {
-        let named = link
-            .attributes
-            .iter()
-            .any(|a| matches!(a, LinkAttribute::IfName(n) if n == name));
-        named.then(|| {
-            let mut out = Link {
-                index: link.header.index,
-                mac: String::new(),
-                mtu: 0,
-                up: link.header.flags.contains(LinkFlags::Up),
-                peer: None,
-            };
-            for attribute in &link.attributes {
-                match attribute {
-                    LinkAttribute::Address(bytes) => out.mac = mac_text(bytes),
-                    LinkAttribute::Mtu(mtu) => out.mtu = *mtu,
-                    LinkAttribute::Link(peer) => out.peer = Some(*peer),
-                    _ => {}
-                }
+    Ok(rtnl.link_named(name)?.map(|link| {
+        let mut out = Link {
+            index: link.header.index,
+            mac: String::new(),
+            mtu: 0,
+            up: link.header.flags.contains(LinkFlags::Up),
+            peer: None,
+        };
+        for attribute in &link.attributes {
+            match attribute {
+                LinkAttribute::Address(bytes) => out.mac = mac_text(bytes),
+                LinkAttribute::Mtu(mtu) => out.mtu = *mtu,
+                LinkAttribute::Link(peer) => out.peer = Some(*peer),
+                _ => {}
             }
-            out
-        })
+        }
+        out
     }))
 }
 

@@ -753,7 +753,9 @@ reference_tests!(versions: versions_mutex, versions_rwlock, versions_rmlock, ver
 /// `bandwidth` each given the previous result; CHECK with the chain's
 /// result; DEL in reverse order.
 fn chain(what: &str) {
-    if !can_run(&format!("chain_{what}")) {
+    if !can_run(&format!("chain_{what}"))
+        || !lab::installed(&format!("chain_{what}"), "tc", "iproute2")
+    {
         return;
     }
     let mut lab = Lab::new(what, &[], 30);
@@ -1216,6 +1218,8 @@ fn podman_two_containers() {
     if !can_run("podman_two_containers")
         || !lab::installed("podman_two_containers", "podman", "podman")
         || !lab::installed("podman_two_containers", "runc", "runc")
+        || !lab::installed("podman_two_containers", "nsenter", "util-linux")
+        || !lab::installed("podman_two_containers", "tar", "tar")
     {
         return;
     }

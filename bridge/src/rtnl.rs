@@ -13,7 +13,7 @@ use netlink_packet_core::{
     NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST,
 };
 use netlink_packet_route::address::AddressMessage;
-use netlink_packet_route::link::LinkMessage;
+use netlink_packet_route::link::{LinkAttribute, LinkMessage};
 use netlink_packet_route::neighbour::NeighbourMessage;
 use netlink_packet_route::route::RouteMessage;
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
@@ -80,8 +80,21 @@ impl Rtnl {
     pub fn link(&mut self, index: u32) -> io::Result<Option<LinkMessage>> {
         let mut link = LinkMessage::default();
         link.header.index = index;
+        self.get_link(link)
+    }
+
+    /// Link `name` now, asked by name (no dump); `None` when there is no
+    /// such link.
+    pub fn link_named(&mut self, name: &str) -> io::Result<Option<LinkMessage>> {
+        let mut link = LinkMessage::default();
+        link.attributes.push(LinkAttribute::IfName(name.to_owned()));
+        self.get_link(link)
+    }
+
+    /// The link `request` names, by index or by name.
+    fn get_link(&mut self, request: LinkMessage) -> io::Result<Option<LinkMessage>> {
         // The answer, then the acknowledgement that ends the wait.
-        match self.ask(RouteNetlinkMessage::GetLink(link), NLM_F_ACK) {
+        match self.ask(RouteNetlinkMessage::GetLink(request), NLM_F_ACK) {
             Ok(answers) => Ok(answers.into_iter().find_map(|message| match message {
                 RouteNetlinkMessage::NewLink(link) => Some(link),
                 _ => None,
