@@ -308,10 +308,12 @@ fn host_end(result: &Value) -> String {
 }
 
 /// Whether `from` reaches `addr`: a TCP connection to a closed port
-/// answered (refused) within 2 s.
+/// answered (refused). Bounded at 10 s, so that a loaded machine does not
+/// make a reachable host look unreachable; an unreachable one fails
+/// sooner, when its address does not resolve (about 3 s).
 fn reaches(from: &Netns, addr: std::net::IpAddr) -> bool {
     from.run(move || {
-        match std::net::TcpStream::connect_timeout(&(addr, 9).into(), Duration::from_secs(2)) {
+        match std::net::TcpStream::connect_timeout(&(addr, 9).into(), Duration::from_secs(10)) {
             Ok(_) => true,
             Err(e) => e.kind() == std::io::ErrorKind::ConnectionRefused,
         }
