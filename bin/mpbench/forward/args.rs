@@ -84,6 +84,11 @@ pub struct ForwardArgs {
     /// so that the comparison is not disturbed by restarts and re-learning.
     #[arg(long)]
     pub(super) switch: bool,
+    /// Frames in flight per vhost-user port and queue (testpmd's first
+    /// burst, 1 to 512): fewer make the run bound by the round trip, as a
+    /// request and its reply or a small TCP window are. vhost only.
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u16).range(1..=512))]
+    pub(super) in_flight: u16,
     #[command(flatten)]
     pub(super) output: flags::Output,
 }

@@ -35,8 +35,6 @@ use locks::StrategyKind;
 use super::args::ForwardArgs;
 use crate::cpuload;
 
-/// Frames in flight per port (testpmd's largest burst).
-const BURST: usize = 512;
 /// Ring entries per virtqueue.
 const QUEUE_SIZE: usize = 1024;
 /// Statistics periods before the measured ones.
@@ -203,9 +201,23 @@ fn start_switch(
     Ok(running)
 }
 
+/// What the generator sends: frames of `size` bytes, `in_flight` of them
+/// per port and queue, over `pairs` queue pairs.
+#[derive(Clone, Copy)]
+struct Generator {
+    size: usize,
+    pairs: usize,
+    in_flight: u16,
+}
+
 /// The generator, started: one line of its statistics per port and
 /// period comes out of its standard output.
-fn start_generator(dir: &Path, size: usize, pairs: usize) -> Result<Running, String> {
+fn start_generator(dir: &Path, generator: Generator) -> Result<Running, String> {
+    let Generator {
+        size,
+        pairs,
+        in_flight,
+    } = generator;
     let (a, b) = (dir.join("a.sock"), dir.join("b.sock"));
     let port = |n: usize, path: &PathBuf| {
         format!(
@@ -228,7 +240,7 @@ fn start_generator(dir: &Path, size: usize, pairs: usize) -> Result<Running, Str
             "--eth-peer=1,02:00:00:00:00:00",
         ])
         .arg(format!("--txpkts={}", size - 4))
-        .arg(format!("--burst={BURST}"))
+        .arg(format!("--burst={in_flight}"))
         .arg(format!("--rxd={QUEUE_SIZE}"))
         .arg(format!("--txd={QUEUE_SIZE}"))
         .args(["--tx-first", "--stats-period=1", "--total-num-mbufs=65536"])
@@ -271,23 +283,26 @@ fn rx_pps(line: &str) -> Option<f64> {
 
 fn measure(
     switch: Switch,
-    pairs: usize,
     mpbridge: &str,
     dir: &Path,
-    size: usize,
+    generator: Generator,
     seconds: usize,
 ) -> Result<Sample, String> {
+    let pairs = generator.pairs;
     let running = start_switch(switch, pairs, mpbridge, dir)?;
     let pid = running.0.id();
-    let mut generator = start_generator(dir, size, pairs)?;
+    let mut generator = start_generator(dir, generator)?;
     let rates = period_rates(&mut generator);
-    let next = || {
+    let within = |limit| {
         rates
-            .recv_timeout(Duration::from_secs(20))
+            .recv_timeout(limit)
             .map_err(|_| format!("{}: the generator reported no rates", switch.label()))
     };
-    // Frames flow from the first period with any; more warm up.
-    while next()? == 0.0 {}
+    let next = || within(Duration::from_secs(20));
+    // Frames flow from the first period with any; more warm up. DPDK's
+    // switch once took 17 s here to answer the generator's memory table:
+    // the first report may be that late.
+    while within(Duration::from_secs(90))? == 0.0 {}
     for _ in 0..WARMUP_PERIODS {
         next()?;
     }
@@ -358,19 +373,27 @@ pub(super) fn run(args: &ForwardArgs, mpbridge: &str) -> Result<(), String> {
     }
     let dir = Scratch::new()?;
     println!(
-        "vhost-user: generator testpmd (two virtio-user ports, macswap looped, {BURST} frames in flight \
+        "vhost-user: generator testpmd (two virtio-user ports, macswap looped, {in_flight} frames in flight \
          per port and queue, one forwarding lcore per queue pair) on CPUs 0..P-1; the switch (mpbridge: \
          P workers; DPDK: P lcores) on CPUs P..2P-1, for P queue pairs; rings of {QUEUE_SIZE}; \
          mean of {seconds} one-second periods after {WARMUP_PERIODS} of warm-up once frames flow; \
          {} runs, each mpbridge run paired with a run of DPDK's switch next to it (which first \
          alternating), medians over all runs",
-        args.repeats.runs
+        args.repeats.runs,
+        in_flight = args.in_flight,
     );
     let mut samples = vec![vec![Vec::new(); args.sizes.len()]; configs.len()];
     // Per mpbridge configuration and size, its rate over DPDK's in the
     // run beside it: what this machine's drifting speed does not blur.
     let mut ratios = vec![vec![Vec::new(); args.sizes.len()]; configs.len()];
-    let measured = |switch, pairs, size| measure(switch, pairs, mpbridge, &dir.0, size, seconds);
+    let measured = |switch, pairs, size| {
+        let generator = Generator {
+            size,
+            pairs,
+            in_flight: args.in_flight,
+        };
+        measure(switch, mpbridge, &dir.0, generator, seconds)
+    };
     for run in 0..args.repeats.runs {
         for k in 0..configs.len() {
             let c = (run + k) % configs.len();

@@ -129,6 +129,13 @@ impl Queue for LinkQueue {
         }
     }
 
+    fn before_sleep(&mut self) -> bool {
+        match self {
+            LinkQueue::Vhost(port) => port.before_sleep(),
+            _ => true,
+        }
+    }
+
     fn pending(&self) -> bool {
         match self {
             LinkQueue::Vxlan(port) => port.pending(),

@@ -254,6 +254,18 @@ pub trait Queue: Send {
         false
     }
 
+    /// Called before the worker sleeps in poll(2) on the port's
+    /// descriptor, after a round found the port empty: makes frames that
+    /// come from now on poll it readable. False when frames came
+    /// meanwhile, and the worker polls again instead of sleeping. A
+    /// vhost-user port asks its driver to kick only here: a driver asked
+    /// to kick pays a system call per kick, which a busy worker need not
+    /// cost it. Ports whose descriptor polls readable by itself need
+    /// nothing.
+    fn before_sleep(&mut self) -> bool {
+        true
+    }
+
     /// Whether frames wait inside the port that its descriptor does not
     /// show: taken from a socket it shares with another port (VXLAN ports
     /// of one address). The worker reads such a port before it sleeps.

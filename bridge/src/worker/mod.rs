@@ -60,6 +60,15 @@ pub const MAX_SLEEP: Duration = Duration::from_millis(MAX_SLEEP_MS as u64);
 /// warns of a flapping station (a loop, or two stations claiming one
 /// address).
 const FLAP_MOVES_PER_SEC: u32 = 20;
+/// How long a worker that found no frames goes on looking before it
+/// sleeps, after a round that brought some. A busy driver's ring empties
+/// for moments between its bursts; a worker that slept at each would ask
+/// the driver to kick (a vhost-user driver's system call per kick) and pay
+/// its own sleep and wake-up, which with few frames in flight cut what
+/// got through by half or more (docs/benchmarks.md). The cost: up to
+/// this much spinning after each round with frames, which a bridge with a
+/// frame a millisecond pays as a fifth of a core.
+const LINGER: Duration = Duration::from_micros(200);
 /// A busy-polling worker looks for port errors once per this many idle
 /// rounds (the sleeping one sees them in `poll(2)`).
 const BUSY_POLL_ERROR_CHECK: u32 = 1024;
@@ -429,16 +438,19 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
     pub fn run(&mut self, stopper: &Stopper) {
         let mut fds = Vec::with_capacity(self.slots.len() + 2);
         let mut idle_rounds = 0u32;
+        let mut last_frames = None;
         while !stopper.is_stopped() {
             // Before anything of the round can block: a worker that stops
             // here for long is seen stuck by the owner.
             self.totals.beat();
             self.apply_changes();
             let round = Instant::now();
-            if self.poll() > 0 {
+            let received = self.poll();
+            if received > 0 {
                 let busy = round.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
                 self.totals.add_busy(busy);
                 idle_rounds = 0;
+                last_frames = Some(round);
                 // Taps drained: poll(2) is one call, another round would be
                 // one empty read per port.
                 if self.drained_by_syscalls && !self.config.busy_poll {
@@ -462,8 +474,24 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                 }
                 continue;
             }
+            // Queues whose empty look costs no system call are looked at
+            // again for a while after frames came (`LINGER`).
+            let lingering = !self.drained_by_syscalls
+                && last_frames.is_some_and(|at| round.duration_since(at) < LINGER);
+            if lingering {
+                continue;
+            }
             self.wait(stopper, &mut fds, true);
         }
+    }
+
+    /// Readies each port that is up for a sleep on its descriptor
+    /// ([`Queue::before_sleep`]); false at the first that has frames.
+    fn ready_to_sleep(&mut self) -> bool {
+        self.slots.iter_mut().all(|slot| {
+            !matches!(slot.fault.health, Health::Up | Health::Retrying)
+                || slot.queue.as_mut().is_none_or(Queue::before_sleep)
+        })
     }
 
     /// Sleeps in `poll(2)` until a port is readable, reports an error, or a
@@ -517,6 +545,10 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         }
         if always_ready && sleep {
             std::thread::yield_now();
+            return;
+        }
+        if sleep && !self.ready_to_sleep() {
+            // Frames came while the ports were readied: another round.
             return;
         }
         let slept = wake::poll(fds, timeout);

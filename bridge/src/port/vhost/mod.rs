@@ -440,61 +440,48 @@ impl Queue for VhostQueue {
         // (a worker that stopped between): returned now.
         give_back(run, &mut self.lent, self.lent_from);
         self.lent_from = run.ring.id();
+        // The driver is not asked to kick while the worker is busy; it is
+        // asked only before the worker sleeps (`before_sleep`).
         run.ring.disable_notification();
-        'work: loop {
-            while !batch.is_full() {
-                if popped == CHAIN_BUDGET || run.ring.walked() >= budget {
-                    // Left for the next round; the driver is not asked to
-                    // kick meanwhile.
-                    self.more = !matches!(run.ring.available(), Ok(0));
-                    if self.more {
-                        VhostCounters::bump(&self.device.counters.over_budget);
-                    }
-                    break 'work;
+        while !batch.is_full() {
+            if popped == CHAIN_BUDGET || run.ring.walked() >= budget {
+                // Left for the next round.
+                self.more = !matches!(run.ring.available(), Ok(0));
+                if self.more {
+                    VhostCounters::bump(&self.device.counters.over_budget);
                 }
-                popped += 1;
-                match run.ring.pop(Direction::Read, header_len as u32, max) {
-                    Ok(None) => break,
-                    Ok(Some(chain)) => {
-                        used |= take(run, &mut self.lent, header_len, chain, batch);
-                        report.received += 1;
-                        continue;
-                    }
-                    Err(ChainError::Long) => report.oversize += 1,
-                    Err(ChainError::Index(ahead)) => {
-                        // Nothing can be taken from a ring whose index is
-                        // wrong: the port is faulted (and retried).
-                        VhostCounters::bump(&self.device.counters.bad_chains);
-                        if run.ring.publish() {
-                            run.notify();
-                        }
-                        return Err(PortError::Recv {
-                            port: self.name.clone(),
-                            source: io::Error::new(
-                                io::ErrorKind::InvalidData,
-                                format!("the driver's avail index runs {ahead} entries ahead"),
-                            ),
-                        });
-                    }
-                    Err(_) => {
-                        VhostCounters::bump(&self.device.counters.bad_chains);
-                        report.malformed += 1;
-                    }
-                }
-                used = true;
-            }
-            if batch.is_full() || report.received > 0 {
                 break;
             }
-            // Empty: sleeping is safe once the driver has been asked to
-            // kick and the ring, looked at again, is still empty. The kick
-            // is emptied first, so that one after the look wakes us.
-            run.drain_kick();
-            self.device.drain_link_event(self.pair);
-            if run.ring.enable_notification() {
-                break;
+            popped += 1;
+            match run.ring.pop(Direction::Read, header_len as u32, max) {
+                Ok(None) => break,
+                Ok(Some(chain)) => {
+                    used |= take(run, &mut self.lent, header_len, chain, batch);
+                    report.received += 1;
+                    continue;
+                }
+                Err(ChainError::Long) => report.oversize += 1,
+                Err(ChainError::Index(ahead)) => {
+                    // Nothing can be taken from a ring whose index is
+                    // wrong: the port is faulted (and retried).
+                    VhostCounters::bump(&self.device.counters.bad_chains);
+                    if run.ring.publish() {
+                        run.notify();
+                    }
+                    return Err(PortError::Recv {
+                        port: self.name.clone(),
+                        source: io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!("the driver's avail index runs {ahead} entries ahead"),
+                        ),
+                    });
+                }
+                Err(_) => {
+                    VhostCounters::bump(&self.device.counters.bad_chains);
+                    report.malformed += 1;
+                }
             }
-            run.ring.disable_notification();
+            used = true;
         }
         if used && run.ring.publish() {
             run.notify();
@@ -618,6 +605,26 @@ impl Queue for VhostQueue {
     /// work budget: the driver was not asked to kick for them.
     fn pending(&self) -> bool {
         self.more
+    }
+
+    /// Sleeping is safe once the driver has been asked to kick and the
+    /// ring, looked at again, is still empty. The kick and the link event
+    /// are emptied first, so that one after the look wakes the worker.
+    fn before_sleep(&mut self) -> bool {
+        self.device.drain_link_event(self.pair);
+        let Some(vring) = self.device.vring(2 * self.pair + 1) else {
+            return true;
+        };
+        let mut slot = vring.lock();
+        let Some(run) = slot.as_mut() else {
+            return true;
+        };
+        run.drain_kick();
+        if run.ring.enable_notification() {
+            return true;
+        }
+        run.ring.disable_notification();
+        false
     }
 
     fn link_fd(&self) -> Option<RawFd> {

@@ -152,10 +152,18 @@ pub struct SplitRing {
     avail: *mut u8,
     used: *mut u8,
     next_avail: u16,
+    /// The driver's avail index as last read: chains up to it are taken
+    /// without reading the index again, which the driver's core keeps
+    /// writing (one load per batch, not per chain).
+    avail_end: u16,
     next_used: u16,
     /// The used index the driver was last notified at (EVENT_IDX).
     signalled: u16,
     event_idx: bool,
+    /// Whether the driver was asked to kick (without EVENT_IDX: the used
+    /// ring's flag is clear), so that a busy device writes the flag only
+    /// when it changes.
+    kicks: bool,
     /// The chain just popped.
     segments: Vec<Segment>,
     /// Descriptors read so far, good chains and bad: what a caller's work
@@ -208,9 +216,11 @@ impl SplitRing {
             avail,
             used,
             next_avail: base,
+            avail_end: base,
             next_used: 0,
             signalled: 0,
             event_idx,
+            kicks: true,
             segments: Vec::with_capacity(n.min(64)),
             walked: 0,
         };
@@ -305,14 +315,19 @@ impl SplitRing {
     /// none is available. A chain that breaks a rule is consumed and
     /// returned to the driver unused (length 0) where its head is valid,
     /// and reported; the ring goes on.
-    #[inline]
+    ///
+    /// A chain of one buffer (what drivers make of nearly every frame) is
+    /// taken here, inlined into the caller's loop; any other, and every
+    /// rule broken, by [`walk`](Self::walk), which reads the chain again
+    /// from its head.
+    #[inline(always)]
     pub fn pop(
         &mut self,
         direction: Direction,
         min: u32,
         max: u32,
     ) -> Result<Option<Chain>, ChainError> {
-        if self.available()? == 0 {
+        if self.next_avail == self.avail_end && !self.refill()? {
             return Ok(None);
         }
         let slot = usize::from(self.next_avail & (self.size - 1));
@@ -322,6 +337,47 @@ impl SplitRing {
         let head =
             u16::from_le(unsafe { self.avail.add(4 + 2 * slot).cast::<u16>().read_volatile() });
         self.next_avail = self.next_avail.wrapping_add(1);
+        if head < self.size {
+            let desc = self.descriptor(head);
+            let writable = desc.flags & DESC_F_WRITE != 0;
+            if desc.flags & (DESC_F_NEXT | DESC_F_INDIRECT) == 0
+                && writable == (direction == Direction::Write)
+                && desc.len >= min.max(1)
+                && (direction == Direction::Write || desc.len <= max)
+            {
+                if let Some(at) = self.memory.guest(desc.addr, desc.len as usize) {
+                    self.walked += 1;
+                    self.segments.clear();
+                    self.segments.push(Segment { at, len: desc.len });
+                    return Ok(Some(Chain {
+                        head,
+                        total: desc.len,
+                    }));
+                }
+            }
+        }
+        self.pop_chain(head, direction, min, max)
+    }
+
+    /// Reads the driver's avail index again when every chain up to the
+    /// last one read has been taken; false when there are no more.
+    #[inline(never)]
+    fn refill(&mut self) -> Result<bool, ChainError> {
+        let ahead = self.available()?;
+        self.avail_end = self.next_avail.wrapping_add(ahead);
+        Ok(ahead > 0)
+    }
+
+    /// The rest of [`pop`](Self::pop): chain `head`, just taken from the
+    /// avail ring, walked whole.
+    #[inline(never)]
+    fn pop_chain(
+        &mut self,
+        head: u16,
+        direction: Direction,
+        min: u32,
+        max: u32,
+    ) -> Result<Option<Chain>, ChainError> {
         if head >= self.size {
             return Err(ChainError::Head(head));
         }
@@ -465,6 +521,7 @@ impl SplitRing {
         } else {
             self.used_flags().store(0, Ordering::Relaxed);
         }
+        self.kicks = true;
         fence(Ordering::SeqCst);
         matches!(self.available(), Ok(0))
     }
@@ -472,10 +529,11 @@ impl SplitRing {
     /// Asks the driver not to kick while the device is busy anyway. With
     /// EVENT_IDX the avail event left behind does that by itself.
     pub fn disable_notification(&mut self) {
-        if !self.event_idx {
+        if !self.event_idx && self.kicks {
             self.used_flags()
                 .store(USED_F_NO_NOTIFY.to_le(), Ordering::Relaxed);
         }
+        self.kicks = false;
     }
 
     /// Copies the chain's bytes from `offset` on into `into`, as far as
@@ -785,6 +843,14 @@ pub mod driver {
         memory.read(layout.used + 2, &mut raw);
         fence(Ordering::SeqCst);
         u16::from_le_bytes(raw)
+    }
+
+    /// Whether the device asks not to be kicked (the used ring's flags,
+    /// without EVENT_IDX).
+    pub fn no_kicks(memory: &GuestMemory, layout: &RingLayout) -> bool {
+        let mut raw = [0u8; 2];
+        memory.read(layout.used, &mut raw);
+        u16::from_le_bytes(raw) & USED_F_NO_NOTIFY != 0
     }
 
     /// Used element `slot` (modulo the size): (head, length).

@@ -299,3 +299,25 @@ fn chains_lent_from_a_ring_since_replaced_are_not_returned_to_the_new_one() {
     queue.release();
     assert_eq!(a.tx_returned(), 1);
 }
+
+/// A busy worker does not ask its driver to kick (each kick is a system
+/// call of the driver's): a receive that finds the ring empty leaves the
+/// driver told not to; readying the port for a sleep asks, and says no
+/// sleep when a frame came meanwhile.
+#[test]
+fn the_driver_is_asked_to_kick_only_before_a_sleep() {
+    let mut guest = Guest::new(VERSION_1);
+    let mut queue = guest.queue();
+    let mut batch = batch();
+    assert_eq!(queue.recv_batch(&mut batch).unwrap().received, 0);
+    assert!(driver::no_kicks(&guest.memory, &guest.tx), "busy: no kicks");
+    assert!(queue.before_sleep(), "an empty ring may be slept on");
+    assert!(!driver::no_kicks(&guest.memory, &guest.tx), "asleep: kicks");
+    guest.send(0, &frame(UNICAST, 60), false);
+    assert!(!queue.before_sleep(), "a frame waits: no sleep");
+    assert!(driver::no_kicks(&guest.memory, &guest.tx));
+    assert_eq!(queue.recv_batch(&mut batch).unwrap().received, 1);
+    batch.clear();
+    assert_eq!(queue.recv_batch(&mut batch).unwrap().received, 0);
+    assert!(driver::no_kicks(&guest.memory, &guest.tx), "busy again");
+}
