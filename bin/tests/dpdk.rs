@@ -18,9 +18,12 @@ use netns::{
     bridge_here, ctl_json, port_stats, test_frame, PortKind, Station, TempDir, Topology, BROADCAST,
 };
 
-/// A testpmd of this test's, stopped (SIGINT, then SIGKILL) on drop.
+/// A testpmd of this test's, stopped (SIGINT, then SIGKILL) on drop, and
+/// its runtime directory removed.
 struct Testpmd {
     child: Child,
+    /// Its `--file-prefix`: DPDK's runtime directory is named by it.
+    prefix: String,
     lines: mpsc::Receiver<String>,
     output: Vec<String>,
 }
@@ -41,7 +44,8 @@ impl Testpmd {
     fn start(name: &str, first: u16, sockets: &[String], args: &[&str]) -> Testpmd {
         let mut command = Command::new("dpdk-testpmd");
         command.args(["--no-huge", "-m", "256", "--no-pci", "--lcores", "0@0,1@1"]);
-        command.arg(format!("--file-prefix={}", netns::unique(name)));
+        let prefix = netns::unique(name);
+        command.arg(format!("--file-prefix={prefix}"));
         for (n, socket) in sockets.iter().enumerate() {
             command.arg(format!(
                 "--vdev=net_virtio_user{n},path={socket},mac={}",
@@ -72,6 +76,7 @@ impl Testpmd {
         });
         Testpmd {
             child,
+            prefix,
             lines,
             output: Vec::new(),
         }
@@ -120,6 +125,9 @@ impl Testpmd {
 impl Drop for Testpmd {
     fn drop(&mut self) {
         lab::stop_child(&mut self.child);
+        // DPDK leaves its runtime directory (as root, under /var/run/dpdk)
+        // behind when it exits.
+        let _ = std::fs::remove_dir_all(Path::new("/var/run/dpdk").join(&self.prefix));
     }
 }
 
