@@ -21,6 +21,7 @@ pub mod link;
 pub mod memory;
 pub mod netdev;
 pub mod placement;
+pub(crate) mod prefetch;
 pub mod raw;
 pub mod tap;
 pub mod vhost;

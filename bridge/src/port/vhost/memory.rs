@@ -226,6 +226,21 @@ impl GuestMemory {
         self.find(addr, len, |spec| spec.guest_phys_addr)
     }
 
+    /// The region that holds guest-physical `addr`, as its first guest
+    /// address, its size and where it is mapped, for a prefetch only
+    /// (see [`guest`](Self::guest) for bytes to read or write).
+    #[inline]
+    pub fn region_of(&self, addr: u64) -> Option<(u64, u64, *const u8)> {
+        self.regions.iter().find_map(|region| {
+            let spec = &region.spec;
+            (addr.wrapping_sub(spec.guest_phys_addr) < spec.memory_size).then_some((
+                spec.guest_phys_addr,
+                spec.memory_size,
+                region.host.cast_const(),
+            ))
+        })
+    }
+
     /// The pointer to `len` bytes at the frontend's virtual address
     /// `addr`, if they lie in one region.
     pub fn user(&self, addr: u64, len: usize) -> Option<*mut u8> {

@@ -443,6 +443,9 @@ impl Queue for VhostQueue {
         // The driver is not asked to kick while the worker is busy; it is
         // asked only before the worker sleeps (`before_sleep`).
         run.ring.disable_notification();
+        // The frames this receive takes, fetched ahead.
+        let room = (batch.capacity() - batch.len()).min(CHAIN_BUDGET);
+        run.ring.prefetch(room as u16);
         while !batch.is_full() {
             if popped == CHAIN_BUDGET || run.ring.walked() >= budget {
                 // Left for the next round.
