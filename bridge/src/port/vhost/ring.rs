@@ -370,12 +370,12 @@ impl SplitRing {
     }
 
     /// Fetches ahead of [`pop`](Self::pop) the next `count` chains the
-    /// driver has made available (fewer when it made fewer): each chain's
-    /// buffer's first 128 bytes (a frame's header and the bytes the
-    /// pipeline reads). The frames' misses, on
-    /// lines the driver's core last wrote, then overlap instead of coming
-    /// one frame at a time. Nothing read here is relied on: `pop` reads
-    /// the chains again and checks them.
+    /// driver has made available (fewer when it made fewer): the first 128
+    /// bytes of each chain's buffer (a frame's header and the bytes the
+    /// pipeline reads). The frames' misses, on lines the driver's core
+    /// last wrote, then overlap instead of coming one frame at a time.
+    /// Nothing read here is relied on: `pop` reads the chains again and
+    /// checks them.
     #[inline(never)]
     pub fn prefetch(&mut self, count: u16) {
         if self.next_avail == self.avail_end && !matches!(self.refill(), Ok(true)) {
