@@ -292,6 +292,17 @@ impl SplitRing {
         Ok(ahead)
     }
 
+    /// The head the driver put in the avail ring at `index` (taken modulo
+    /// the ring's size).
+    #[inline(always)]
+    fn avail_entry(&self, index: u16) -> u16 {
+        let slot = usize::from(index & (self.size - 1));
+        // SAFETY: `slot < size`: the entry lies in the checked avail area,
+        // 2-aligned; the entries up to the index loaded with Acquire in
+        // `available` were published before it.
+        u16::from_le(unsafe { self.avail.add(4 + 2 * slot).cast::<u16>().read_volatile() })
+    }
+
     fn descriptor(&self, index: u16) -> Descriptor {
         debug_assert!(index < self.size);
         // SAFETY: `index < size`, so the 16 bytes lie in the checked,
@@ -331,12 +342,7 @@ impl SplitRing {
         if self.next_avail == self.avail_end && !self.refill()? {
             return Ok(None);
         }
-        let slot = usize::from(self.next_avail & (self.size - 1));
-        // SAFETY: `slot < size`: the entry lies in the checked avail area,
-        // 2-aligned; it was published before the index loaded with Acquire
-        // in `available`.
-        let head =
-            u16::from_le(unsafe { self.avail.add(4 + 2 * slot).cast::<u16>().read_volatile() });
+        let head = self.avail_entry(self.next_avail);
         self.next_avail = self.next_avail.wrapping_add(1);
         if head < self.size {
             let desc = self.descriptor(head);
@@ -384,22 +390,19 @@ impl SplitRing {
         let n = count.min(self.avail_end.wrapping_sub(self.next_avail));
         let mut region = (0, 0, std::ptr::null());
         for i in 0..n {
-            let slot = usize::from(self.next_avail.wrapping_add(i) & (self.size - 1));
-            // SAFETY: as in `pop`: `slot < size`, in the checked avail area;
-            // and `head < size`, so its descriptor's first 8 bytes (the
-            // buffer's address) lie in the checked descriptor table.
-            let addr = unsafe {
-                let head = u16::from_le(self.avail.add(4 + 2 * slot).cast::<u16>().read_volatile());
-                if head >= self.size {
-                    continue;
-                }
-                u64::from_le(
-                    self.desc
-                        .add(16 * usize::from(head))
-                        .cast::<u64>()
-                        .read_volatile(),
-                )
-            };
+            let head = self.avail_entry(self.next_avail.wrapping_add(i));
+            if head >= self.size {
+                continue;
+            }
+            // SAFETY: `head < size`: the descriptor's first 8 bytes (its
+            // buffer's address, all a prefetch needs of it) lie in the
+            // checked, 16-aligned descriptor table.
+            let addr = u64::from_le(unsafe {
+                self.desc
+                    .add(16 * usize::from(head))
+                    .cast::<u64>()
+                    .read_volatile()
+            });
             // Most buffers lie in the region the last one did.
             let mut offset = addr.wrapping_sub(region.0);
             if offset >= region.1 {
