@@ -132,6 +132,8 @@ fn drive<S: Strategy>(
     let (b, peer_b) = MemoryQueue::pair("b");
     let config = WorkerConfig {
         section,
+        // The batch the in-memory figures have always been taken with.
+        batch_size: 64,
         ..WorkerConfig::default()
     };
     let batch = config.batch_size;

@@ -425,6 +425,11 @@ pub struct RunArgs {
     /// Forwarding threads; each owns one queue of every port.
     #[arg(help_heading = "Performance", long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub workers: u16,
+    /// The most frames a worker takes from one queue at a time: its read
+    /// section of the MAC table, its sends and a ring's index published
+    /// are per batch.
+    #[arg(help_heading = "Performance", long, value_name = "FRAMES", default_value_t = bridge::DEFAULT_BATCH as u16, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub batch: u16,
     /// Workers busy-poll their queues instead of sleeping until frames
     /// arrive (lower latency, one core per worker always busy).
     #[arg(help_heading = "Performance", long)]

@@ -165,6 +165,7 @@ fn run<S: Strategy>(
     let stopper = Arc::new(Stopper::new().map_err(|e| format!("cannot create an eventfd: {e}"))?);
     let worker_config = WorkerConfig {
         frame_capacity: FRAME_CAPACITY,
+        batch_size: usize::from(args.batch),
         mode: match args.mode {
             ModeArg::Bridge => Mode::Bridge,
             ModeArg::Relay => Mode::Relay,
@@ -583,6 +584,9 @@ fn ready_flags(args: &RunArgs) -> String {
     }
     if args.poll {
         flags.push_str(" poll");
+    }
+    if usize::from(args.batch) != bridge::DEFAULT_BATCH {
+        flags.push_str(&format!(" batch {}", args.batch));
     }
     if args.rx_ring == RxRingArg::Block {
         flags.push_str(" rx-ring block");

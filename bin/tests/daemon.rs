@@ -339,6 +339,14 @@ fn bad_input_gives_one_line_and_a_non_zero_exit() {
         ],
     );
     assert_eq!(code, 2, "{err}");
+    for batch in ["0", "257"] {
+        let (code, err) = run_bad(None, &["run", "--port", "tap:a", "--batch", batch]);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains(&format!("'{batch}'")) && err.contains("1..=256"),
+            "{err}"
+        );
+    }
 }
 
 fn ports_that_cannot_be_opened_give_one_line() {
@@ -515,6 +523,22 @@ fn poll_mode_forwards_too() {
             .iter()
             .any(|l| l.contains("poll")));
         tcp_transfer(&topology.hosts, 0, 1, 5011, 13);
+    }
+}
+
+/// A worker that takes one frame at a time from a queue (`--batch 1`, the
+/// smallest batch) carries TCP both ways on taps and raw ports, and the
+/// ready line says so.
+fn a_batch_of_one_forwards_too() {
+    if !privileged("a_batch_of_one_forwards_too") {
+        return;
+    }
+    for kind in [PortKind::Tap, PortKind::Raw] {
+        let topology = Topology::new(kind, 2, &["--batch", "1"]);
+        let log = &topology.daemon.as_ref().unwrap().log;
+        assert!(log.iter().any(|l| l.contains(" batch 1")), "{log:?}");
+        tcp_transfer(&topology.hosts, 0, 1, 5014, 16);
+        tcp_transfer(&topology.hosts, 1, 0, 5015, 17);
     }
 }
 
@@ -713,6 +737,7 @@ lab::test_main! {
         readiness_is_notified_and_sigint_stops_too,
         relay_mode_passes_everything_to_the_other_port,
         poll_mode_forwards_too,
+        a_batch_of_one_forwards_too,
         block_rings_forward_too,
         raw_ports_are_left_as_they_were_found,
     ],

@@ -967,7 +967,7 @@ fn datagram_trains_both_ways() {
     let peer = listener(&vteps.peer, 1);
     set_int_option(&peer, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 8 << 20);
 
-    // In: five trains of 50 datagrams (a batch holds 64: one that finds
+    // In: five trains of 50 datagrams (a batch holds 128: one that finds
     // another waiting is taken in part), then one of nine and a short one.
     let frames: Vec<Vec<u8>> = (0..259)
         .map(|k| test_frame(BROADCAST, mac(20), k as u8, 60))

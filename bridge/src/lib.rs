@@ -33,4 +33,4 @@ pub mod worker;
 pub use fdb::{FdbConfig, FdbKey, MacTable};
 pub use forward::{decide, Decision, DropReason, Verdict};
 pub use port_id::{PortId, PortSet, MAX_PORTS};
-pub use worker::{Mode, SectionMode, Stopper, Worker, WorkerConfig};
+pub use worker::{Mode, SectionMode, Stopper, Worker, WorkerConfig, DEFAULT_BATCH};

@@ -25,10 +25,16 @@ pub enum Mode {
     Relay,
 }
 
+/// Frames a worker takes from one queue at a time, unless told otherwise
+/// (`mpbridge run --batch`): of 32, 64, 128 and 256, the fastest through
+/// vhost-user ports (docs/benchmarks.md, "The batch's size").
+pub const DEFAULT_BATCH: usize = 128;
+
 /// Worker settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkerConfig {
-    /// Frames received from one port per batch.
+    /// The most frames received from one port in one batch
+    /// ([`DEFAULT_BATCH`] unless set).
     pub batch_size: usize,
     /// The largest frame a receive buffer holds.
     pub frame_capacity: usize,
@@ -59,7 +65,7 @@ pub struct WorkerConfig {
 impl Default for WorkerConfig {
     fn default() -> Self {
         WorkerConfig {
-            batch_size: 64,
+            batch_size: DEFAULT_BATCH,
             frame_capacity: 2048,
             section: SectionMode::PerBatch,
             mode: Mode::Bridge,

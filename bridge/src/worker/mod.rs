@@ -32,7 +32,7 @@ use locks::Strategy;
 
 pub use crate::forward::MoveLimit;
 pub use changes::{PortControl, WorkerParts, WorkerWake};
-pub use config::{Mode, SectionMode, WorkerConfig};
+pub use config::{Mode, SectionMode, WorkerConfig, DEFAULT_BATCH};
 pub use policy::{EventSink, Gate, PortEvent, PortFlags, PortPolicy, PortSetup, BPDUS_PER_SECOND};
 pub use snooping::MCAST_EVENTS_PER_SECOND;
 pub use stopper::Stopper;
