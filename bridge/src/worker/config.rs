@@ -27,7 +27,8 @@ pub enum Mode {
 
 /// Frames a worker takes from one queue at a time, unless told otherwise
 /// (`mpbridge run --batch`): of 32, 64, 128 and 256, the fastest through
-/// vhost-user ports (docs/benchmarks.md, "The batch's size").
+/// vhost-user ports with the default lock, epoch, and level with 64 under
+/// mutex (docs/benchmarks.md, "The batch's size").
 pub const DEFAULT_BATCH: usize = 128;
 
 /// Worker settings.
