@@ -1158,6 +1158,13 @@ fn hundred_containers() {
         lab.del(i, &conf);
     }
     lab.assert_empty();
+    // The daemon closes a client's connection when it sees the client
+    // gone, and a removed port's sockets when its workers let go: both
+    // after the DEL has answered. A leak never settles.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fds() != fds_before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert_eq!(fds(), fds_before, "the bridge's descriptors");
 }
 
