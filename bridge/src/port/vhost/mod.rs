@@ -520,6 +520,10 @@ impl Queue for VhostQueue {
             report.fault = Some(self.link_down());
             return report;
         };
+        // A driver that refills its receive ring is never asked to kick:
+        // a send that finds no room drops, it does not wait for buffers
+        // (the flag is written once; DPDK's vhost does the same).
+        run.ring.disable_notification();
         let counters = &self.device.counters;
         let budget = run.ring.walked() + DESCRIPTOR_BUDGET;
         let (heads, first) = (&mut self.heads, &mut self.first);

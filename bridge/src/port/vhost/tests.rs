@@ -321,3 +321,24 @@ fn the_driver_is_asked_to_kick_only_before_a_sleep() {
     assert_eq!(queue.recv_batch(&mut batch).unwrap().received, 0);
     assert!(driver::no_kicks(&guest.memory, &guest.tx), "busy again");
 }
+
+/// Nor does a send ask the driver to kick when it refills its receive
+/// ring: a send that finds no room drops, it never waits for buffers.
+#[test]
+fn the_driver_is_never_asked_to_kick_for_receive_buffers() {
+    let mut guest = Guest::new(VERSION_1);
+    let mut queue = guest.queue();
+    assert!(
+        !driver::no_kicks(&guest.memory, &guest.rx),
+        "as the driver left it"
+    );
+    guest.post(4, 2048);
+    let mut buffer = vec![0; VNET_HDR_LEN];
+    buffer.extend(frame(UNICAST, 60));
+    let outgoing = Outgoing::split(&buffer, VNET_HDR_LEN);
+    assert_eq!(queue.send_batch(std::iter::once(outgoing)).sent, 1);
+    assert!(driver::no_kicks(&guest.memory, &guest.rx), "after a send");
+    // Readying the port for a sleep asks for the transmit ring's kicks only.
+    assert!(queue.before_sleep());
+    assert!(driver::no_kicks(&guest.memory, &guest.rx), "asleep too");
+}
