@@ -22,6 +22,14 @@
 //! CPUs P..2P-1. Each figure comes with the switch's CPU time per
 //! forwarded frame (its process's user and system time) and the busy
 //! share of the generator's and the switch's CPUs.
+//!
+//! Both sides busy-poll, so a busy CPU says nothing of which side sets
+//! the rate. The generator counts its own: with `--record-core-cycles`
+//! testpmd adds up the cycles of its forwarding loop's passes that
+//! carried frames (an empty poll is not counted) and prints them per
+//! frame when it stops. That per frame, times the rate, over its cores'
+//! cycles is the share of the generator's cores spent on frames: near all
+//! of it, the generator sets the rate, whatever the switch could do.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -68,6 +76,32 @@ struct Sample {
     /// Busy share of the generator's CPUs and of the switch's.
     generator_busy: f64,
     switch_busy: f64,
+    /// The generator's cycles per frame in passes that carried frames.
+    generator_cycles: Option<GeneratorCycles>,
+}
+
+/// What the generator's forwarding cost it, as it reports when it stops.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct GeneratorCycles {
+    per_frame: f64,
+    /// Its cycle counter's rate.
+    mhz: f64,
+}
+
+impl GeneratorCycles {
+    /// The share of `pairs` cores that forwarding `fps` frames a second
+    /// takes.
+    fn share(&self, fps: f64, pairs: usize) -> f64 {
+        fps * self.per_frame / (self.mhz * 1e6 * pairs as f64)
+    }
+}
+
+/// What the generator's standard output tells, line by line.
+enum Report {
+    /// Frames received per second in one period, both ports.
+    Period(f64),
+    /// Its cycles per frame, printed as it stops.
+    Cycles(GeneratorCycles),
 }
 
 /// A process of ours, killed (by its pid) on drop.
@@ -244,6 +278,7 @@ fn start_generator(dir: &Path, generator: Generator) -> Result<Running, String> 
         .arg(format!("--rxd={QUEUE_SIZE}"))
         .arg(format!("--txd={QUEUE_SIZE}"))
         .args(["--tx-first", "--stats-period=1", "--total-num-mbufs=65536"])
+        .arg("--record-core-cycles")
         // Open until it is stopped: testpmd ends when its input does.
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -254,8 +289,8 @@ fn start_generator(dir: &Path, generator: Generator) -> Result<Running, String> 
 }
 
 /// The receive rate (both ports) of each statistics period the generator
-/// prints, as they come.
-fn period_rates(generator: &mut Running) -> mpsc::Receiver<f64> {
+/// prints, as they come, and its cycles per frame when it stops.
+fn reports(generator: &mut Running) -> mpsc::Receiver<Report> {
     let stdout = generator.0.stdout.take().expect("piped");
     let (tx, rx) = mpsc::channel();
     thread::spawn(move || {
@@ -264,15 +299,37 @@ fn period_rates(generator: &mut Running) -> mpsc::Receiver<f64> {
             if let Some(rate) = rx_pps(&line) {
                 ports.push(rate);
             }
-            if ports.len() == 2 {
-                if tx.send(ports[0] + ports[1]).is_err() {
-                    return;
-                }
+            let report = if ports.len() == 2 {
+                let sum = ports[0] + ports[1];
                 ports.clear();
+                Report::Period(sum)
+            } else if let Some(cycles) = cycles_per_frame(&line) {
+                Report::Cycles(cycles)
+            } else {
+                continue;
+            };
+            if tx.send(report).is_err() {
+                return;
             }
         }
     });
     rx
+}
+
+/// The cycles per frame in testpmd's closing statistics (with
+/// `--record-core-cycles`): "CPU cycles/packet=211.14 (total cycles=...
+/// / total macswap packets=...) at 2600 MHz Clock".
+fn cycles_per_frame(line: &str) -> Option<GeneratorCycles> {
+    let rest = line.trim().strip_prefix("CPU cycles/packet=")?;
+    let per_frame = rest.split_whitespace().next()?.parse().ok()?;
+    let mhz = rest
+        .rsplit_once(" at ")?
+        .1
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(GeneratorCycles { per_frame, mhz })
 }
 
 /// The receive rate in a line of testpmd's periodic statistics.
@@ -292,11 +349,18 @@ fn measure(
     let running = start_switch(switch, pairs, mpbridge, dir)?;
     let pid = running.0.id();
     let mut generator = start_generator(dir, generator)?;
-    let rates = period_rates(&mut generator);
-    let within = |limit| {
-        rates
-            .recv_timeout(limit)
-            .map_err(|_| format!("{}: the generator reported no rates", switch.label()))
+    let reports = reports(&mut generator);
+    let within = |limit| loop {
+        match reports.recv_timeout(limit) {
+            Ok(Report::Period(rate)) => return Ok(rate),
+            Ok(Report::Cycles(_)) => continue,
+            Err(_) => {
+                return Err(format!(
+                    "{}: the generator reported no rates",
+                    switch.label()
+                ));
+            }
+        }
     };
     let next = || within(Duration::from_secs(20));
     // Frames flow from the first period with any; more warm up. DPDK's
@@ -312,7 +376,12 @@ fn measure(
         measured.push(next()?);
     }
     let (cpu_after, cores_after) = (lab::cpu_seconds(pid), cpuload::sample());
+    // Stopped, it prints its cycles and ends its output.
     drop(generator);
+    let generator_cycles = reports.iter().find_map(|report| match report {
+        Report::Cycles(cycles) => Some(cycles),
+        Report::Period(_) => None,
+    });
     drop(running);
     let cores = match (cores_before, cores_after) {
         (Ok(before), Ok(after)) => cpuload::between(&before, &after),
@@ -333,6 +402,7 @@ fn measure(
         switch_ns: (cpu_after - cpu_before) * 1e9 / frames.max(1.0),
         generator_busy: busy(0),
         switch_busy: busy(pairs),
+        generator_cycles,
     })
 }
 
@@ -382,6 +452,12 @@ pub(super) fn run(args: &ForwardArgs, mpbridge: &str) -> Result<(), String> {
         args.repeats.runs,
         in_flight = args.in_flight,
     );
+    println!(
+        "gen cyc/fr: the generator's cycles per frame in the passes of its loop that carried frames \
+         (testpmd --record-core-cycles, the whole run); gen frames: that at the measured rate, as a \
+         share of its cores. Both sides poll all the time (gen busy, sw busy); where gen frames \
+         is near 100% the generator sets the rate"
+    );
     let mut samples = vec![vec![Vec::new(); args.sizes.len()]; configs.len()];
     // Per mpbridge configuration and size, its rate over DPDK's in the
     // run beside it: what this machine's drifting speed does not blur.
@@ -423,8 +499,16 @@ pub(super) fn run(args: &ForwardArgs, mpbridge: &str) -> Result<(), String> {
     for (z, &size) in args.sizes.iter().enumerate() {
         println!("\n{size}-byte frames:");
         println!(
-            "  {:<36} {:>5} {:>9} {:>10} {:>14} {:>9} {:>9}",
-            "switch", "pairs", "Mfps", "of DPDK", "switch ns/fr", "gen busy", "sw busy"
+            "  {:<36} {:>5} {:>9} {:>10} {:>14} {:>9} {:>9} {:>11} {:>10}",
+            "switch",
+            "pairs",
+            "Mfps",
+            "of DPDK",
+            "switch ns/fr",
+            "gen busy",
+            "sw busy",
+            "gen cyc/fr",
+            "gen frames"
         );
         let mut ceiling = 0.0;
         for (c, &(switch, pairs)) in configs.iter().enumerate() {
@@ -436,13 +520,30 @@ pub(super) fn run(args: &ForwardArgs, mpbridge: &str) -> Result<(), String> {
             let ns = median(runs.iter().map(|s| s.switch_ns).collect());
             let generator = median(runs.iter().map(|s| s.generator_busy).collect());
             let busy = median(runs.iter().map(|s| s.switch_busy).collect());
+            let cycles: Vec<(f64, f64)> = runs
+                .iter()
+                .filter_map(|s| {
+                    let c = s.generator_cycles?;
+                    Some((c.per_frame, c.share(s.fps, pairs)))
+                })
+                .collect();
+            let (per_frame, share) = match cycles.is_empty() {
+                true => ("-".to_owned(), "-".to_owned()),
+                false => (
+                    format!("{:.0}", median(cycles.iter().map(|c| c.0).collect())),
+                    format!(
+                        "{:.0}%",
+                        100.0 * median(cycles.iter().map(|c| c.1).collect())
+                    ),
+                ),
+            };
             let spread = runs
                 .iter()
                 .map(|s| format!("{:.2}", s.fps / 1e6))
                 .collect::<Vec<_>>()
                 .join(" ");
             println!(
-                "  {:<36} {:>5} {:>9.2} {:>9.0}% {:>14.0} {:>8.0}% {:>8.0}%   runs: {spread}",
+                "  {:<36} {:>5} {:>9.2} {:>9.0}% {:>14.0} {:>8.0}% {:>8.0}% {per_frame:>11} {share:>10}   runs: {spread}",
                 switch.label(),
                 pairs,
                 fps / 1e6,
@@ -524,6 +625,25 @@ mod tests {
             None
         );
         assert_eq!(rx_pps("  Rx-pps:"), None);
+    }
+
+    #[test]
+    fn cycles_per_frame_are_read_from_the_closing_statistics() {
+        let line = "  CPU cycles/packet=211.14 (total cycles=16980878868 / total macswap \
+                    packets=80423296) at 2600 MHz Clock";
+        let cycles = cycles_per_frame(line).unwrap();
+        assert_eq!(
+            cycles,
+            GeneratorCycles {
+                per_frame: 211.14,
+                mhz: 2600.0
+            }
+        );
+        // 10 Mfps at 211.14 cycles a frame on one 2.6 GHz core: 81.2%.
+        assert!((cycles.share(10e6, 1) - 0.812).abs() < 1e-3);
+        assert!((cycles.share(10e6, 2) - 0.406).abs() < 1e-3);
+        assert_eq!(cycles_per_frame("  Rx-pps:      1690335"), None);
+        assert_eq!(cycles_per_frame("  CPU cycles/packet=12 (total)"), None);
     }
 
     #[test]
