@@ -37,6 +37,10 @@ MPBRIDGE_BENCH_THREADS="$counts" cargo bench --bench lock_contention | tee "$out
 # (needs dpdk-dev), every strategy, 64 to 1518 bytes.
 ./target/release/mpbench forward --ports vhost --lock mutex,rwlock,rmlock,sharded,rcu,epoch --workers "$workers" \
     --sizes 64,128,256,512,1024,1518 --runs 5 --seconds 3 | tee "$out-vhost.txt"
+# The same with a generator CPU per port (3 CPUs per queue pair): on 2 CPUs the
+# generator's one core sets the rate beside mpbridge (gen frames near 100%).
+./target/release/mpbench forward --ports vhost --lock epoch,mutex --workers "$workers" \
+    --generator-lcores 2 --sizes 64,1518 --runs 5 --seconds 3 | tee "$out-vhost-gen2.txt"
 # The block ring beside the default frame ring: with more cores, whether
 # handing over blocks saves wake-ups once several workers share the load.
 ./target/release/mpbench forward --rx-ring block --ports raw --workers "$workers" --sizes 64,1518 \

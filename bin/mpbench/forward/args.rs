@@ -89,6 +89,12 @@ pub struct ForwardArgs {
     /// request and its reply or a small TCP window are. vhost only.
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u16).range(1..=512))]
     pub(super) in_flight: u16,
+    /// The vhost generator's forwarding lcores per queue pair: 1 (both
+    /// ports on one CPU) or 2 (a CPU per port, so that the generator is
+    /// less often what sets the rate; P queue pairs then need 3P CPUs).
+    /// vhost only.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub(super) generator_lcores: u8,
     #[command(flatten)]
     pub(super) output: flags::Output,
 }

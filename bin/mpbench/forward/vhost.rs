@@ -19,7 +19,9 @@
 //! each port's frames to the other without looking at them: the ceiling.
 //! With `--workers P`, both sides use P queue pairs: the generator P
 //! forwarding lcores on CPUs 0..P-1, the switch P workers (or lcores) on
-//! CPUs P..2P-1. Each figure comes with the switch's CPU time per
+//! CPUs P..2P-1. With `--generator-lcores 2` the generator has an lcore
+//! per port and queue, 2P of them on CPUs 0..2P-1, and the switch is on
+//! CPUs 2P..3P-1. Each figure comes with the switch's CPU time per
 //! forwarded frame (its process's user and system time) and the busy
 //! share of the generator's and the switch's CPUs.
 //!
@@ -169,13 +171,14 @@ fn lcores(first: usize, count: usize) -> String {
     list
 }
 
+/// The switch with `pairs` workers (or lcores) on CPUs `first..`.
 fn start_switch(
     switch: Switch,
-    pairs: usize,
+    (first, pairs): (usize, usize),
     mpbridge: &str,
     dir: &Path,
 ) -> Result<Running, String> {
-    let cpus = cpu_list(pairs, pairs);
+    let cpus = cpu_list(first, pairs);
     let (a, b) = (dir.join("a.sock"), dir.join("b.sock"));
     let _ = std::fs::remove_file(&a);
     let _ = std::fs::remove_file(&b);
@@ -197,7 +200,7 @@ fn start_switch(
                 &cpus,
                 "dpdk-testpmd",
                 "--lcores",
-                &lcores(pairs, pairs),
+                &lcores(first, pairs),
             ])
             .args([
                 "--no-huge",
@@ -236,12 +239,22 @@ fn start_switch(
 }
 
 /// What the generator sends: frames of `size` bytes, `in_flight` of them
-/// per port and queue, over `pairs` queue pairs.
+/// per port and queue, over `pairs` queue pairs, with `lcores`
+/// forwarding lcores per pair (1: both ports' streams on one; 2: one
+/// each), on CPUs from 0 on.
 #[derive(Clone, Copy)]
 struct Generator {
     size: usize,
     pairs: usize,
     in_flight: u16,
+    lcores: usize,
+}
+
+impl Generator {
+    /// Its CPUs, 0 to this less one; the switch's come next.
+    fn cpus(&self) -> usize {
+        self.lcores * self.pairs
+    }
 }
 
 /// The generator, started: one line of its statistics per port and
@@ -251,7 +264,9 @@ fn start_generator(dir: &Path, generator: Generator) -> Result<Running, String> 
         size,
         pairs,
         in_flight,
+        ..
     } = generator;
+    let cores = generator.cpus();
     let (a, b) = (dir.join("a.sock"), dir.join("b.sock"));
     let port = |n: usize, path: &PathBuf| {
         format!(
@@ -260,13 +275,13 @@ fn start_generator(dir: &Path, generator: Generator) -> Result<Running, String> 
         )
     };
     let child = Command::new("taskset")
-        .args(["-c", &cpu_list(0, pairs), "dpdk-testpmd"])
-        .args(["--lcores", &lcores(0, pairs), "--no-huge", "-m", "1024"])
+        .args(["-c", &cpu_list(0, cores), "dpdk-testpmd"])
+        .args(["--lcores", &lcores(0, cores), "--no-huge", "-m", "1024"])
         .args(["--no-pci", "--file-prefix", "mpbench-generator"])
         .arg(port(0, &a))
         .arg(port(1, &b))
         .args(["--", "--forward-mode=macswap", "--port-topology=loop"])
-        .arg(format!("--nb-cores={pairs}"))
+        .arg(format!("--nb-cores={cores}"))
         .arg(format!("--rxq={pairs}"))
         .arg(format!("--txq={pairs}"))
         .args([
@@ -345,8 +360,8 @@ fn measure(
     generator: Generator,
     seconds: usize,
 ) -> Result<Sample, String> {
-    let pairs = generator.pairs;
-    let running = start_switch(switch, pairs, mpbridge, dir)?;
+    let (pairs, first) = (generator.pairs, generator.cpus());
+    let running = start_switch(switch, (first, pairs), mpbridge, dir)?;
     let pid = running.0.id();
     let mut generator = start_generator(dir, generator)?;
     let reports = reports(&mut generator);
@@ -388,11 +403,11 @@ fn measure(
         _ => Vec::new(),
     };
     let frames: f64 = measured.iter().sum();
-    let busy = |first: usize| {
+    let busy = |first: usize, count: usize| {
         let shares: Vec<f64> = cores
             .iter()
             .skip(first)
-            .take(pairs)
+            .take(count)
             .map(|c| c.busy_ns() / (c.busy_ns() + c.idle_ns).max(1.0))
             .collect();
         shares.iter().sum::<f64>() / shares.len().max(1) as f64
@@ -400,8 +415,8 @@ fn measure(
     Ok(Sample {
         fps: frames / measured.len() as f64,
         switch_ns: (cpu_after - cpu_before) * 1e9 / frames.max(1.0),
-        generator_busy: busy(0),
-        switch_busy: busy(pairs),
+        generator_busy: busy(0, first),
+        switch_busy: busy(first, pairs),
         generator_cycles,
     })
 }
@@ -422,12 +437,11 @@ pub(super) fn run(args: &ForwardArgs, mpbridge: &str) -> Result<(), String> {
     let seconds = args.interval.seconds.round().max(1.0) as usize;
     let cpus = super::topology::cpus();
     let mut configs = Vec::new();
+    let per_pair = usize::from(args.generator_lcores);
     for &pairs in &args.workers {
-        if 2 * pairs > cpus {
-            println!(
-                "note: {pairs} queue pairs need {} CPUs; this machine has {cpus}",
-                2 * pairs
-            );
+        let need = (per_pair + 1) * pairs;
+        if need > cpus {
+            println!("note: {pairs} queue pairs need {need} CPUs; this machine has {cpus}");
             continue;
         }
         configs.push((Switch::Dpdk, pairs));
@@ -442,10 +456,14 @@ pub(super) fn run(args: &ForwardArgs, mpbridge: &str) -> Result<(), String> {
         return Err("no --workers count fits this machine".to_owned());
     }
     let dir = Scratch::new()?;
+    let (lcores, g) = match per_pair {
+        1 => ("one forwarding lcore per queue pair", "P"),
+        _ => ("one forwarding lcore per port and queue", "2P"),
+    };
     println!(
         "vhost-user: generator testpmd (two virtio-user ports, macswap looped, {in_flight} frames in flight \
-         per port and queue, one forwarding lcore per queue pair) on CPUs 0..P-1; the switch (mpbridge: \
-         P workers; DPDK: P lcores) on CPUs P..2P-1, for P queue pairs; rings of {QUEUE_SIZE}; \
+         per port and queue, {lcores}) on CPUs 0..{g}-1; the switch (mpbridge: \
+         P workers; DPDK: P lcores) on the next P CPUs, for P queue pairs; rings of {QUEUE_SIZE}; \
          mean of {seconds} one-second periods after {WARMUP_PERIODS} of warm-up once frames flow; \
          {} runs, each mpbridge run paired with a run of DPDK's switch next to it (which first \
          alternating), medians over all runs",
@@ -467,6 +485,7 @@ pub(super) fn run(args: &ForwardArgs, mpbridge: &str) -> Result<(), String> {
             size,
             pairs,
             in_flight: args.in_flight,
+            lcores: per_pair,
         };
         measure(switch, mpbridge, &dir.0, generator, seconds)
     };
@@ -524,7 +543,7 @@ pub(super) fn run(args: &ForwardArgs, mpbridge: &str) -> Result<(), String> {
                 .iter()
                 .filter_map(|s| {
                     let c = s.generator_cycles?;
-                    Some((c.per_frame, c.share(s.fps, pairs)))
+                    Some((c.per_frame, c.share(s.fps, per_pair * pairs)))
                 })
                 .collect();
             let (per_frame, share) = match cycles.is_empty() {
@@ -644,6 +663,23 @@ mod tests {
         assert!((cycles.share(10e6, 2) - 0.406).abs() < 1e-3);
         assert_eq!(cycles_per_frame("  Rx-pps:      1690335"), None);
         assert_eq!(cycles_per_frame("  CPU cycles/packet=12 (total)"), None);
+    }
+
+    #[test]
+    fn a_generator_with_a_core_per_port_puts_the_switch_after_it() {
+        let generator = |pairs, lcores| Generator {
+            size: 64,
+            pairs,
+            in_flight: 512,
+            lcores,
+        };
+        assert_eq!(generator(1, 1).cpus(), 1);
+        assert_eq!(generator(1, 2).cpus(), 2);
+        assert_eq!(generator(4, 2).cpus(), 8);
+        // The main lcore shares the first forwarding lcore's CPU.
+        assert_eq!(lcores(0, 2), "0@0,1@0,2@1");
+        assert_eq!(cpu_list(2, 1), "2");
+        assert_eq!(lcores(2, 1), "0@2,1@2");
     }
 
     #[test]
