@@ -20,7 +20,10 @@ const fn bit(n: u32) -> u64 {
 
 /// The features a vhost-user port offers: virtio 1, the offloads the
 /// bridge's virtio-net header carries, mergeable receive buffers, event
-/// indices and multiqueue. Not offered: the control queue (QEMU and DPDK
+/// indices, multiqueue and in-order use of buffers (the port returns
+/// every chain in the order it was made available, a lent one's included:
+/// a driver then takes its used buffers back without looking them up,
+/// DPDK's by a path of its own). Not offered: the control queue (QEMU and DPDK
 /// emulate it themselves), indirect descriptors and packed rings (less for
 /// an untrusted driver to get wrong), and MAC, MTU or status reporting.
 pub const OFFERED_FEATURES: u64 = bit(virtio_config::VIRTIO_F_VERSION_1)
@@ -33,6 +36,7 @@ pub const OFFERED_FEATURES: u64 = bit(virtio_config::VIRTIO_F_VERSION_1)
     | bit(virtio_net::VIRTIO_NET_F_MRG_RXBUF)
     | bit(virtio_net::VIRTIO_NET_F_MQ)
     | bit(virtio_ring::VIRTIO_RING_F_EVENT_IDX)
+    | bit(virtio_config::VIRTIO_F_IN_ORDER)
     | PROTOCOL_FEATURES;
 
 /// vhost-user's own bit: the frontend may negotiate protocol features.

@@ -79,9 +79,10 @@ pub struct VhostQueue {
     scratch: Vec<u8>,
     /// Such a frame, offered in pieces, joined first.
     joined: Vec<u8>,
-    /// The transmit ring's chains whose frames the last receive lent to
-    /// the batch, returned by `release`; and the ring they came from.
-    lent: Vec<u16>,
+    /// Whether the last receive lent frames to the batch: their chains,
+    /// and every chain taken after the first of them, are held by the
+    /// transmit ring until `release`; and the ring they came from.
+    lent: bool,
     lent_from: u64,
     /// The chains one frame to the driver takes (mergeable buffers).
     heads: Vec<(u16, u32)>,
@@ -185,7 +186,7 @@ impl VhostQueue {
             _control: control,
             scratch: Vec::new(),
             joined: Vec::new(),
-            lent: Vec::new(),
+            lent: false,
             lent_from: 0,
             heads: Vec::new(),
             first: Vec::new(),
@@ -302,11 +303,13 @@ impl VhostQueue {
                     return Put::NoRoom;
                 }
                 Err(error) => {
-                    // The chains taken go back empty: the one that broke
-                    // the rules was consumed, so they cannot be put back.
-                    for &(head, _) in heads.iter() {
-                        ring.push_used(head, 0);
+                    // The chains taken go back empty, ahead of the one
+                    // that broke the rules: it was consumed, so they
+                    // cannot be put back.
+                    for head in heads.iter_mut() {
+                        head.1 = 0;
                     }
+                    ring.push_used_before_refused(heads, &error);
                     return Put::BadChain(error);
                 }
             };
@@ -332,7 +335,7 @@ impl VhostQueue {
 /// returned at once. Returns whether it was (a used entry to publish).
 fn take(
     run: &mut Running,
-    lent: &mut Vec<u16>,
+    lent: &mut bool,
     header_len: usize,
     chain: Chain,
     batch: &mut RxBatch,
@@ -364,22 +367,22 @@ fn take(
     }
     let lent_now = ring.lend_to(batch, VNET_HDR_LEN + head, header_len + head, rest);
     debug_assert!(lent_now, "lendable");
-    lent.push(chain.head);
+    run.ring.hold(chain.head);
+    *lent = true;
     false
 }
 
-/// Returns the chains in `lent` to the driver, when `run` is still the
-/// ring they were taken from (one that replaced it never had them).
-fn give_back(run: &mut Running, lent: &mut Vec<u16>, from: u64) {
-    if !lent.is_empty() && run.ring.id() == from {
-        for &head in lent.iter() {
-            run.ring.push_used(head, 0);
-        }
+/// Returns the chains the ring holds since a frame was lent to the
+/// driver, when `run` is still the ring they were taken from (one that
+/// replaced it never had them).
+fn give_back(run: &mut Running, lent: &mut bool, from: u64) {
+    if *lent && run.ring.id() == from {
+        run.ring.release_held();
         if run.ring.publish() {
             run.notify();
         }
     }
-    lent.clear();
+    *lent = false;
 }
 
 /// Moves past the first `n` bytes of `parts`.
@@ -591,15 +594,15 @@ impl Queue for VhostQueue {
     /// Returns the chains whose frames the last receive lent: the guest
     /// may use their buffers again.
     fn release(&mut self) {
-        if self.lent.is_empty() {
+        if !self.lent {
             return;
         }
         match self.device.vring(2 * self.pair + 1) {
             Some(vring) => match vring.lock().as_mut() {
                 Some(run) => give_back(run, &mut self.lent, self.lent_from),
-                None => self.lent.clear(),
+                None => self.lent = false,
             },
-            None => self.lent.clear(),
+            None => self.lent = false,
         }
     }
 

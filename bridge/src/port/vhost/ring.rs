@@ -165,6 +165,10 @@ pub struct SplitRing {
     /// ring's flag is clear), so that a busy device writes the flag only
     /// when it changes.
     kicks: bool,
+    /// Used elements (head, length) held back behind a chain whose frame
+    /// is lent, in the order their chains were taken: every chain is used
+    /// in the order the driver made it available (VIRTIO_F_IN_ORDER).
+    held: Vec<(u16, u32)>,
     /// The chain just popped.
     segments: Vec<Segment>,
     /// Descriptors read so far, good chains and bad: what a caller's work
@@ -222,6 +226,7 @@ impl SplitRing {
             signalled: 0,
             event_idx,
             kicks: true,
+            held: Vec::new(),
             segments: Vec::with_capacity(n.min(64)),
             walked: 0,
         };
@@ -509,9 +514,67 @@ impl SplitRing {
     }
 
     /// Returns chain `head` to the driver with `len` bytes written (0 for
-    /// a chain read); seen by the driver at the next [`publish`](Self::publish).
+    /// a chain read); seen by the driver at the next [`publish`](Self::publish),
+    /// or, behind a chain held, at the one after [`release_held`](Self::release_held).
     #[inline]
     pub fn push_used(&mut self, head: u16, len: u32) {
+        if !self.held.is_empty() {
+            self.held.push((head, len));
+            return;
+        }
+        self.write_used(head, len);
+    }
+
+    /// Keeps chain `head`, whose frame is lent, from the driver, and with
+    /// it every chain returned after it, until [`release_held`](Self::release_held).
+    pub fn hold(&mut self, head: u16) {
+        self.held.push((head, 0));
+    }
+
+    /// Returns the chains held, in the order they were taken.
+    pub fn release_held(&mut self) {
+        let held = std::mem::take(&mut self.held);
+        for &(head, len) in &held {
+            self.write_used(head, len);
+        }
+        self.held = held;
+        self.held.clear();
+    }
+
+    /// Returns `chains`, taken before the chain [`pop`](Self::pop) just
+    /// refused with `error`, ahead of that one, so that chains are used
+    /// in the order they were made available: `pop` returns a refused
+    /// chain at once, all but one whose head lies outside the ring (which
+    /// cannot be returned).
+    pub fn push_used_before_refused(&mut self, chains: &[(u16, u32)], error: &ChainError) {
+        let refused = match error {
+            ChainError::Head(_) | ChainError::Index(_) => None,
+            _ => self.held.pop().or_else(|| {
+                self.next_used = self.next_used.wrapping_sub(1);
+                let slot = usize::from(self.next_used & (self.size - 1));
+                // SAFETY: as in `write_used`: the element lies in the
+                // checked used area; it was written by `pop` and is not
+                // yet published, so this reads back what was written.
+                let (head, len) = unsafe {
+                    let element = self.used.add(4 + 8 * slot);
+                    (
+                        u32::from_le(element.cast::<u32>().read_volatile()),
+                        u32::from_le(element.add(4).cast::<u32>().read_volatile()),
+                    )
+                };
+                Some((head as u16, len))
+            }),
+        };
+        for &(head, len) in chains {
+            self.push_used(head, len);
+        }
+        if let Some((head, len)) = refused {
+            self.push_used(head, len);
+        }
+    }
+
+    #[inline]
+    fn write_used(&mut self, head: u16, len: u32) {
         let slot = usize::from(self.next_used & (self.size - 1));
         // SAFETY: `slot < size`: the 8-byte element lies in the checked,
         // 4-aligned used area; the driver reads it only after the release
