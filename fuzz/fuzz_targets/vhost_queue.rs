@@ -14,8 +14,9 @@
 //! - A receive reads exactly the descriptors a reference walk written
 //!   here reads for the chains it took (up to the first broken rule).
 //! - Every chain taken with a head inside the ring is returned exactly
-//!   once, a lent frame's when the batch is released (the heads published
-//!   in the used ring are, as a multiset, those at the avail slots taken);
+//!   once, a lent frame's when the batch is released, in the order it was
+//!   made available (the heads published in the used ring are those at
+//!   the avail slots taken, in that order: the port offers IN_ORDER);
 //!   a head outside is not returned. Checked
 //!   when no buffer the driver offers to be written overlaps the rings
 //!   (else a send may rewrite them under the target's reading).
@@ -132,8 +133,8 @@ fn before(device: &Device, memory: &GuestMemory, index: usize, layout: &RingLayo
     }
 }
 
-/// Checks the budget and that every chain taken was returned once;
-/// returns the chains taken and the descriptors read.
+/// Checks the budget and that every chain taken was returned once, in
+/// order; returns the chains taken and the descriptors read.
 fn after(
     device: &Device,
     memory: &GuestMemory,
@@ -175,22 +176,19 @@ fn after(
         "vring {index}: {taken} chains taken, {} with a head, {published} returned",
         heads.len()
     );
-    let mut returned: Vec<(u16, u32)> = (0..published)
+    let returned: Vec<(u16, u32)> = (0..published)
         .map(|k| {
             let (head, len) = driver::used_elem(memory, layout, was.used.wrapping_add(k));
             (u16::try_from(head).expect("a head the driver gave"), len)
         })
         .collect();
-    returned.sort_unstable();
-    heads.sort_unstable();
     let returned_heads: Vec<u16> = returned.iter().map(|r| r.0).collect();
     let taken_heads: Vec<u16> = heads.iter().map(|h| h.0).collect();
     assert_eq!(
         returned_heads, taken_heads,
-        "vring {index}: each chain returned once"
+        "vring {index}: each chain returned once, in order"
     );
     for ((_, len), (_, room)) in returned.iter().zip(&heads) {
-        // Sorted alike: equal heads have the same room.
         assert!(
             u64::from(*len) <= *room,
             "vring {index}: {len} bytes used of {room}"

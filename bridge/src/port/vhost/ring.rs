@@ -519,10 +519,16 @@ impl SplitRing {
     #[inline]
     pub fn push_used(&mut self, head: u16, len: u32) {
         if !self.held.is_empty() {
-            self.held.push((head, len));
-            return;
+            return self.held_too(head, len);
         }
         self.write_used(head, len);
+    }
+
+    /// The rare path of [`push_used`](Self::push_used): behind a lent chain.
+    #[cold]
+    #[inline(never)]
+    fn held_too(&mut self, head: u16, len: u32) {
+        self.held.push((head, len));
     }
 
     /// Keeps chain `head`, whose frame is lent, from the driver, and with
