@@ -169,6 +169,8 @@ pub struct SplitRing {
     /// is lent, in the order their chains were taken: every chain is used
     /// in the order the driver made it available (VIRTIO_F_IN_ORDER).
     held: Vec<(u16, u32)>,
+    /// The head of the last chain `pop` refused and returned.
+    refused: u16,
     /// The chain just popped.
     segments: Vec<Segment>,
     /// Descriptors read so far, good chains and bad: what a caller's work
@@ -227,6 +229,7 @@ impl SplitRing {
             event_idx,
             kicks: true,
             held: Vec::new(),
+            refused: 0,
             segments: Vec::with_capacity(n.min(64)),
             walked: 0,
         };
@@ -439,6 +442,7 @@ impl SplitRing {
         match self.walk(head, direction, min, max) {
             Ok(total) => Ok(Some(Chain { head, total })),
             Err(error) => {
+                self.refused = head;
                 self.push_used(head, 0);
                 Err(error)
             }
@@ -553,29 +557,16 @@ impl SplitRing {
     /// chain at once, all but one whose head lies outside the ring (which
     /// cannot be returned).
     pub fn push_used_before_refused(&mut self, chains: &[(u16, u32)], error: &ChainError) {
-        let refused = match error {
-            ChainError::Head(_) | ChainError::Index(_) => None,
-            _ => self.held.pop().or_else(|| {
-                self.next_used = self.next_used.wrapping_sub(1);
-                let slot = usize::from(self.next_used & (self.size - 1));
-                // SAFETY: as in `write_used`: the element lies in the
-                // checked used area; it was written by `pop` and is not
-                // yet published, so this reads back what was written.
-                let (head, len) = unsafe {
-                    let element = self.used.add(4 + 8 * slot);
-                    (
-                        u32::from_le(element.cast::<u32>().read_volatile()),
-                        u32::from_le(element.add(4).cast::<u32>().read_volatile()),
-                    )
-                };
-                Some((head as u16, len))
-            }),
-        };
+        let returned = !matches!(error, ChainError::Head(_) | ChainError::Index(_));
+        if returned && self.held.pop().is_none() {
+            // Not yet published: taken back from the used ring.
+            self.next_used = self.next_used.wrapping_sub(1);
+        }
         for &(head, len) in chains {
             self.push_used(head, len);
         }
-        if let Some((head, len)) = refused {
-            self.push_used(head, len);
+        if returned {
+            self.push_used(self.refused, 0);
         }
     }
 
