@@ -598,6 +598,17 @@ fn write_families(out: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Resul
     )?;
     family(
         out,
+        "worker_busy_seconds_total",
+        Kind::Counter,
+        "Seconds the worker spent receiving and forwarding (rounds that found frames).",
+        stats
+            .workers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (worker_labels(i), Value::Nanos(w.busy_ns))),
+    )?;
+    family(
+        out,
         "worker_stuck",
         Kind::Gauge,
         "1 if the worker's heartbeat stood still for longer than the watchdog allows (it is blocked and forwards nothing), else 0.",
@@ -1039,6 +1050,7 @@ mod tests {
                 frames: 77,
                 batches: 12,
                 busy_percent: 12.3,
+                busy_ns: 1_500_000_000,
                 stuck: true,
                 heartbeat_age_s: 4.5,
                 stalls: 2,
@@ -1284,6 +1296,7 @@ mod tests {
             "mpbridge_uptime_seconds",
             "mpbridge_worker_batches_total",
             "mpbridge_worker_busy_ratio",
+            "mpbridge_worker_busy_seconds_total",
             "mpbridge_worker_frames_total",
             "mpbridge_worker_heartbeat_age_seconds",
             "mpbridge_worker_stalls_total",
@@ -1371,6 +1384,9 @@ mod tests {
             "mpbridge_lock_wait_seconds_total{bridge=\"br0\",lock=\"mutex\"} 1.500000007\n"
         ));
         assert!(text.contains("mpbridge_worker_busy_ratio{bridge=\"br0\",worker=\"0\"} 0.123\n"));
+        assert!(
+            text.contains("mpbridge_worker_busy_seconds_total{bridge=\"br0\",worker=\"0\"} 1.5\n")
+        );
     }
 
     #[test]
@@ -1396,7 +1412,7 @@ mod tests {
         let text = render(&stats);
         assert!(text.contains(r#"bridge="a\\b\"c\nd""#), "{text}");
         assert!(text.contains(r#"port="raw:\"x\"""#), "{text}");
-        assert_eq!(text.lines().count(), checked(&stats).samples.len() + 2 * 38);
+        assert_eq!(text.lines().count(), checked(&stats).samples.len() + 2 * 39);
         let e = checked(&stats);
         assert_eq!(
             e.value("mpbridge_port_moves_total", &[("port", "raw:\"x\"")]),

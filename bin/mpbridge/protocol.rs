@@ -900,6 +900,11 @@ pub struct WorkerStats {
     /// Per cent of the bridge's uptime it spent receiving and forwarding
     /// frames rather than waiting for them.
     pub busy_percent: f64,
+    /// Nanoseconds it spent receiving and forwarding frames (rounds of its
+    /// loop that found some), since the bridge started: over its frames,
+    /// what a frame cost its core, empty polls left out.
+    #[serde(default)]
+    pub busy_ns: u64,
     /// Its heartbeat stood still for longer than the watchdog allows: it
     /// is blocked and forwards nothing.
     #[serde(default)]

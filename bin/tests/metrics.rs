@@ -260,6 +260,10 @@ fn scrape_equals_stats_on_an_idle_bridge() {
         assert_eq!(get("worker_batches_total", &at), int(&w["batches"]));
         let busy = get("worker_busy_ratio", &at);
         assert!((0.0..=1.0).contains(&busy), "{busy}");
+        // Its time at work, as JSON has it, and some: it forwarded.
+        let busy_s = get("worker_busy_seconds_total", &at);
+        assert_eq!(busy_s, int(&w["busy_ns"]) / 1e9);
+        assert!(busy_s > 0.0, "{w}");
         // A running worker: not stuck, never was, its heartbeat fresh.
         assert_eq!(w["stuck"], false, "{w}");
         assert_eq!(get("worker_stuck", &at), 0.0);

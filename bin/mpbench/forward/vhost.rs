@@ -32,6 +32,13 @@
 //! frame when it stops. That per frame, times the rate, over its cores'
 //! cycles is the share of the generator's cores spent on frames: near all
 //! of it, the generator sets the rate, whatever the switch could do.
+//!
+//! Each switch counts its own the same way, which the generator's limit
+//! does not cap: DPDK's switch with `--record-core-cycles` too, mpbridge
+//! as its workers' busy time (the rounds of their loop that found frames,
+//! `busy_ns` of `mpbridge stats`), both over the whole run. Their ratio,
+//! pair by pair, is what the two would forward against each other with a
+//! generator that could offer more than either takes.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -80,6 +87,9 @@ struct Sample {
     switch_busy: f64,
     /// The generator's cycles per frame in passes that carried frames.
     generator_cycles: Option<GeneratorCycles>,
+    /// The switch's nanoseconds per frame in passes (or rounds) that
+    /// carried frames: its cost, whoever sets the rate.
+    switch_busy_ns: Option<f64>,
 }
 
 /// What the generator's forwarding cost it, as it reports when it stops.
@@ -95,6 +105,11 @@ impl GeneratorCycles {
     /// takes.
     fn share(&self, fps: f64, pairs: usize) -> f64 {
         fps * self.per_frame / (self.mhz * 1e6 * pairs as f64)
+    }
+
+    /// Nanoseconds per frame.
+    fn ns(&self) -> f64 {
+        self.per_frame * 1e3 / self.mhz
     }
 }
 
@@ -222,13 +237,13 @@ fn start_switch(
             .arg(format!("--nb-cores={pairs}"))
             .arg(format!("--rxq={pairs}"))
             .arg(format!("--txq={pairs}"))
-            .args(["--total-num-mbufs=65536"])
+            .args(["--total-num-mbufs=65536", "--record-core-cycles"])
             .arg(format!("--rxd={QUEUE_SIZE}"))
             .arg(format!("--txd={QUEUE_SIZE}"))
             // testpmd runs until its standard input ends: the pipe stays
             // open as long as the child is ours.
             .stdin(Stdio::piped())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn(),
     }
@@ -361,8 +376,9 @@ fn measure(
     seconds: usize,
 ) -> Result<Sample, String> {
     let (pairs, first) = (generator.pairs, generator.cpus());
-    let running = start_switch(switch, (first, pairs), mpbridge, dir)?;
+    let mut running = start_switch(switch, (first, pairs), mpbridge, dir)?;
     let pid = running.0.id();
+    let switch_reports = (switch == Switch::Dpdk).then(|| reports(&mut running));
     let mut generator = start_generator(dir, generator)?;
     let reports = reports(&mut generator);
     let within = |limit| loop {
@@ -391,13 +407,18 @@ fn measure(
         measured.push(next()?);
     }
     let (cpu_after, cores_after) = (lab::cpu_seconds(pid), cpuload::sample());
-    // Stopped, it prints its cycles and ends its output.
+    let workers_busy = match switch {
+        Switch::Mpbridge(_) => workers_busy_ns(mpbridge, &dir.join("ctl")),
+        Switch::Dpdk => None,
+    };
+    // Stopped, testpmd prints its cycles and ends its output.
     drop(generator);
-    let generator_cycles = reports.iter().find_map(|report| match report {
-        Report::Cycles(cycles) => Some(cycles),
-        Report::Period(_) => None,
-    });
+    let generator_cycles = closing_cycles(&reports);
     drop(running);
+    let switch_busy_ns = match switch_reports {
+        Some(reports) => closing_cycles(&reports).map(|c| c.ns()),
+        None => workers_busy,
+    };
     let cores = match (cores_before, cores_after) {
         (Ok(before), Ok(after)) => cpuload::between(&before, &after),
         _ => Vec::new(),
@@ -418,7 +439,40 @@ fn measure(
         generator_busy: busy(0, first),
         switch_busy: busy(first, pairs),
         generator_cycles,
+        switch_busy_ns,
     })
+}
+
+/// The cycles per frame a stopped testpmd printed, once its output ends.
+fn closing_cycles(reports: &mpsc::Receiver<Report>) -> Option<GeneratorCycles> {
+    reports.iter().find_map(|report| match report {
+        Report::Cycles(cycles) => Some(cycles),
+        Report::Period(_) => None,
+    })
+}
+
+/// mpbridge's workers' busy nanoseconds per frame received since it
+/// started, from `mpbridge stats --json`; none from a build that does not
+/// report them.
+fn workers_busy_ns(mpbridge: &str, ctl: &Path) -> Option<f64> {
+    let output = Command::new(mpbridge)
+        .args(["stats", "--json", "--ctl"])
+        .arg(ctl)
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    busy_per_frame(&String::from_utf8_lossy(&output.stdout))
+}
+
+/// [`workers_busy_ns`] of a `stats --json` answer.
+fn busy_per_frame(json: &str) -> Option<f64> {
+    let stats: serde_json::Value = serde_json::from_str(json).ok()?;
+    let (mut busy, mut frames) = (0u64, 0u64);
+    for worker in stats.get("workers")?.as_array()? {
+        busy += worker.get("busy_ns")?.as_u64()?;
+        frames += worker.get("frames")?.as_u64()?;
+    }
+    (frames > 0).then(|| busy as f64 / frames as f64)
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -474,12 +528,16 @@ pub(super) fn run(args: &ForwardArgs, mpbridge: &str) -> Result<(), String> {
         "gen cyc/fr: the generator's cycles per frame in the passes of its loop that carried frames \
          (testpmd --record-core-cycles, the whole run); gen frames: that at the measured rate, as a \
          share of its cores. Both sides poll all the time (gen busy, sw busy); where gen frames \
-         is near 100% the generator sets the rate"
+         is near 100% the generator sets the rate. sw cost ns/fr: the switch's own time per \
+         frame in the passes that carried frames (DPDK: --record-core-cycles; mpbridge: its \
+         workers' busy_ns), the whole run, which the generator's limit does not cap"
     );
     let mut samples = vec![vec![Vec::new(); args.sizes.len()]; configs.len()];
     // Per mpbridge configuration and size, its rate over DPDK's in the
     // run beside it: what this machine's drifting speed does not blur.
     let mut ratios = vec![vec![Vec::new(); args.sizes.len()]; configs.len()];
+    // And DPDK's cost per frame over mpbridge's, pair by pair.
+    let mut costs = vec![vec![Vec::new(); args.sizes.len()]; configs.len()];
     let measured = |switch, pairs, size| {
         let generator = Generator {
             size,
@@ -509,6 +567,9 @@ pub(super) fn run(args: &ForwardArgs, mpbridge: &str) -> Result<(), String> {
                     (ours, measured(Switch::Dpdk, pairs, size)?)
                 };
                 ratios[c][z].push(ours.fps / theirs.fps.max(1.0));
+                if let (Some(ours), Some(theirs)) = (ours.switch_busy_ns, theirs.switch_busy_ns) {
+                    costs[c][z].push(theirs / ours.max(f64::MIN_POSITIVE));
+                }
                 samples[c][z].push(ours);
                 samples[dpdk][z].push(theirs);
             }
@@ -518,12 +579,13 @@ pub(super) fn run(args: &ForwardArgs, mpbridge: &str) -> Result<(), String> {
     for (z, &size) in args.sizes.iter().enumerate() {
         println!("\n{size}-byte frames:");
         println!(
-            "  {:<36} {:>5} {:>9} {:>10} {:>14} {:>9} {:>9} {:>11} {:>10}",
+            "  {:<36} {:>5} {:>9} {:>10} {:>14} {:>14} {:>9} {:>9} {:>11} {:>10}",
             "switch",
             "pairs",
             "Mfps",
             "of DPDK",
             "switch ns/fr",
+            "sw cost ns/fr",
             "gen busy",
             "sw busy",
             "gen cyc/fr",
@@ -556,13 +618,18 @@ pub(super) fn run(args: &ForwardArgs, mpbridge: &str) -> Result<(), String> {
                     ),
                 ),
             };
+            let costs: Vec<f64> = runs.iter().filter_map(|s| s.switch_busy_ns).collect();
+            let cost = match costs.is_empty() {
+                true => "-".to_owned(),
+                false => format!("{:.1}", median(costs)),
+            };
             let spread = runs
                 .iter()
                 .map(|s| format!("{:.2}", s.fps / 1e6))
                 .collect::<Vec<_>>()
                 .join(" ");
             println!(
-                "  {:<36} {:>5} {:>9.2} {:>9.0}% {:>14.0} {:>8.0}% {:>8.0}% {per_frame:>11} {share:>10}   runs: {spread}",
+                "  {:<36} {:>5} {:>9.2} {:>9.0}% {:>14.0} {cost:>14} {:>8.0}% {:>8.0}% {per_frame:>11} {share:>10}   runs: {spread}",
                 switch.label(),
                 pairs,
                 fps / 1e6,
@@ -577,30 +644,41 @@ pub(super) fn run(args: &ForwardArgs, mpbridge: &str) -> Result<(), String> {
             "  {:<36} {:>5} {:>8} {:>8} {:>8}",
             "switch", "pairs", "median", "min", "max"
         );
-        for (c, &(switch, pairs)) in configs.iter().enumerate() {
-            if switch == Switch::Dpdk {
-                continue;
-            }
-            let pairs_of = &ratios[c][z];
-            let Some(summary) = Summary::of(pairs_of) else {
-                continue;
-            };
-            let each = pairs_of
-                .iter()
-                .map(|r| format!("{r:.2}"))
-                .collect::<Vec<_>>()
-                .join(" ");
-            println!(
-                "  {:<36} {:>5} {:>7.2}x {:>7.2}x {:>7.2}x   pairs: {each}",
-                switch.label(),
-                pairs,
-                summary.median,
-                summary.min,
-                summary.max,
-            );
-        }
+        print_pairs(&configs, &ratios, z);
+        println!(
+            "  cost paired (DPDK's sw cost ns/fr over mpbridge's, each pair: above 1, mpbridge \
+             spends less a frame):"
+        );
+        print_pairs(&configs, &costs, z);
     }
     Ok(())
+}
+
+/// One line per mpbridge configuration of its paired figures at size
+/// index `z`: their median, extremes and each pair.
+fn print_pairs(configs: &[(Switch, usize)], pairs_of: &[Vec<Vec<f64>>], z: usize) {
+    for (c, &(switch, pairs)) in configs.iter().enumerate() {
+        if switch == Switch::Dpdk {
+            continue;
+        }
+        let each_pair = &pairs_of[c][z];
+        let Some(summary) = Summary::of(each_pair) else {
+            continue;
+        };
+        let each = each_pair
+            .iter()
+            .map(|r| format!("{r:.2}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        println!(
+            "  {:<36} {:>5} {:>7.2}x {:>7.2}x {:>7.2}x   pairs: {each}",
+            switch.label(),
+            pairs,
+            summary.median,
+            summary.min,
+            summary.max,
+        );
+    }
 }
 
 /// Whether DPDK's switch runs first in pair `k` of run `run`: the order
@@ -663,6 +741,26 @@ mod tests {
         assert!((cycles.share(10e6, 2) - 0.406).abs() < 1e-3);
         assert_eq!(cycles_per_frame("  Rx-pps:      1690335"), None);
         assert_eq!(cycles_per_frame("  CPU cycles/packet=12 (total)"), None);
+    }
+
+    #[test]
+    fn the_workers_cost_is_their_busy_time_over_their_frames() {
+        let json = r#"{"name":"mpbridge","workers":[
+            {"id":0,"frames":1000,"batches":20,"busy_percent":50.0,"busy_ns":90000},
+            {"id":1,"frames":3000,"batches":60,"busy_percent":50.0,"busy_ns":250000}]}"#;
+        assert_eq!(busy_per_frame(json), Some(85.0));
+        // A build that does not report its busy time, or no frames yet.
+        let old = r#"{"workers":[{"id":0,"frames":1000,"busy_percent":50.0}]}"#;
+        assert_eq!(busy_per_frame(old), None);
+        let idle = r#"{"workers":[{"id":0,"frames":0,"busy_ns":0}]}"#;
+        assert_eq!(busy_per_frame(idle), None);
+        assert_eq!(busy_per_frame("not json"), None);
+        // DPDK's switch: cycles at its clock.
+        let cycles = GeneratorCycles {
+            per_frame: 221.0,
+            mhz: 2600.0,
+        };
+        assert!((cycles.ns() - 85.0).abs() < 1e-9);
     }
 
     #[test]

@@ -183,6 +183,7 @@ impl BridgeState {
                     frames,
                     batches: own.batches,
                     busy_percent: (busy * 1000.0).round() / 10.0,
+                    busy_ns: own.busy_ns,
                     stuck: health.is_some_and(|h| h.stuck),
                     heartbeat_age_s: health
                         .map_or(0.0, |h| (h.silent.as_secs_f64() * 10.0).round() / 10.0),
