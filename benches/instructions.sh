@@ -13,7 +13,9 @@
 #         vhost (two vhost-user ports whose drivers the benchmark plays,
 #         benches/vhost.rs, 64-byte frames) or vhost:BYTES (64 to 1518).
 # MPBRIDGE_BENCH_BINARY names a benchmark binary built earlier (to count
-# an older build) instead of building the current one.
+# an older build) instead of building the current one. On the vhost path
+# MPBRIDGE_STATIONS=K (1 to 64) has the frames come from K stations per
+# side (64 by default: a station per frame of the batch).
 # Columns: instructions (Ir), first-level data misses (D1mr + D1mw) and
 # last-level data misses (DLmr + DLmw) per frame, callgrind's simulated
 # caches (the machine's own sizes, as valgrind reads them). One process on
@@ -41,7 +43,7 @@ binary=${MPBRIDGE_BENCH_BINARY:-}
 [ -x "$binary" ] || { echo "no benchmark binary built" >&2; exit 1; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-echo "# $path, $rounds rounds of 64 frames"
+echo "# $path, $rounds rounds of 64 frames${MPBRIDGE_STATIONS:+, $MPBRIDGE_STATIONS stations per side}"
 printf '%-8s %14s %10s %9s %9s\n' strategy instructions per-frame D1-miss LL-miss
 for strategy in $strategies; do
     # shellcheck disable=SC2086 # $bytes is empty or one word

@@ -13,6 +13,10 @@
 //! and frame size. With `MPBRIDGE_ROUNDS=N` and `STRATEGY [BYTES]` as its
 //! arguments it runs N rounds inside [`rounds`] instead, for
 //! `benches/instructions.sh` to count the instructions per frame.
+//! `MPBRIDGE_STATIONS=K` (1 to 64) has the batch's 64 frames come from K
+//! stations per side in turn, to each one's peer: K=1 is one VM talking
+//! to one other (as `mpbench forward --ports vhost` does), 64 (the
+//! default) a station per frame.
 
 use std::fs::File;
 use std::hint::black_box;
@@ -29,7 +33,17 @@ use bridge::{FdbConfig, MacTable, Worker, WorkerConfig};
 use criterion::{criterion_group, Criterion, Throughput};
 use locks::{Strategy, StrategyKind};
 
+/// Frames a batch, and the most stations per side.
 const STATIONS: u16 = 64;
+
+/// Stations per side: `MPBRIDGE_STATIONS`, or [`STATIONS`].
+fn stations() -> u16 {
+    std::env::var("MPBRIDGE_STATIONS")
+        .ok()
+        .map(|k| k.parse().expect("MPBRIDGE_STATIONS: 1 to 64"))
+        .filter(|k| (1..=STATIONS).contains(k))
+        .unwrap_or(STATIONS)
+}
 /// Entries per ring: room for four batches.
 const RING: u16 = 256;
 /// Each guest's memory: the rings, then its transmit and receive buffers.
@@ -148,11 +162,13 @@ struct Bench<S: Strategy> {
 
 impl<S: Strategy> Bench<S> {
     /// Frames of `len` bytes (without the FCS) from side 0's stations to
-    /// side 1's.
+    /// side 1's ([`stations`] of each).
     fn new(len: usize) -> Self {
+        let stations = stations();
         let frames = |from: u8, to: Option<u8>| -> Vec<Vec<u8>> {
             (0..STATIONS)
                 .map(|n| {
+                    let n = n % stations;
                     let dst = to.map_or(MacAddr::BROADCAST, |side| station(side, n));
                     FrameSpec::new(dst, station(from, n)).len(len).build()
                 })

@@ -224,6 +224,59 @@ fn a_batch_learns_after_it_is_decided<S: Strategy>() {
     assert_eq!(rig.ports_that_sent(), vec![1]);
 }
 
+/// One batch whose frames repeat stations, in runs and apart: each is
+/// answered as the table says, whether a section spans the batch or one
+/// frame, and whether the batch looks like one conversation (its first,
+/// middle and last frames alike: the worker then remembers a section's
+/// last answers) or not.
+fn repeated_stations_in_a_batch<S: Strategy>() {
+    const X: u32 = 10;
+    const Y: u32 = 11;
+    const Z: u32 = 12;
+    let alike = [(A, X), (A, X), (B, Y), (A, X), (B, X), (A, Z), (A, X)];
+    let mixed = [(A, X), (A, X), (B, Y), (B, X), (A, X), (A, Z), (A, Y)];
+    for (per_frame, batch) in [(false, alike), (false, mixed), (true, alike)] {
+        let case = format!("per frame: {per_frame}, {batch:?}");
+        let mut rig = match per_frame {
+            false => Rig::<S>::new(3),
+            true => Rig::<S>::per_frame(3),
+        };
+        for (port, n) in [(1, X), (2, Y), (2, B)] {
+            rig.send(port, &frame(MacAddr::BROADCAST, station(n), 60));
+        }
+        rig.sent();
+        let learned = rig.fdb.stats().learned;
+        for &(src, dst) in &batch {
+            rig.peers[0].inject(&frame(station(dst), station(src), 60));
+        }
+        while rig.worker.poll() > 0 {}
+        let sent = rig.sent();
+        let to = |port: usize| -> Vec<Vec<u8>> {
+            batch
+                .iter()
+                .filter(|(_, dst)| match *dst {
+                    X => port == 1,
+                    Y => port == 2,
+                    _ => true,
+                })
+                .map(|&(src, dst)| frame(station(dst), station(src), 60))
+                .collect()
+        };
+        assert_eq!(sent[1], to(1), "to X and flooded ({case})");
+        assert_eq!(sent[2], to(2), "to Y and flooded ({case})");
+        assert!(sent[0].is_empty());
+        // A learned once, B moved once, both to port 0.
+        assert_eq!(rig.fdb.lookup(&key(A)), Some(PortId(0)));
+        assert_eq!(rig.fdb.lookup(&key(B)), Some(PortId(0)));
+        assert_eq!(rig.fdb.stats().learned, learned + 1, "{case}");
+        assert_eq!(rig.fdb.stats().moved, 1, "{case}");
+        assert_eq!(rig.stats(0).rx_frames, batch.len() as u64);
+        // The next batch finds them there.
+        rig.send(1, &frame(station(B), station(X), 60));
+        assert_eq!(rig.ports_that_sent(), vec![0]);
+    }
+}
+
 fn known_sources_only_refresh<S: Strategy>() {
     let table = MacTable::<S>::new(FdbConfig::default());
     assert_eq!(table.learn(key(A), PortId(0), 10), Learned::New);
@@ -738,6 +791,7 @@ for_each_strategy!(
     oversize_frames_and_full_queues_are_counted,
     per_frame_sections_decide_the_same,
     a_batch_learns_after_it_is_decided,
+    repeated_stations_in_a_batch,
     known_sources_only_refresh,
     entries_age,
     the_learning_limit_holds,

@@ -18,6 +18,7 @@ mod changes;
 mod config;
 mod egress;
 mod health;
+mod memo;
 mod policy;
 mod slot;
 mod snooping;
@@ -28,7 +29,7 @@ use std::os::fd::AsRawFd;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use locks::Strategy;
+use locks::{ReadSection, Strategy};
 
 pub use crate::forward::MoveLimit;
 pub use changes::{PortControl, WorkerParts, WorkerWake};
@@ -39,7 +40,7 @@ pub use stopper::Stopper;
 
 use crate::capture::{self, CaptureHub};
 use crate::counters::{PortCounters, PortStats, WorkerCounters};
-use crate::fdb::{FdbReader, FdbSection, MacTable, Seconds, Source, SourceState};
+use crate::fdb::{FdbEntry, FdbKey, MacTable, Seconds, Source, SourceState};
 use crate::forward::{self, Decision, DropReason, Egresses, IngressPort, Movers, Verdict};
 use crate::mcast::GroupTable;
 use crate::port::{wake, Outgoing, PortError, Queue, RxBatch};
@@ -49,6 +50,7 @@ use crate::wire::VlanId;
 use changes::Change;
 use egress::Rewrites;
 use health::{Direction, Health, LOG_INTERVAL};
+use memo::Memo;
 use slot::PortSlot;
 
 /// The longest a worker sleeps without looking at its stop flag.
@@ -670,14 +672,23 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         };
         match config.section {
             SectionMode::PerBatch => fdb.read(|section| {
-                for (index, frame) in batch.eths().enumerate() {
-                    decide_one::<S>(section, &port, batch, index, frame, now, &mut out);
+                if memo::one_conversation(batch) {
+                    let mut memo = Memo::<_, true>::new(section);
+                    for (index, frame) in batch.eths().enumerate() {
+                        decide_one(&mut memo, &port, batch, index, frame, now, &mut out);
+                    }
+                } else {
+                    let mut section = Memo::<_, false>::new(section);
+                    for (index, frame) in batch.eths().enumerate() {
+                        decide_one(&mut section, &port, batch, index, frame, now, &mut out);
+                    }
                 }
             }),
             SectionMode::PerFrame => {
                 for (index, frame) in batch.eths().enumerate() {
                     fdb.read(|section| {
-                        decide_one::<S>(section, &port, batch, index, frame, now, &mut out)
+                        let mut section = Memo::<_, false>::new(section);
+                        decide_one(&mut section, &port, batch, index, frame, now, &mut out)
                     });
                 }
             }
@@ -1016,8 +1027,8 @@ struct Decided<'a> {
 /// Decides frame `index` of the batch (`frame`)
 /// received on `port`, and refreshes or queues its source for learning.
 #[inline(always)]
-fn decide_one<S: Strategy>(
-    section: &FdbReader<'_, FdbSection<'_, S>>,
+fn decide_one<R: ReadSection<FdbKey, FdbEntry>, const REMEMBER: bool>(
+    section: &mut Memo<'_, '_, R, REMEMBER>,
     port: &IngressPort<'_>,
     batch: &RxBatch,
     index: usize,
@@ -1025,18 +1036,21 @@ fn decide_one<S: Strategy>(
     now: Seconds,
     out: &mut Decided<'_>,
 ) {
-    let (verdict, source) = forward::ingress_and_lookup(port, frame, section);
+    let (verdict, source) = forward::ingress_and_lookup(port, frame, &*section);
     if let Some(key) = source {
         let vtep = batch.vtep(index);
+        // A station sends many frames of a batch: learn it once (the
+        // frame before was its, or an earlier one, queued then).
         let state = section.source_state(&key, port.port, vtep, now);
-        // A station sends many frames of a batch: learn it once.
-        if state != SourceState::Known && !out.to_learn.iter().any(|(s, _)| s.key == key) {
-            let source = Source {
-                key,
-                port: port.port,
-                vtep,
-            };
-            out.to_learn.push((source, state));
+        if let Some(state) = state.filter(|&state| state != SourceState::Known) {
+            if !out.to_learn.iter().any(|(s, _)| s.key == key) {
+                let source = Source {
+                    key,
+                    port: port.port,
+                    vtep,
+                };
+                out.to_learn.push((source, state));
+            }
         }
     }
     *out.any_vtep |= verdict.vtep.is_some();

@@ -135,3 +135,21 @@ fn vteps_are_learned_and_sent_with_untagged_frames() {
 fn vteps_are_learned_and_sent_with_in_an_access_vlan() {
     vteps_are_learned_and_sent_with(true);
 }
+
+#[test]
+fn a_station_heard_from_another_vtep_within_a_batch_moves() {
+    let (mut worker, wires) = rig(false);
+    let speak = |from| (frame(MacAddr::BROADCAST, mac(9)), vtep(from));
+    wires[1].lock().unwrap().to_bridge.push_back(speak(2));
+    worker.poll();
+    assert_eq!(worker.fdb().records()[0].vtep, vtep(2));
+    // One batch: from VTEP 2 (known there, refreshed), then from VTEP 3.
+    wires[1]
+        .lock()
+        .unwrap()
+        .to_bridge
+        .extend([speak(2), speak(2), speak(3)]);
+    worker.poll();
+    assert_eq!(worker.fdb().stats().moved, 1);
+    assert_eq!(worker.fdb().records()[0].vtep, vtep(3));
+}
