@@ -86,21 +86,22 @@ struct Sample {
     generator_busy: f64,
     switch_busy: f64,
     /// The generator's cycles per frame in passes that carried frames.
-    generator_cycles: Option<GeneratorCycles>,
+    generator_cycles: Option<TestpmdCycles>,
     /// The switch's nanoseconds per frame in passes (or rounds) that
     /// carried frames: its cost, whoever sets the rate.
-    switch_busy_ns: Option<f64>,
+    switch_cost_ns: Option<f64>,
 }
 
-/// What the generator's forwarding cost it, as it reports when it stops.
+/// What a testpmd's forwarding cost it (the generator's, or DPDK's
+/// switch's), as it reports when it stops.
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct GeneratorCycles {
+struct TestpmdCycles {
     per_frame: f64,
     /// Its cycle counter's rate.
     mhz: f64,
 }
 
-impl GeneratorCycles {
+impl TestpmdCycles {
     /// The share of `pairs` cores that forwarding `fps` frames a second
     /// takes.
     fn share(&self, fps: f64, pairs: usize) -> f64 {
@@ -118,7 +119,7 @@ enum Report {
     /// Frames received per second in one period, both ports.
     Period(f64),
     /// Its cycles per frame, printed as it stops.
-    Cycles(GeneratorCycles),
+    Cycles(TestpmdCycles),
 }
 
 /// A process of ours, killed (by its pid) on drop.
@@ -349,7 +350,7 @@ fn reports(generator: &mut Running) -> mpsc::Receiver<Report> {
 /// The cycles per frame in testpmd's closing statistics (with
 /// `--record-core-cycles`): "CPU cycles/packet=211.14 (total cycles=...
 /// / total macswap packets=...) at 2600 MHz Clock".
-fn cycles_per_frame(line: &str) -> Option<GeneratorCycles> {
+fn cycles_per_frame(line: &str) -> Option<TestpmdCycles> {
     let rest = line.trim().strip_prefix("CPU cycles/packet=")?;
     let per_frame = rest.split_whitespace().next()?.parse().ok()?;
     let mhz = rest
@@ -359,7 +360,7 @@ fn cycles_per_frame(line: &str) -> Option<GeneratorCycles> {
         .next()?
         .parse()
         .ok()?;
-    Some(GeneratorCycles { per_frame, mhz })
+    Some(TestpmdCycles { per_frame, mhz })
 }
 
 /// The receive rate in a line of testpmd's periodic statistics.
@@ -415,7 +416,7 @@ fn measure(
     drop(generator);
     let generator_cycles = closing_cycles(&reports);
     drop(running);
-    let switch_busy_ns = match switch_reports {
+    let switch_cost_ns = match switch_reports {
         Some(reports) => closing_cycles(&reports).map(|c| c.ns()),
         None => workers_busy,
     };
@@ -439,12 +440,12 @@ fn measure(
         generator_busy: busy(0, first),
         switch_busy: busy(first, pairs),
         generator_cycles,
-        switch_busy_ns,
+        switch_cost_ns,
     })
 }
 
 /// The cycles per frame a stopped testpmd printed, once its output ends.
-fn closing_cycles(reports: &mpsc::Receiver<Report>) -> Option<GeneratorCycles> {
+fn closing_cycles(reports: &mpsc::Receiver<Report>) -> Option<TestpmdCycles> {
     reports.iter().find_map(|report| match report {
         Report::Cycles(cycles) => Some(cycles),
         Report::Period(_) => None,
@@ -567,7 +568,7 @@ pub(super) fn run(args: &ForwardArgs, mpbridge: &str) -> Result<(), String> {
                     (ours, measured(Switch::Dpdk, pairs, size)?)
                 };
                 ratios[c][z].push(ours.fps / theirs.fps.max(1.0));
-                if let (Some(ours), Some(theirs)) = (ours.switch_busy_ns, theirs.switch_busy_ns) {
+                if let (Some(ours), Some(theirs)) = (ours.switch_cost_ns, theirs.switch_cost_ns) {
                     costs[c][z].push(theirs / ours.max(f64::MIN_POSITIVE));
                 }
                 samples[c][z].push(ours);
@@ -618,7 +619,7 @@ pub(super) fn run(args: &ForwardArgs, mpbridge: &str) -> Result<(), String> {
                     ),
                 ),
             };
-            let costs: Vec<f64> = runs.iter().filter_map(|s| s.switch_busy_ns).collect();
+            let costs: Vec<f64> = runs.iter().filter_map(|s| s.switch_cost_ns).collect();
             let cost = match costs.is_empty() {
                 true => "-".to_owned(),
                 false => format!("{:.1}", median(costs)),
@@ -731,7 +732,7 @@ mod tests {
         let cycles = cycles_per_frame(line).unwrap();
         assert_eq!(
             cycles,
-            GeneratorCycles {
+            TestpmdCycles {
                 per_frame: 211.14,
                 mhz: 2600.0
             }
@@ -756,7 +757,7 @@ mod tests {
         assert_eq!(busy_per_frame(idle), None);
         assert_eq!(busy_per_frame("not json"), None);
         // DPDK's switch: cycles at its clock.
-        let cycles = GeneratorCycles {
+        let cycles = TestpmdCycles {
             per_frame: 221.0,
             mhz: 2600.0,
         };

@@ -673,15 +673,21 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
         match config.section {
             SectionMode::PerBatch => fdb.read(|section| {
                 if memo::one_conversation(batch) {
-                    let mut memo = Memo::<_, true>::new(section);
-                    for (index, frame) in batch.eths().enumerate() {
-                        decide_one(&mut memo, &port, batch, index, frame, now, &mut out);
-                    }
+                    decide_all(
+                        &mut Memo::<_, true>::new(section),
+                        &port,
+                        batch,
+                        now,
+                        &mut out,
+                    );
                 } else {
-                    let mut section = Memo::<_, false>::new(section);
-                    for (index, frame) in batch.eths().enumerate() {
-                        decide_one(&mut section, &port, batch, index, frame, now, &mut out);
-                    }
+                    decide_all(
+                        &mut Memo::<_, false>::new(section),
+                        &port,
+                        batch,
+                        now,
+                        &mut out,
+                    );
                 }
             }),
             SectionMode::PerFrame => {
@@ -1022,6 +1028,20 @@ struct Decided<'a> {
     verdicts: &'a mut Vec<Verdict>,
     to_learn: &'a mut Vec<(Source, SourceState)>,
     any_vtep: &'a mut bool,
+}
+
+/// [`decide_one`] for every frame of the batch, in one read section.
+#[inline(always)]
+fn decide_all<R: ReadSection<FdbKey, FdbEntry>, const REMEMBER: bool>(
+    section: &mut Memo<'_, '_, R, REMEMBER>,
+    port: &IngressPort<'_>,
+    batch: &RxBatch,
+    now: Seconds,
+    out: &mut Decided<'_>,
+) {
+    for (index, frame) in batch.eths().enumerate() {
+        decide_one(section, port, batch, index, frame, now, out);
+    }
 }
 
 /// Decides frame `index` of the batch (`frame`)
