@@ -57,7 +57,7 @@ for strategy in $strategies; do
     else
         # The worker's polls, inclusive: Ir D1mr D1mw DLmr DLmw ("." for 0).
         read -r ir d1r d1w dlr dlw < <(callgrind_annotate --inclusive=yes \
-            --show=Ir,D1mr,D1mw,DLmr,DLmw "$out/$strategy" | grep -m1 'Worker<S,P>::poll \[' |
+            --show=Ir,D1mr,D1mw,DLmr,DLmw "$out/$strategy" | grep -m1 -E 'Worker<S,P>::poll(_at)? \[' |
             sed 's/([^)]*)//g; s/,//g; s/ \. / 0 /g; s/ \. / 0 /g' | awk '{print $1, $2, $3, $4, $5}')
     fi
     # callgrind leaves trailing zero counts out.

@@ -2,7 +2,8 @@
 //! (untagged, tagged, retagged) of a frame worked out once per batch,
 //! whichever ports it goes to, as the received frame cut where its outer
 //! tag goes (`wire::tag::Cut`), so that the egress port writes it changed,
-//! once; a virtio-net header's offsets move with the tag.
+//! once; a virtio-net header's offsets move with the tag. And the
+//! iterator each port is sent its frames through, as is or changed.
 
 use crate::port::{Outgoing, RxBatch};
 use crate::vlan::Egress;
@@ -113,6 +114,34 @@ impl Rewrites {
     }
 }
 
+/// The frames one port is sent, by output index: an iterator of its own,
+/// not a `map` closure, so that building each frame inlines into the
+/// port's send loop (the closure's `next` was a call that built each
+/// frame in memory, for the loop to read back).
+#[derive(Clone)]
+pub(super) struct Outputs<'a> {
+    pub(super) batch: &'a RxBatch,
+    pub(super) rewrites: &'a Rewrites,
+    pub(super) outs: std::slice::Iter<'a, usize>,
+}
+
+impl<'a> Iterator for Outputs<'a> {
+    type Item = Outgoing<'a>;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<Outgoing<'a>> {
+        let &out = self.outs.next()?;
+        Some(self.rewrites.frame(self.batch, out).0)
+    }
+
+    #[inline]
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.outs.size_hint()
+    }
+}
+
+impl ExactSizeIterator for Outputs<'_> {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,5 +219,31 @@ mod tests {
         assert_eq!(pieces.pieces[2].as_ptr(), received[12..].as_ptr());
         rewrites.clear();
         assert_eq!(rewrites.frame_for(&batch, 1, Egress::Untagged), 2);
+    }
+
+    #[test]
+    fn a_port_is_sent_its_outputs_in_order_as_is_or_changed() {
+        let batch = batch_of(&[tagged(0x8100, 10), untagged()]);
+        let mut rewrites = Rewrites::default();
+        let bare = rewrites.frame_for(&batch, 0, Egress::Untagged);
+        let outs = [1, bare, 0];
+        let frames = Outputs {
+            batch: &batch,
+            rewrites: &rewrites,
+            outs: outs.iter(),
+        };
+        assert_eq!(frames.len(), 3);
+        let sent: Vec<Vec<u8>> = frames.map(|frame| frame.to_vec()).collect();
+        let expected: Vec<Vec<u8>> = outs
+            .iter()
+            .map(|&out| rewrites.frame(&batch, out).0.to_vec())
+            .collect();
+        assert_eq!(sent, expected);
+        assert_eq!(sent[0], batch.frame(1).to_vec(), "as it came");
+        assert_eq!(
+            &sent[1][VNET_HDR_LEN..],
+            &untagged()[..],
+            "its tag taken off"
+        );
     }
 }

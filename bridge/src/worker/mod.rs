@@ -48,7 +48,7 @@ use crate::port_id::PortId;
 use crate::vlan::PortVlans;
 use crate::wire::VlanId;
 use changes::Change;
-use egress::Rewrites;
+use egress::{Outputs, Rewrites};
 use health::{Direction, Health, LOG_INTERVAL};
 use memo::Memo;
 use slot::PortSlot;
@@ -361,9 +361,14 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
     /// Receives one batch from every port in turn and forwards it; returns
     /// how many frames were received.
     pub fn poll(&mut self) -> usize {
+        self.poll_at(Instant::now())
+    }
+
+    /// [`poll`](Self::poll) in a round that began at `now`: the loop reads
+    /// the clock once a round, for its busy time and the ports' retries.
+    fn poll_at(&mut self, now: Instant) -> usize {
         let mut received = 0;
         let mut batches = 0;
-        let now = Instant::now();
         if now >= self.next_link_check {
             self.next_link_check = now + LINK_CHECK_INTERVAL;
             self.check_links();
@@ -447,7 +452,7 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
             self.totals.beat();
             self.apply_changes();
             let round = Instant::now();
-            let received = self.poll();
+            let received = self.poll_at(round);
             if received > 0 {
                 let busy = round.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
                 self.totals.add_busy(busy);
@@ -978,7 +983,11 @@ impl<S: Strategy, P: Queue> Worker<S, P> {
                 continue;
             }
             let (batch, rewrites) = (&self.batch, &self.rewrites);
-            let frames = output.iter().map(|&out| rewrites.frame(batch, out).0);
+            let frames = Outputs {
+                batch,
+                rewrites,
+                outs: output.iter(),
+            };
             let offered = output.len() as u64;
             let queue = slot.queue.as_mut().expect("sendable ports are in use");
             // Only a batch with frames to VTEPs hands them over.
