@@ -385,9 +385,10 @@ impl SplitRing {
 
     /// Fetches ahead of [`pop`](Self::pop) the next `count` chains the
     /// driver has made available (fewer when it made fewer): the first 128
-    /// bytes of each chain's buffer (a frame's header and the bytes the
-    /// pipeline reads). The frames' misses, on lines the driver's core
-    /// last wrote, then overlap instead of coming one frame at a time.
+    /// bytes of each chain's buffer (on a transmit ring a frame's header
+    /// and the bytes the pipeline reads; on a receive ring the room a small
+    /// frame is written to). The misses, on lines the driver's core last
+    /// touched, then overlap instead of coming one frame at a time.
     /// Nothing read here is relied on: `pop` reads the chains again and
     /// checks them.
     #[inline(never)]
