@@ -1604,6 +1604,13 @@ fn reads_are_answered_while_the_owner_is_busy() {
 }
 
 fn a_lock_set_without_descriptors_keeps_the_old_strategy() {
+    if !lab::installed(
+        "a_lock_set_without_descriptors_keeps_the_old_strategy",
+        "prlimit",
+        "util-linux",
+    ) {
+        return;
+    }
     let (_scratch, socket) = socket_path("lockfds");
     let ctl_arg = format!("--ctl={}", socket.display());
     let topology = Topology::new(
