@@ -224,6 +224,13 @@ impl Lab {
 
     /// Nothing of any container left: no veth, port or lease.
     fn assert_empty(&self) {
+        // A veth whose other end was in a deleted namespace goes when the
+        // kernel's namespace cleanup runs, after `ip netns del` returned:
+        // give it a bounded while.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.host_veths().is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         assert_eq!(self.host_veths(), Vec::<String>::new(), "veths left");
         assert_eq!(self.ports(), Vec::<Value>::new(), "ports left");
         assert_eq!(self.leases(), Vec::<String>::new(), "leases left");
