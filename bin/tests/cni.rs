@@ -297,6 +297,20 @@ fn link_json(ns: &Netns, dev: &str) -> Value {
     serde_json::from_slice::<Value>(&output.stdout).unwrap_or(json!([]))[0].clone()
 }
 
+/// `dev`'s link once its operational state is UP, or as it is after a
+/// bounded while: the kernel sets that state from its own work queue, a
+/// while after the link was brought up.
+fn settled(ns: &Netns, dev: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let link = link_json(ns, dev);
+        if link["operstate"] == "UP" || Instant::now() >= deadline {
+            return link;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn master_of(ns: &Netns, dev: &str) -> Option<String> {
     link_json(ns, dev)["master"].as_str().map(str::to_owned)
 }
@@ -349,7 +363,7 @@ fn talk(what: &str) {
         assert_eq!(inside["sandbox"], lab.netns_path(i), "{result}");
         let mac = link_json(&lab.containers[i], IFNAME)["address"].clone();
         assert_eq!(inside["mac"], mac, "{result}");
-        assert_eq!(link_json(&lab.containers[i], IFNAME)["operstate"], "UP");
+        assert_eq!(settled(&lab.containers[i], IFNAME)["operstate"], "UP");
         addresses.push(Lab::address(&result));
     }
     assert_eq!(lab.leases().len(), 3);
@@ -897,7 +911,7 @@ fn layer2_only(what: &str) {
     let a = lab.container();
     let result = lab.add(a, &conf);
     assert!(result.get("ips").is_none(), "{result}");
-    let link = link_json(&lab.containers[a], IFNAME);
+    let link = settled(&lab.containers[a], IFNAME);
     assert_eq!(link["operstate"], "UP", "{link}");
     lab.del(a, &conf);
     lab.assert_empty();
@@ -1157,7 +1171,20 @@ fn hundred_containers() {
     let first = lab.container();
     lab.add(first, &conf);
     lab.del(first, &conf);
-    let (rss_before, fds_before) = (rss_kib(pid), fds());
+    // The DEL's connection and the port's sockets close after it answered
+    // (below): the count to come back to is the one that has stopped
+    // moving.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut fds_before = fds();
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = fds();
+        if now == fds_before || Instant::now() >= deadline {
+            break;
+        }
+        fds_before = now;
+    }
+    let rss_before = rss_kib(pid);
     let started = Instant::now();
     for _ in 0..COUNT {
         let i = lab.container();

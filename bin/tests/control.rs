@@ -221,8 +221,7 @@ fn hostile_clients_get_errors_and_nothing_leaks() {
     // Settle the daemon's own descriptors before counting.
     request(&socket, &stats);
     // The daemon closes that client's side once it sees it gone.
-    std::thread::sleep(Duration::from_millis(500));
-    let fds_before = fds(pid);
+    let fds_before = quiet_fds(pid);
     let threads_before = proc_status(pid, "Threads");
 
     let garbage = request(&socket, "this is not json\n");
@@ -1114,8 +1113,7 @@ fn silent_clients_in_every_slot_make_room_for_a_new_one() {
     let pid = topology.daemon.as_ref().unwrap().child.id();
     let stats = r#"{"version":1,"command":"stats"}"#.to_owned() + "\n";
     request(&socket, &stats);
-    std::thread::sleep(Duration::from_millis(300));
-    let fds_before = fds(pid);
+    let fds_before = quiet_fds(pid);
     // Every slot (64), and more, held by one process that says nothing.
     let silent: Vec<UnixStream> = (0..80)
         .map(|_| UnixStream::connect(&socket).unwrap())
@@ -1222,7 +1220,16 @@ fn port_show_lists_ports_with_their_options() {
         &["access=10", "trunk=10,20"],
         &[&ctl_arg, "--vlan-filtering"],
     );
-    let ports = ctl_json(&socket, &["port", "show", "-j"]);
+    // The kernel sets a link's running state from its own work queue, a
+    // while after the host's end was brought up.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let ports = loop {
+        let ports = ctl_json(&socket, &["port", "show", "-j"]);
+        if ports[1]["link"] == "up" || Instant::now() >= deadline {
+            break ports;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let ports = ports.as_array().unwrap();
     assert_eq!(ports.len(), 2, "{ports:?}");
     assert_eq!(ports[0]["name"], "raw:p0");
@@ -1419,6 +1426,22 @@ fn threads(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
         .count()
+}
+
+/// The daemon's count of descriptors once it has held for 200 ms (or
+/// after a bounded while): a client's side closes a moment after the
+/// client went.
+fn quiet_fds(pid: u32) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut count = fds(pid);
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = fds(pid);
+        if now == count || Instant::now() >= deadline {
+            return now;
+        }
+        count = now;
+    }
 }
 
 /// Waits (at most `within`) until the daemon's descriptors and threads are

@@ -487,11 +487,8 @@ fn relay_mode_passes_everything_to_the_other_port() {
         return;
     }
     let topology = Topology::new(PortKind::Raw, 2, &["--mode", "relay"]);
-    let mut st: Vec<Station> = topology
-        .hosts
-        .iter()
-        .map(|host| Station::on(host))
-        .collect();
+    // Once the set-up's frames have passed, and with them the links' carrier.
+    let mut st = topology.stations();
     // What a bridge drops, a relay passes: reserved destinations, frames
     // to a station known on the same side.
     st[0].send(&test_frame([0x01, 0x80, 0xc2, 0, 0, 0x0e], mac(1), 1, 60));
