@@ -61,6 +61,11 @@ const CHAIN_BUDGET: usize = 256;
 /// (bad chains without end, chains of a thousand empty descriptors) is
 /// served again in the worker's next round, after every other port.
 const DESCRIPTOR_BUDGET: u64 = 8192;
+
+/// How many chains ahead of the one it writes a send fetches the driver's
+/// buffers (docs/benchmarks.md, "A send's fetch, a few chains ahead").
+const SEND_AHEAD: u16 = 4;
+
 /// The most chains one frame to the driver may take with mergeable
 /// buffers (a 64 KiB frame in 256-byte buffers): beyond it the frame is
 /// refused as too big for the room posted.
@@ -530,9 +535,11 @@ impl Queue for VhostQueue {
         // The buffers the frames go to, fetched ahead: their lines (and the
         // descriptors naming them) lie in the driver's core's cache, which
         // read the frames they held and posted them again; unfetched, the
-        // first write to each waits on that core, a frame at a time.
-        run.ring
-            .prefetch(frames.size_hint().0.min(CHAIN_BUDGET) as u16);
+        // first write to each waits on that core, a frame at a time. A few
+        // chains ahead of the one written, not the whole batch at once:
+        // taken from the driver in a bunch, the lines slowed its core.
+        let ahead = frames.size_hint().0.min(usize::from(SEND_AHEAD)) as u16;
+        run.ring.prefetch(ahead);
         let counters = &self.device.counters;
         let budget = run.ring.walked() + DESCRIPTOR_BUDGET;
         let (heads, first) = (&mut self.heads, &mut self.first);
@@ -563,6 +570,7 @@ impl Queue for VhostQueue {
                 continue;
             }
             let vnet = &frame.meta[..VNET_HDR_LEN];
+            run.ring.prefetch_ahead(SEND_AHEAD);
             if takes(run.negotiated, vnet) {
                 let put = Self::put(run, heads, first, budget, vnet, &frame);
                 tally(put, frame.len(), &mut report);

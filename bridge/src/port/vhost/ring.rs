@@ -176,6 +176,10 @@ pub struct SplitRing {
     /// Descriptors read so far, good chains and bad: what a caller's work
     /// budget counts.
     walked: u64,
+    /// The guest region (its address, size and mapping) the last buffer
+    /// fetched ahead lay in: most lie in the one the last did, and the
+    /// ring's memory is the same for its life.
+    fetched: (u64, u64, *const u8),
 }
 
 // SAFETY: the pointers point into `memory`, which the ring keeps alive and
@@ -232,6 +236,7 @@ impl SplitRing {
             refused: 0,
             segments: Vec::with_capacity(n.min(64)),
             walked: 0,
+            fetched: (0, 0, std::ptr::null()),
         };
         ring.next_used = ring.used_idx().load(Ordering::Acquire);
         ring.signalled = ring.next_used;
@@ -396,23 +401,26 @@ impl SplitRing {
         if self.next_avail == self.avail_end && !matches!(self.refill(), Ok(true)) {
             return;
         }
-        let n = count.min(self.avail_end.wrapping_sub(self.next_avail));
-        let mut region = (0, 0, std::ptr::null());
-        for i in 0..n {
+        self.prefetch_from(0, count);
+    }
+
+    /// As [`prefetch`](Self::prefetch), for the `count` chains from the
+    /// one `from` past the next, of those the avail index last read
+    /// showed (it is not read again here): a caller that fetches a few
+    /// chains ahead as it takes each.
+    #[inline(never)]
+    pub fn prefetch_from(&mut self, from: u16, count: u16) {
+        let shown = self.avail_end.wrapping_sub(self.next_avail);
+        if from >= shown {
+            return;
+        }
+        let n = count.min(shown - from);
+        let mut region = self.fetched;
+        for i in from..from + n {
             let head = self.avail_entry(self.next_avail.wrapping_add(i));
-            if head >= self.size {
+            let Some(addr) = self.buffer_address(head) else {
                 continue;
-            }
-            // SAFETY: `head < size`: the descriptor's first 8 bytes (its
-            // buffer's address, all a prefetch needs of it) lie in the
-            // checked, 16-aligned descriptor table.
-            let addr = u64::from_le(unsafe {
-                self.desc
-                    .add(16 * usize::from(head))
-                    .cast::<u64>()
-                    .read_volatile()
-            });
-            // Most buffers lie in the region the last one did.
+            };
             let mut offset = addr.wrapping_sub(region.0);
             if offset >= region.1 {
                 let Some(found) = self.memory.region_of(addr) else {
@@ -425,6 +433,47 @@ impl SplitRing {
             prefetch::line(at);
             prefetch::line(at.wrapping_add(64));
         }
+        self.fetched = region;
+    }
+
+    /// As [`prefetch_from`](Self::prefetch_from) for the one chain `ahead`
+    /// past the next, inlined into a caller that fetches a few chains
+    /// ahead as it takes each; a buffer outside the region the last one
+    /// lay in is left to `prefetch_from`.
+    #[inline(always)]
+    pub fn prefetch_ahead(&mut self, ahead: u16) {
+        if self.avail_end.wrapping_sub(self.next_avail) <= ahead {
+            return;
+        }
+        let head = self.avail_entry(self.next_avail.wrapping_add(ahead));
+        let Some(addr) = self.buffer_address(head) else {
+            return;
+        };
+        let offset = addr.wrapping_sub(self.fetched.0);
+        if offset >= self.fetched.1 {
+            return self.prefetch_from(ahead, 1);
+        }
+        let at = self.fetched.2.wrapping_add(offset as usize);
+        prefetch::line(at);
+        prefetch::line(at.wrapping_add(64));
+    }
+
+    /// The address descriptor `head` gives its buffer, as the driver wrote
+    /// it (none for a head past the ring): for a prefetch only, which
+    /// nothing relies on.
+    #[inline(always)]
+    fn buffer_address(&self, head: u16) -> Option<u64> {
+        if head >= self.size {
+            return None;
+        }
+        // SAFETY: `head < size`: the descriptor's first 8 bytes lie in the
+        // checked, 16-aligned descriptor table.
+        Some(u64::from_le(unsafe {
+            self.desc
+                .add(16 * usize::from(head))
+                .cast::<u64>()
+                .read_volatile()
+        }))
     }
 
     /// The rest of [`pop`](Self::pop): chain `head`, just taken from the
@@ -1128,13 +1177,20 @@ mod tests {
         set_avail(&memory, &layout, 2, 0);
         set_avail_idx(&memory, &layout, 3);
         ring.prefetch(8);
+        ring.prefetch_from(1, 8);
+        for ahead in 0..4 {
+            ring.prefetch_ahead(ahead);
+        }
         assert_eq!(ring.next_avail(), 0, "nothing taken");
         assert_eq!(ring.walked(), 0, "no descriptor counted");
         assert_eq!(ring.pop(Direction::Read, 1, 100), Err(ChainError::Outside));
         assert_eq!(ring.pop(Direction::Read, 1, 100), Err(ChainError::Head(8)));
         let chain = ring.pop(Direction::Read, 1, 100).unwrap().unwrap();
         assert_eq!(chain, Chain { head: 0, total: 5 });
-        // With nothing available, nothing is fetched and nothing taken.
+        // Past what the index showed, and with nothing available, nothing
+        // is fetched and nothing taken.
+        ring.prefetch_from(0, 8);
+        ring.prefetch_from(3, 1);
         ring.prefetch(8);
         assert_eq!(ring.pop(Direction::Read, 1, 100), Ok(None));
     }
