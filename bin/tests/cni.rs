@@ -227,11 +227,13 @@ impl Lab {
         // A veth whose other end was in a deleted namespace goes when the
         // kernel's namespace cleanup runs, after `ip netns del` returned:
         // give it a bounded while.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !self.host_veths().is_empty() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        assert_eq!(self.host_veths(), Vec::<String>::new(), "veths left");
+        let veths = lab::poll(
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            || self.host_veths(),
+            Vec::is_empty,
+        );
+        assert_eq!(veths, Vec::<String>::new(), "veths left");
         assert_eq!(self.ports(), Vec::<Value>::new(), "ports left");
         assert_eq!(self.leases(), Vec::<String>::new(), "leases left");
     }
@@ -301,14 +303,12 @@ fn link_json(ns: &Netns, dev: &str) -> Value {
 /// bounded while: the kernel sets that state from its own work queue, a
 /// while after the link was brought up.
 fn settled(ns: &Netns, dev: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let link = link_json(ns, dev);
-        if link["operstate"] == "UP" || Instant::now() >= deadline {
-            return link;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    lab::poll(
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        || link_json(ns, dev),
+        |link| link["operstate"] == "UP",
+    )
 }
 
 fn master_of(ns: &Netns, dev: &str) -> Option<String> {
@@ -1174,16 +1174,7 @@ fn hundred_containers() {
     // The DEL's connection and the port's sockets close after it answered
     // (below): the count to come back to is the one that has stopped
     // moving.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut fds_before = fds();
-    loop {
-        std::thread::sleep(Duration::from_millis(200));
-        let now = fds();
-        if now == fds_before || Instant::now() >= deadline {
-            break;
-        }
-        fds_before = now;
-    }
+    let fds_before = lab::steady(Duration::from_secs(5), Duration::from_millis(200), fds);
     let rss_before = rss_kib(pid);
     let started = Instant::now();
     for _ in 0..COUNT {

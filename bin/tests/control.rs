@@ -1222,14 +1222,12 @@ fn port_show_lists_ports_with_their_options() {
     );
     // The kernel sets a link's running state from its own work queue, a
     // while after the host's end was brought up.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let ports = loop {
-        let ports = ctl_json(&socket, &["port", "show", "-j"]);
-        if ports[1]["link"] == "up" || Instant::now() >= deadline {
-            break ports;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let ports = lab::poll(
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        || ctl_json(&socket, &["port", "show", "-j"]),
+        |ports| ports[1]["link"] == "up",
+    );
     let ports = ports.as_array().unwrap();
     assert_eq!(ports.len(), 2, "{ports:?}");
     assert_eq!(ports[0]["name"], "raw:p0");
@@ -1432,16 +1430,9 @@ fn threads(pid: u32) -> usize {
 /// after a bounded while): a client's side closes a moment after the
 /// client went.
 fn quiet_fds(pid: u32) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut count = fds(pid);
-    loop {
-        std::thread::sleep(Duration::from_millis(200));
-        let now = fds(pid);
-        if now == count || Instant::now() >= deadline {
-            return now;
-        }
-        count = now;
-    }
+    lab::steady(Duration::from_secs(5), Duration::from_millis(200), || {
+        fds(pid)
+    })
 }
 
 /// Waits (at most `within`) until the daemon's descriptors and threads are

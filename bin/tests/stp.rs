@@ -1364,16 +1364,17 @@ fn three_mpbridge_instances_fail_over_quickly(lock: &str) {
         );
     }
     // A worker counts a batch's frames after it has sent them.
-    let deadline = Instant::now() + Duration::from_secs(2);
-    let (after, carried) = loop {
-        let after = m3.mp().stats();
-        let carried =
-            counter(&after, "raw:p32", "tx_frames") - counter(&before, "raw:p32", "tx_frames");
-        if carried > 0 || Instant::now() >= deadline {
-            break (after, carried);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let (after, carried) = lab::poll(
+        Duration::from_secs(2),
+        Duration::from_millis(20),
+        || {
+            let after = m3.mp().stats();
+            let carried =
+                counter(&after, "raw:p32", "tx_frames") - counter(&before, "raw:p32", "tx_frames");
+            (after, carried)
+        },
+        |&(_, carried)| carried > 0,
+    );
     assert!(carried > 0, "nothing went through M3's raw:p32: {after}");
     let p32 = &port_stats(&after, "raw:p32")["stp"];
     assert_eq!(p32["state"], "forwarding", "{p32}");

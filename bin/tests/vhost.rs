@@ -734,11 +734,13 @@ fn a_disconnect_is_link_down_and_a_reconnect_brings_it_back() {
     wait_link(&ctl, &p0, "down");
     // The link reads down as soon as the frontend goes; the worker that
     // serves the port flushes its stations when it next polls it.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while learned(&ctl) != 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(learned(&ctl), 0, "stations flushed");
+    let left = lab::poll(
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        || learned(&ctl),
+        |&n| n == 0,
+    );
+    assert_eq!(left, 0, "stations flushed");
     // Frames to the gone port are not sent anywhere; the bridge idles.
     assert!(b.send(0, &test_frame(mac(1), mac(2), 2, 60)));
     let cpu = netns::cpu_over(daemon.child.id(), Duration::from_millis(500));

@@ -16,6 +16,7 @@ pub mod prometheus;
 mod scratch;
 mod station;
 pub mod vhost;
+mod wait;
 pub mod workload;
 
 pub use frr::{Frr, FRR_DIR};
@@ -26,3 +27,4 @@ pub use process::{
 };
 pub use scratch::ScratchDir;
 pub use station::{mac, tagged_test_frame, test_frame, Station, BROADCAST, TEST_ETHERTYPE};
+pub use wait::{poll, steady};

@@ -409,7 +409,7 @@ impl SplitRing {
     /// showed (it is not read again here): a caller that fetches a few
     /// chains ahead as it takes each.
     #[inline(never)]
-    pub fn prefetch_from(&mut self, from: u16, count: u16) {
+    fn prefetch_from(&mut self, from: u16, count: u16) {
         let shown = self.avail_end.wrapping_sub(self.next_avail);
         if from >= shown {
             return;
