@@ -14,6 +14,7 @@
 //! `wake.rs` (the worker's poll and eventfd).
 
 mod batch;
+pub(crate) mod cache;
 pub mod copy;
 mod fd;
 mod frame;
@@ -21,7 +22,6 @@ pub mod link;
 pub mod memory;
 pub mod netdev;
 pub mod placement;
-pub(crate) mod prefetch;
 pub mod raw;
 pub mod tap;
 pub mod vhost;

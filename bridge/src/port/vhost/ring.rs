@@ -20,8 +20,8 @@ use std::sync::atomic::{fence, AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::memory::GuestMemory;
+use crate::port::cache;
 use crate::port::copy::copy_bytes;
-use crate::port::prefetch;
 use crate::port::{Lent, Outgoing, RxBatch};
 
 /// Descriptor flags (virtio 1.x, 2.7.5).
@@ -430,8 +430,8 @@ impl SplitRing {
                 offset = addr.wrapping_sub(region.0);
             }
             let at = region.2.wrapping_add(offset as usize);
-            prefetch::line(at);
-            prefetch::line(at.wrapping_add(64));
+            cache::fetch(at);
+            cache::fetch(at.wrapping_add(64));
         }
         self.fetched = region;
     }
@@ -454,8 +454,8 @@ impl SplitRing {
             return self.prefetch_from(ahead, 1);
         }
         let at = self.fetched.2.wrapping_add(offset as usize);
-        prefetch::line(at);
-        prefetch::line(at.wrapping_add(64));
+        cache::fetch(at);
+        cache::fetch(at.wrapping_add(64));
     }
 
     /// The address descriptor `head` gives its buffer, as the driver wrote
@@ -792,6 +792,7 @@ impl SplitRing {
     pub fn write_first(&self, header: &[u8], frame: &Outgoing<'_>) -> Option<usize> {
         let len = header.len() + frame.len();
         let mut to = self.first_holding(len)?;
+        let start = to;
         // SAFETY: `to` is valid for `len` bytes (checked by
         // `first_holding`); the header is ours, the pieces are slices and
         // the rest is readable (`Lent`), which may lie under `to`, as
@@ -812,6 +813,14 @@ impl SplitRing {
             }
             frame.rest.copy_to(to);
         }
+        // The driver's core reads the frame's first 128 bytes next (its
+        // header, then what a driver looks at first): handed to the shared
+        // cache, their lines wait there for it, not in this core's own.
+        // Not the rest of a long frame: handing on every line of it made
+        // the send slower (docs/benchmarks.md, "Handing a frame's first
+        // lines on").
+        cache::demote(start);
+        cache::demote(start.wrapping_add(64));
         Some(len)
     }
 
