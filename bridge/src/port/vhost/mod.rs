@@ -451,9 +451,11 @@ impl Queue for VhostQueue {
         // The driver is not asked to kick while the worker is busy; it is
         // asked only before the worker sleeps (`before_sleep`).
         run.ring.disable_notification();
-        // The frames this receive takes, fetched ahead.
+        // The frames this receive takes, fetched ahead, and the used
+        // ring's lines their chains are returned in.
         let room = (batch.capacity() - batch.len()).min(CHAIN_BUDGET);
-        run.ring.prefetch(room as u16);
+        let shown = run.ring.prefetch(room as u16);
+        run.ring.own_used(shown);
         while !batch.is_full() {
             if popped == CHAIN_BUDGET || run.ring.walked() >= budget {
                 // Left for the next round.
@@ -539,7 +541,11 @@ impl Queue for VhostQueue {
         // chains ahead of the one written, not the whole batch at once:
         // taken from the driver in a bunch, the lines slowed its core.
         let ahead = frames.size_hint().0.min(usize::from(SEND_AHEAD)) as u16;
-        run.ring.prefetch(ahead);
+        if run.ring.prefetch(ahead) > 0 {
+            // The used ring's lines the batch's chains are returned in.
+            let batch = u16::try_from(frames.size_hint().0).unwrap_or(u16::MAX);
+            run.ring.own_used(batch);
+        }
         let counters = &self.device.counters;
         let budget = run.ring.walked() + DESCRIPTOR_BUDGET;
         let (heads, first) = (&mut self.heads, &mut self.first);

@@ -395,13 +395,39 @@ impl SplitRing {
     /// frame is written to). The misses, on lines the driver's core last
     /// touched, then overlap instead of coming one frame at a time.
     /// Nothing read here is relied on: `pop` reads the chains again and
-    /// checks them.
+    /// checks them. Returns how many chains it fetched.
     #[inline(never)]
-    pub fn prefetch(&mut self, count: u16) {
+    pub fn prefetch(&mut self, count: u16) -> u16 {
         if self.next_avail == self.avail_end && !matches!(self.refill(), Ok(true)) {
-            return;
+            return 0;
         }
         self.prefetch_from(0, count);
+        count.min(self.avail_end.wrapping_sub(self.next_avail))
+    }
+
+    /// Asks for the used ring's lines that the next `count` used elements
+    /// go to with the right to write them ([`cache::own`]), before the
+    /// first is written. The driver's core read those lines last (it
+    /// polls the used ring), so each first write would wait for that core
+    /// to give its copy up, and every later store, the frames' own
+    /// included, would wait behind it.
+    #[inline(never)]
+    pub fn own_used(&self, count: u16) {
+        // Elements are 8 bytes, eight to a line (not aligned to lines:
+        // they start 4 bytes into the area), so one element in eight and
+        // the one past the last name every line they lie in. Nothing is
+        // asked for while nothing is to be written: the line the driver
+        // polls the used index in holds elements too.
+        if count == 0 {
+            return;
+        }
+        let count = count.min(self.size);
+        let mut i = 0;
+        while i <= count {
+            let slot = usize::from(self.next_used.wrapping_add(i) & (self.size - 1));
+            cache::own(self.used.wrapping_add(4 + 8 * slot));
+            i += 8;
+        }
     }
 
     /// As [`prefetch`](Self::prefetch), for the `count` chains from the
@@ -1185,11 +1211,18 @@ mod tests {
         set_avail(&memory, &layout, 1, 8);
         set_avail(&memory, &layout, 2, 0);
         set_avail_idx(&memory, &layout, 3);
-        ring.prefetch(8);
+        assert_eq!(ring.prefetch(8), 3, "as many as the index shows");
+        assert_eq!(ring.prefetch(2), 2, "as many as asked for");
         ring.prefetch_from(1, 8);
         for ahead in 0..4 {
             ring.prefetch_ahead(ahead);
         }
+        // The used ring's lines asked for, for none, some, and more
+        // elements than the ring has (wrapping past its end).
+        for count in [0, 1, 8, 9, 100, u16::MAX] {
+            ring.own_used(count);
+        }
+        assert_eq!(used_idx(&memory, &layout), 0, "nothing returned");
         assert_eq!(ring.next_avail(), 0, "nothing taken");
         assert_eq!(ring.walked(), 0, "no descriptor counted");
         assert_eq!(ring.pop(Direction::Read, 1, 100), Err(ChainError::Outside));
@@ -1200,7 +1233,7 @@ mod tests {
         // is fetched and nothing taken.
         ring.prefetch_from(0, 8);
         ring.prefetch_from(3, 1);
-        ring.prefetch(8);
+        assert_eq!(ring.prefetch(8), 0);
         assert_eq!(ring.pop(Direction::Read, 1, 100), Ok(None));
     }
 
