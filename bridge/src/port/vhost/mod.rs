@@ -540,11 +540,11 @@ impl Queue for VhostQueue {
         // first write to each waits on that core, a frame at a time. A few
         // chains ahead of the one written, not the whole batch at once:
         // taken from the driver in a bunch, the lines slowed its core.
-        let ahead = frames.size_hint().0.min(usize::from(SEND_AHEAD)) as u16;
+        let batch = frames.size_hint().0;
+        let ahead = batch.min(usize::from(SEND_AHEAD)) as u16;
         if run.ring.prefetch(ahead) > 0 {
             // The used ring's lines the batch's chains are returned in.
-            let batch = u16::try_from(frames.size_hint().0).unwrap_or(u16::MAX);
-            run.ring.own_used(batch);
+            run.ring.own_used(u16::try_from(batch).unwrap_or(u16::MAX));
         }
         let counters = &self.device.counters;
         let budget = run.ring.walked() + DESCRIPTOR_BUDGET;
